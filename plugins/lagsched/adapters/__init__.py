@@ -1,0 +1,1 @@
+"""One module per real system; the core is fed through these."""

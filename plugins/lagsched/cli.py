@@ -1,0 +1,64 @@
+"""`lagsched` command line: the local stack, schema migrations and the tools built on them."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+from collections.abc import Sequence
+
+from lagsched.stack.process import ServiceError
+
+
+def _stack(args: argparse.Namespace) -> int:
+    from lagsched import stack
+    from lagsched.stack.config import load
+    from lagsched.stack.environment import stack_environment
+
+    cfg = load()
+    if args.action == "up":
+        statuses = stack.up(cfg, airflow=args.airflow)
+    elif args.action == "down":
+        stopped = stack.down(cfg)
+        print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+        return 0
+    elif args.action == "env":
+        # For `eval "$(lagsched stack env)"`: contains the local stack's generated password.
+        for key, value in stack_environment(cfg).items():
+            print(f"export {key}={shlex.quote(value)}")
+        return 0
+    else:
+        statuses = stack.status(cfg)
+    width = max(len(s.name) for s in statuses)
+    for s in statuses:
+        state = "healthy" if s.healthy else ("running, not healthy" if s.running else "stopped")
+        print(f"{s.name:<{width}}  {state:<22} {s.detail}")
+    print(f"data and logs: {cfg.home}")
+    return 0 if args.action != "status" or all(s.healthy for s in statuses[:3]) else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="lagsched", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p_stack = sub.add_parser("stack", help="start, stop or inspect the local Kafka/MariaDB/Redis/Airflow stack")
+    p_stack.add_argument("action", choices=["up", "down", "status", "env"])
+    p_stack.add_argument("--airflow", action="store_true", help="with `up`: also start `airflow standalone`")
+    p_stack.set_defaults(func=_stack)
+
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.func(args))
+    except ServiceError as exc:
+        print(f"lagsched: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""The environment that points Airflow, Spark and lagsched at the local stack.
+
+Connections are handed over as ``AIRFLOW_CONN_*`` variables (Airflow's own mechanism), so the DAGs
+read them exactly as they would read Connections defined in the UI, and nothing secret is written
+into airflow.cfg. To use an existing cluster instead, define Connections with the same ids
+(see README, "Using your own Kafka, MySQL, Redis and Spark").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from lagsched.stack.config import StackConfig, stack_secrets
+from lagsched.stack.services import MYSQL_DATABASE, MYSQL_USER
+
+KAFKA_CONN_ID = "lagsched_kafka"
+MYSQL_CONN_ID = "lagsched_mysql"
+REDIS_CONN_ID = "lagsched_redis"
+SPARK_CONN_ID = "lagsched_spark"
+
+
+def spark_jars(cfg: StackConfig) -> list[Path]:
+    """The Kafka connector jars fetched by `make deps` (passed as spark.jars, never resolved at start)."""
+    return sorted((cfg.jars / "spark").glob("*.jar"))
+
+
+def connection_environment(cfg: StackConfig) -> dict[str, str]:
+    """``AIRFLOW_CONN_*`` variables for the local stack's services."""
+    password = stack_secrets(cfg)["LAGSCHED_MYSQL_PASSWORD"]
+    conns = {
+        KAFKA_CONN_ID: {"conn_type": "kafka", "extra": {"bootstrap.servers": cfg.kafka_bootstrap}},
+        MYSQL_CONN_ID: {
+            "conn_type": "mysql",
+            "host": "127.0.0.1",
+            "port": cfg.mysql_port,
+            "login": MYSQL_USER,
+            "password": password,
+            "schema": MYSQL_DATABASE,
+        },
+        REDIS_CONN_ID: {"conn_type": "redis", "host": "127.0.0.1", "port": cfg.redis_port, "extra": {"db": 0}},
+        SPARK_CONN_ID: {"conn_type": "spark", "host": "local[2]"},
+    }
+    return {f"AIRFLOW_CONN_{cid.upper()}": json.dumps(value) for cid, value in conns.items()}
+
+
+def stack_environment(cfg: StackConfig) -> dict[str, str]:
+    """Everything Airflow and Spark need to run lagsched against the local stack."""
+    venv_bin = str(Path(sys.executable).parent)
+    env = {
+        "LAGSCHED_HOME": str(cfg.home),
+        "AIRFLOW_HOME": str(cfg.airflow_home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(cfg.repo / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(cfg.repo / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        # Airflow's default of 32 starts 32 processes on a 2-core machine.
+        "AIRFLOW__CORE__PARALLELISM": os.environ.get("AIRFLOW__CORE__PARALLELISM", "4"),
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        "AIRFLOW__API__PORT": str(cfg.airflow_port),
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{cfg.airflow_port}",
+        "AIRFLOW__API_AUTH__JWT_SECRET": stack_secrets(cfg)["AIRFLOW__API_AUTH__JWT_SECRET"],
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{cfg.airflow_home / 'airflow.db'}",
+        "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "True",
+        # Spark: the venv's python on the workers, the venv's spark-submit on PATH for SparkSubmitHook.
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "LAGSCHED_SPARK_JARS": ",".join(str(p) for p in spark_jars(cfg)),
+        "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(cfg.repo / "plugins"), os.environ.get("PYTHONPATH")])),
+    }
+    env.update(connection_environment(cfg))
+    return env

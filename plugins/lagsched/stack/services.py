@@ -1,0 +1,401 @@
+"""The local stack's services: Apache Kafka (KRaft), MariaDB, Redis and Airflow, on loopback.
+
+Each service knows how to prepare its data folder once, start, report health and stop. Start is
+idempotent: a service that is already up and healthy is left alone, so tests and the demo can share
+one running stack.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from lagsched.stack import process
+from lagsched.stack.config import StackConfig, stack_secrets
+from lagsched.stack.process import ServiceError
+
+MYSQL_DATABASE = "lagsched"
+MYSQL_USER = "lagsched"
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    name: str
+    running: bool
+    healthy: bool
+    detail: str
+
+
+class Service:
+    """Base: a named process with a pid file, a log and a health check."""
+
+    name = ""
+    start_timeout_s = 60.0
+    stop_signal: int = signal.SIGTERM
+
+    def __init__(self, cfg: StackConfig) -> None:
+        self.cfg = cfg
+
+    @property
+    def log(self) -> Path:
+        return self.cfg.logs / f"{self.name}.log"
+
+    def pid(self) -> int | None:
+        return process.read_pid(self.cfg.run / f"{self.name}.pid")
+
+    def is_healthy(self) -> bool:
+        raise NotImplementedError
+
+    def detail(self) -> str:
+        raise NotImplementedError
+
+    def prepare(self) -> None:
+        """One-time set-up of the data folder (idempotent)."""
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def environment(self) -> dict[str, str] | None:
+        return None
+
+    def after_start(self) -> None:
+        """Work that needs the running service (users, databases); idempotent."""
+
+    def start(self) -> None:
+        if self.pid() is not None and self.is_healthy():
+            self.after_start()
+            return
+        if self.pid() is None and self.is_healthy():
+            raise ServiceError(
+                f"{self.name}: something not started by lagsched already answers on its port "
+                f"({self.detail()}); stop it or choose another port (see README, 'Ports')."
+            )
+        self.prepare()
+        process.spawn(
+            self.name, self.command(), logs=self.cfg.logs, run=self.cfg.run, env=self.environment()
+        )
+        process.wait_until(
+            self.is_healthy,
+            what=self.name,
+            timeout_s=self.start_timeout_s,
+            log=self.log,
+            alive=lambda: self.pid() is not None,
+        )
+        self.after_start()
+
+    def stop(self) -> bool:
+        return process.stop(self.name, self.cfg.run, sig=self.stop_signal)
+
+    def status(self) -> Status:
+        pid = self.pid()
+        healthy = pid is not None and self.is_healthy()
+        return Status(self.name, pid is not None, healthy, self.detail())
+
+
+class Redis(Service):
+    name = "redis"
+    start_timeout_s = 20.0
+
+    def command(self) -> list[str]:
+        data = self.cfg.home / "redis"
+        data.mkdir(parents=True, exist_ok=True)
+        return [
+            _require_binary("redis-server", "apt-get install -y redis-server"),
+            "--port", str(self.cfg.redis_port),
+            "--bind", "127.0.0.1",
+            "--protected-mode", "yes",
+            # Lag history is short-lived by design; tests want a clean slate on restart.
+            "--save", "",
+            "--appendonly", "no",
+            "--dir", str(data),
+            "--daemonize", "no",
+        ]  # fmt: skip
+
+    def is_healthy(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.cfg.redis_port), timeout=1) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def detail(self) -> str:
+        return f"redis://127.0.0.1:{self.cfg.redis_port}"
+
+
+class MariaDB(Service):
+    name = "mariadb"
+    start_timeout_s = 60.0
+
+    @property
+    def datadir(self) -> Path:
+        return self.cfg.home / "mysql" / "data"
+
+    @property
+    def socket_path(self) -> Path:
+        return self.cfg.home / "mysql" / "mysqld.sock"
+
+    def _as_root(self) -> bool:
+        return os.geteuid() == 0
+
+    def prepare(self) -> None:
+        top = self.datadir.parent
+        top.mkdir(parents=True, exist_ok=True)
+        if self._as_root():
+            shutil.chown(top, "mysql", "mysql")
+        if (self.datadir / "mysql").is_dir():
+            return
+        install_db = _require_binary("mariadb-install-db", "apt-get install -y mariadb-server")
+        argv = [install_db, "--no-defaults", f"--datadir={self.datadir}", "--skip-test-db",
+                "--auth-root-authentication-method=socket"]  # fmt: skip
+        if self._as_root():
+            argv.append("--user=mysql")
+        result = subprocess.run(argv, capture_output=True, text=True, check=False)  # noqa: S603
+        if result.returncode != 0:
+            raise ServiceError(f"mariadb-install-db failed:\n{result.stdout}\n{result.stderr}")
+
+    def command(self) -> list[str]:
+        argv = [
+            _require_binary("mariadbd", "apt-get install -y mariadb-server", extra=("/usr/sbin",)),
+            "--no-defaults",
+            f"--datadir={self.datadir}",
+            f"--socket={self.socket_path}",
+            f"--port={self.cfg.mysql_port}",
+            "--bind-address=127.0.0.1",
+            f"--pid-file={self.cfg.home / 'mysql' / 'mariadbd.pid'}",
+            # Timestamps are UTC end to end; the claim protocol compares them across processes.
+            "--default-time-zone=+00:00",
+            "--character-set-server=utf8mb4",
+            "--collation-server=utf8mb4_unicode_ci",
+            # The claim benchmark runs 16+ concurrent claimers plus checkers.
+            "--max-connections=300",
+            "--innodb-buffer-pool-size=256M",
+            "--innodb-lock-wait-timeout=10",
+            "--skip-name-resolve",
+        ]
+        if self._as_root():
+            argv.append("--user=mysql")
+        return argv
+
+    def is_healthy(self) -> bool:
+        if not self.socket_path.exists():
+            return False
+        result = self._sql("SELECT 1")
+        return result.returncode == 0
+
+    def detail(self) -> str:
+        return f"mysql://127.0.0.1:{self.cfg.mysql_port}/{MYSQL_DATABASE}"
+
+    def _sql(self, sql: str) -> subprocess.CompletedProcess[str]:
+        """Run SQL as the server's root over the unix socket; the SQL goes through stdin, not argv."""
+        client = _require_binary("mariadb", "apt-get install -y mariadb-client")
+        return subprocess.run(  # noqa: S603
+            [client, "--no-defaults", f"--socket={self.socket_path}", "-uroot", "--batch"],
+            input=sql,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
+        )
+
+    def after_start(self) -> None:
+        password = stack_secrets(self.cfg)["LAGSCHED_MYSQL_PASSWORD"]
+        quoted = password.replace("\\", "\\\\").replace("'", "\\'")
+        # Least privilege: data and DDL on lagsched's own schemas (tests use lagsched_t_*), nothing else.
+        sql = f"""
+            CREATE DATABASE IF NOT EXISTS `{MYSQL_DATABASE}`;
+            CREATE USER IF NOT EXISTS '{MYSQL_USER}'@'127.0.0.1' IDENTIFIED BY '{quoted}';
+            ALTER USER '{MYSQL_USER}'@'127.0.0.1' IDENTIFIED BY '{quoted}';
+            GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, ALTER, INDEX, REFERENCES
+              ON `{MYSQL_DATABASE}`.* TO '{MYSQL_USER}'@'127.0.0.1';
+            GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, ALTER, INDEX, REFERENCES
+              ON `{MYSQL_DATABASE}\\_%`.* TO '{MYSQL_USER}'@'127.0.0.1';
+        """
+        result = self._sql(sql)
+        if result.returncode != 0:
+            raise ServiceError(f"could not create the lagsched database and user: {result.stderr}")
+
+
+class Kafka(Service):
+    """One Apache Kafka node in KRaft mode (combined broker and controller)."""
+
+    name = "kafka"
+    start_timeout_s = 90.0
+
+    @property
+    def dir(self) -> Path:
+        return self.cfg.home / "kafka"
+
+    @property
+    def jars(self) -> Path:
+        return self.cfg.jars / "kafka"
+
+    def _classpath(self) -> str:
+        if not any(self.jars.glob("kafka_2.13-*.jar")):
+            raise ServiceError(f"no Kafka jars in {self.jars}; run `make deps` first")
+        return str(self.jars / "*")
+
+    def _java(self) -> str:
+        java_home = os.environ.get("JAVA_HOME")
+        if java_home and Path(java_home, "bin", "java").exists():
+            return str(Path(java_home, "bin", "java"))
+        return _require_binary("java", "apt-get install -y openjdk-17-jre-headless")
+
+    def _write_config(self) -> Path:
+        c = self.cfg
+        data = self.dir / "data"
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.bootstrap.servers": f"127.0.0.1:{c.kafka_controller_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{c.kafka_port},CONTROLLER://127.0.0.1:{c.kafka_controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{c.kafka_port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": str(data),
+            "num.partitions": "1",
+            # An unknown topic must be an error, never silently created by a lag probe.
+            "auto.create.topics.enable": "false",
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "4",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            # Retention is enforced quickly so tests of lost records need not wait minutes.
+            "log.retention.check.interval.ms": "2000",
+            "log.segment.delete.delay.ms": "1000",
+        }
+        self.dir.mkdir(parents=True, exist_ok=True)
+        path = self.dir / "server.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        log4j = self.dir / "log4j2.properties"
+        log4j.write_text(
+            "status = warn\n"
+            "appender.out.type = Console\nappender.out.name = STDOUT\n"
+            "appender.out.layout.type = PatternLayout\n"
+            "appender.out.layout.pattern = [%d] %p %m (%c)%n\n"
+            "rootLogger.level = INFO\nrootLogger.appenderRef.out.ref = STDOUT\n"
+            "logger.state.name = state.change.logger\nlogger.state.level = WARN\n"
+            "logger.request.name = kafka.request.logger\nlogger.request.level = WARN\n"
+        )
+        return path
+
+    def prepare(self) -> None:
+        config = self._write_config()
+        if (self.dir / "data" / "meta.properties").exists():
+            return
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        result = subprocess.run(  # noqa: S603
+            [self._java(), "-cp", self._classpath(), f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
+             "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config), "--standalone"],
+            capture_output=True, text=True, check=False, timeout=120,
+        )  # fmt: skip
+        if result.returncode != 0:
+            raise ServiceError(f"formatting Kafka storage failed:\n{result.stdout}\n{result.stderr}")
+
+    def command(self) -> list[str]:
+        heap = os.environ.get("LAGSCHED_KAFKA_HEAP", "768m")
+        return [
+            self._java(), f"-Xms256m", f"-Xmx{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
+            "-cp", self._classpath(), "kafka.Kafka", str(self.dir / "server.properties"),
+        ]  # fmt: skip
+
+    def is_healthy(self) -> bool:
+        if not _port_open(self.cfg.kafka_port):
+            return False
+        from confluent_kafka.admin import AdminClient
+
+        try:
+            meta = AdminClient({"bootstrap.servers": self.cfg.kafka_bootstrap}).list_topics(timeout=3)
+        except Exception:  # noqa: BLE001 - any failure means "not healthy yet"
+            return False
+        return bool(meta.brokers)
+
+    def detail(self) -> str:
+        return f"kafka://{self.cfg.kafka_bootstrap}"
+
+
+class Airflow(Service):
+    """``airflow standalone``: API server with the UI, scheduler, DAG processor and triggerer."""
+
+    name = "airflow"
+    start_timeout_s = 180.0
+    # SIGTERM orphans the scheduler's workers (STACK-NOTES); SIGINT shuts standalone down cleanly.
+    stop_signal = signal.SIGINT
+
+    def prepare(self) -> None:
+        migrate_airflow_db(self.cfg)
+
+    def command(self) -> list[str]:
+        return [str(Path(sys.executable).parent / "airflow"), "standalone"]
+
+    def environment(self) -> dict[str, str]:
+        from lagsched.stack.environment import stack_environment
+
+        env = dict(os.environ)
+        env.update(stack_environment(self.cfg))
+        return env
+
+    def is_healthy(self) -> bool:
+        url = f"http://127.0.0.1:{self.cfg.airflow_port}/api/v2/monitor/health"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310 - loopback URL we built
+                return bool(resp.status == 200)
+        except OSError:
+            return False
+
+    def detail(self) -> str:
+        return f"http://127.0.0.1:{self.cfg.airflow_port}"
+
+
+def migrate_airflow_db(cfg: StackConfig) -> None:
+    """``airflow db migrate`` once per Airflow version (a stamp file skips the ~15 s no-op run)."""
+    from importlib.metadata import version
+
+    from lagsched.stack.environment import stack_environment
+
+    stamp = cfg.airflow_home / ".migrated"
+    wanted = version("apache-airflow-core")
+    if stamp.exists() and stamp.read_text().strip() == wanted and (cfg.airflow_home / "airflow.db").exists():
+        return
+    cfg.airflow_home.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.update(stack_environment(cfg))
+    result = subprocess.run(  # noqa: S603
+        [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
+        env=env, capture_output=True, text=True, check=False, timeout=600,
+    )  # fmt: skip
+    if result.returncode != 0:
+        raise ServiceError(f"airflow db migrate failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    stamp.write_text(wanted + "\n")
+
+
+def _require_binary(name: str, install_hint: str, extra: tuple[str, ...] = ()) -> str:
+    path = shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", ""), *extra, "/usr/sbin", "/usr/bin"]))
+    if path is None:
+        raise ServiceError(f"`{name}` is not installed; run `make deps` (or `{install_hint}`)")
+    return path
+
+
+def core_services(cfg: StackConfig) -> list[Service]:
+    """The data services, in start order (stop in reverse)."""
+    return [Redis(cfg), MariaDB(cfg), Kafka(cfg)]

@@ -1,0 +1,128 @@
+"""Shared fixtures: the real local stack, started once per session, and per-test isolation.
+
+The environment that points Airflow at the local stack is set here, at import, because Airflow
+reads it when first imported.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lagsched.stack.config import StackConfig, load
+from lagsched.stack.environment import stack_environment
+
+CFG = load()
+os.environ.update(stack_environment(CFG))
+
+TIERS = ("unit", "integration", "dags", "e2e")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test with its tier, taken from its folder (tests/<tier>/...)."""
+    for item in items:
+        tier = Path(str(item.path)).relative_to(Path(__file__).parent).parts[0]
+        if tier in TIERS:
+            item.add_marker(getattr(pytest.mark, tier))
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[StackConfig]:
+    """The running local stack; started here if it was not already up, and then stopped at the end."""
+    from lagsched import stack as local_stack
+    from lagsched.stack.process import ServiceError
+
+    was_up = all(s.healthy for s in local_stack.status(CFG)[:3])
+    try:
+        local_stack.up(CFG)
+    except ServiceError as exc:
+        # A service that cannot start is a failure, never a skip.
+        pytest.fail(f"the local stack could not start: {exc}", pytrace=False)
+    yield CFG
+    if not was_up and not os.environ.get("LAGSCHED_KEEP_STACK"):
+        local_stack.down(CFG)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def kafka_config(stack: StackConfig) -> dict[str, Any]:
+    from lagsched.connections import kafka_config as resolve
+
+    return resolve()
+
+
+@pytest.fixture
+def new_topic(kafka_config: dict[str, Any]) -> Iterator[Callable[..., str]]:
+    """Factory: create a uniquely named topic; every topic made is deleted after the test."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(kafka_config)
+    made: list[str] = []
+
+    def make(partitions: int = 1, config: dict[str, str] | None = None, prefix: str = "t") -> str:
+        name = unique(prefix).replace("_", "-")
+        futures = admin.create_topics([NewTopic(name, partitions, 1, config=config or {})], operation_timeout=30)
+        futures[name].result(timeout=30)
+        made.append(name)
+        return name
+
+    yield make
+    if made:
+        for future in admin.delete_topics(made, operation_timeout=30).values():
+            future.result(timeout=30)
+
+
+@pytest.fixture
+def mysql_db(stack: StackConfig) -> Iterator[Any]:
+    """A fresh database ``lagsched_t_<hex>`` with all migrations applied; dropped afterwards."""
+    import dataclasses
+
+    from lagsched.adapters.migrations import migrate
+    from lagsched.adapters.mysql import connect
+    from lagsched.connections import mysql_params
+
+    base = mysql_params()
+    name = unique("lagsched_t")
+    admin = connect(base)
+    with admin.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{name}`")
+    params = dataclasses.replace(base, database=name)
+    conn = connect(params)
+    migrate(conn)
+    conn.close()
+    yield params
+    with admin.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+    admin.close()
+
+
+@pytest.fixture
+def redis_client(stack: StackConfig) -> Iterator[Any]:
+    """A client on Redis DB 15, flushed before and after (the demo and DAGs use DB 0)."""
+    import redis
+
+    from lagsched.connections import redis_params
+
+    p = redis_params()
+    client = redis.Redis(host=p.host, port=p.port, db=15, password=p.password, decode_responses=True)
+    client.flushdb()
+    yield client
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def spark(stack: StackConfig) -> Iterator[Any]:
+    from lagsched.adapters.spark import session
+
+    spark_session = session("lagsched-tests")
+    yield spark_session
+    spark_session.stop()
