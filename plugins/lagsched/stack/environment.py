@@ -60,6 +60,7 @@ def stack_environment(cfg: StackConfig) -> dict[str, str]:
         "AIRFLOW__CORE__PARALLELISM": os.environ.get("AIRFLOW__CORE__PARALLELISM", "4"),
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__PORT": str(cfg.airflow_port),
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{cfg.airflow_port}",
         "AIRFLOW__API_AUTH__JWT_SECRET": stack_secrets(cfg)["AIRFLOW__API_AUTH__JWT_SECRET"],

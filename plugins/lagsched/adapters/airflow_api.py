@@ -1,0 +1,99 @@
+"""A small client of Airflow 3's REST API (v2), for the demo and end-to-end tests."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+FINISHED = {"success", "failed"}
+
+
+class AirflowAPIError(RuntimeError):
+    """The API answered with an error, or a run did not finish in time."""
+
+
+class AirflowAPI:
+    def __init__(self, base_url: str, username: str, password: str) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._username = username
+        self._password = password
+        self._token: str | None = None
+
+    @classmethod
+    def for_simple_auth(cls, base_url: str, airflow_home: Path, username: str = "admin") -> AirflowAPI:
+        """Log in with the password the simple auth manager generated for ``username``."""
+        path = airflow_home / "simple_auth_manager_passwords.json.generated"
+        passwords = json.loads(path.read_text())
+        return cls(base_url, username, passwords[username])
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None, auth: bool = True) -> Any:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if auth:
+            headers["Authorization"] = f"Bearer {self._login()}"
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"{self.base_url}{path}", data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310 - URL is the configured API
+                raw = resp.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")[:500]
+            raise AirflowAPIError(f"{method} {path} -> HTTP {exc.code}: {detail}") from None
+        return json.loads(raw) if raw else None
+
+    def _login(self) -> str:
+        if self._token is None:
+            answer = self._request(
+                "POST", "/auth/token", {"username": self._username, "password": self._password}, auth=False
+            )
+            self._token = str(answer["access_token"])
+        return self._token
+
+    def get_dag(self, dag_id: str) -> dict[str, Any] | None:
+        try:
+            result: dict[str, Any] = self._request("GET", f"/api/v2/dags/{dag_id}")
+        except AirflowAPIError as exc:
+            if "HTTP 404" in str(exc):
+                return None
+            raise
+        return result
+
+    def wait_for_dag(self, dag_id: str, timeout_s: float = 120.0, sleep: Callable[[float], None] = time.sleep) -> None:
+        """Wait until the DAG processor has parsed ``dag_id``."""
+        deadline = time.monotonic() + timeout_s
+        while self.get_dag(dag_id) is None:
+            if time.monotonic() > deadline:
+                raise AirflowAPIError(f"DAG {dag_id!r} did not appear within {timeout_s:.0f} s; check its import errors")
+            sleep(2)
+
+    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
+        run = self._request("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})
+        return str(run["dag_run_id"])
+
+    def wait_for_run(
+        self,
+        dag_id: str,
+        run_id: str,
+        timeout_s: float = 600.0,
+        on_progress: Callable[[list[dict[str, Any]]], None] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> str:
+        """Poll the run until it finishes; returns its final state."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            run = self._request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+            if on_progress is not None:
+                on_progress(self.task_instances(dag_id, run_id))
+            if run["state"] in FINISHED:
+                return str(run["state"])
+            if time.monotonic() > deadline:
+                raise AirflowAPIError(f"run {run_id} of {dag_id} still {run['state']} after {timeout_s:.0f} s")
+            sleep(3)
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        answer = self._request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
+        return list(answer["task_instances"])
