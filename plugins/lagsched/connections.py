@@ -101,7 +101,7 @@ def get_connection(conn_id: str) -> ConnectionInfo:
         raise ConnectionNotFound(f"Connection {conn_id!r} is not set (AIRFLOW_CONN_{conn_id.upper()})") from None
     try:
         conn = BaseHook.get_connection(conn_id)
-    except Exception as exc:  # noqa: BLE001 - Airflow raises several types for "not found"
+    except Exception as exc:
         raise ConnectionNotFound(
             f"Connection {conn_id!r} is not defined: add it in Airflow (Admin > Connections) "
             f"or set AIRFLOW_CONN_{conn_id.upper()}; see README"

@@ -58,7 +58,7 @@ def main() -> int:
         f"""
 Airflow UI:  {url}   (user: admin, password: in {cfg.airflow_home / password})
 DAGs:        {url}/dags?tags=lagsched
-Logs:        {cfg.logs}/   (services)  {cfg.airflow_home / 'logs'}/  (task logs)
+Logs:        {cfg.logs}/   (services)  {cfg.airflow_home / "logs"}/  (task logs)
 Stop it all: make stack-down
 """,
         flush=True,

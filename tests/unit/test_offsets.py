@@ -8,7 +8,9 @@ from lagsched.core.offsets import OffsetRange, spark_kafka_options
 
 
 def test_options_cover_exactly_the_ranges() -> None:
-    opts = spark_kafka_options([OffsetRange("b", 2, 100, 600), OffsetRange("b", 0, 100, 600), OffsetRange("a", 1, 5, 6)])
+    opts = spark_kafka_options(
+        [OffsetRange("b", 2, 100, 600), OffsetRange("b", 0, 100, 600), OffsetRange("a", 1, 5, 6)]
+    )
     assert json.loads(opts["assign"]) == {"a": [1], "b": [0, 2]}
     assert json.loads(opts["startingOffsets"]) == {"a": {"1": 5}, "b": {"0": 100, "2": 100}}
     assert json.loads(opts["endingOffsets"]) == {"a": {"1": 6}, "b": {"0": 600, "2": 600}}

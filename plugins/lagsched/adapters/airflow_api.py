@@ -36,7 +36,7 @@ class AirflowAPI:
         if auth:
             headers["Authorization"] = f"Bearer {self._login()}"
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(f"{self.base_url}{path}", data=data, method=method, headers=headers)
+        req = urllib.request.Request(f"{self.base_url}{path}", data=data, method=method, headers=headers)  # noqa: S310
         try:
             with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310 - URL is the configured API
                 raw = resp.read()
@@ -67,7 +67,9 @@ class AirflowAPI:
         deadline = time.monotonic() + timeout_s
         while self.get_dag(dag_id) is None:
             if time.monotonic() > deadline:
-                raise AirflowAPIError(f"DAG {dag_id!r} did not appear within {timeout_s:.0f} s; check its import errors")
+                raise AirflowAPIError(
+                    f"DAG {dag_id!r} did not appear within {timeout_s:.0f} s; check its import errors"
+                )
             sleep(2)
 
     def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:

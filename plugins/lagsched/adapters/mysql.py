@@ -8,7 +8,9 @@ import pymysql.cursors
 from lagsched.connections import MySQLParams
 
 
-def connect(params: MySQLParams, *, database: str | None = None) -> pymysql.connections.Connection[pymysql.cursors.Cursor]:
+def connect(
+    params: MySQLParams, *, database: str | None = None
+) -> pymysql.connections.Connection[pymysql.cursors.Cursor]:
     """A connection whose session runs in UTC and READ COMMITTED.
 
     READ COMMITTED so a claimer inside a transaction sees other claimers' commits (under MariaDB's

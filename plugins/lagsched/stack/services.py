@@ -86,9 +86,7 @@ class Service:
                 f"({self.detail()}); stop it or choose another port (see README, 'Ports')."
             )
         self.prepare()
-        process.spawn(
-            self.name, self.command(), logs=self.cfg.logs, run=self.cfg.run, env=self.environment()
-        )
+        process.spawn(self.name, self.command(), logs=self.cfg.logs, run=self.cfg.run, env=self.environment())
         process.wait_until(
             self.is_healthy,
             what=self.name,
@@ -314,7 +312,7 @@ class Kafka(Service):
     def command(self) -> list[str]:
         heap = os.environ.get("LAGSCHED_KAFKA_HEAP", "768m")
         return [
-            self._java(), f"-Xms256m", f"-Xmx{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            self._java(), "-Xms256m", f"-Xmx{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
             "-cp", self._classpath(), "kafka.Kafka", str(self.dir / "server.properties"),
         ]  # fmt: skip
@@ -358,7 +356,7 @@ class Airflow(Service):
     def is_healthy(self) -> bool:
         url = f"http://127.0.0.1:{self.cfg.airflow_port}/api/v2/monitor/health"
         try:
-            with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310 - loopback URL we built
+            with urllib.request.urlopen(url, timeout=2) as resp:
                 return bool(resp.status == 200)
         except OSError:
             return False
