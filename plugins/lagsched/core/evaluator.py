@@ -1,0 +1,194 @@
+"""The scaling evaluator: one topic's snapshot and settings in, one `Decision` out. Pure.
+
+Deterministic for a given input: the clock is the ``now`` argument, and nothing is read or written.
+The DAG (or the simulator) gathers a `TopicSnapshot`, calls `evaluate`, and, if
+``decision.changed``, records the decision and applies ``new_workers``.
+
+Steps, in order; the first that settles the matter wins:
+
+1. **samples**: the lag points considered are the last ``window`` ones taken after the last change
+   (a regression across a change in worker count mixes two regimes). Fewer than ``min_samples`` of
+   them: no change, unless the policy reports a data-loss risk;
+2. **policy**: `lagsched.core.policies` proposes a worker count and a reason;
+3. **bounds**: clamp to ``[min_workers, min(max_workers, partitions)]``; a scale-up also never goes
+   above the live slots (a scale-down is not forced by slots vanishing, because rendezvous failover
+   already copes and shrinking then regrowing would be churn). When partitions < min_workers,
+   partitions win: extra workers could own nothing. A current count outside the configured bounds
+   is corrected at once, whatever the cooldown;
+4. **cooldown**: no change within ``cooldown_s`` of the last one, unless forced (data-loss risk);
+5. **hysteresis**: for a policy that computes a target worker count from measurements (keda,
+   capacity), no change when ``|new - old| <= hysteresis * old``, unless forced. The hevo policy's
+   steps are exempt: its min/max lag band is its hysteresis.
+
+Example:
+    >>> from lagsched.core.config import TopicPolicyConfig
+    >>> pts = tuple(LagPoint(60.0 * i, 200_000 + 10_000 * i) for i in range(6))
+    >>> snap = TopicSnapshot("orders", workers=2, partitions=12, live_slots=8, retention_s=None, lag_history=pts)
+    >>> d = evaluate(snap, TopicPolicyConfig(), now=300.0)
+    >>> (d.old_workers, d.new_workers, d.rule)
+    (2, 3, 'scale_up_rising')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from lagsched.core.config import PolicyName, TopicPolicyConfig
+from lagsched.core.policies import POLICIES, LagPoint, Proposal, TopicSnapshot, Trend, fit_trend
+
+__all__ = [
+    "Decision",
+    "LagPoint",
+    "Proposal",
+    "TopicSnapshot",
+    "Trend",
+    "evaluate",
+    "is_evaluation_due",
+    "points_for_fit",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The outcome of one evaluation of one topic; recorded in MySQL and announced on Redis.
+
+    Attributes:
+        topic: topic name.
+        old_workers: ``linker_workers`` before.
+        new_workers: ``linker_workers`` after (equal to old when nothing changes).
+        lag: current lag, records.
+        time_lag_s: current time lag, seconds.
+        slope: fitted lag slope, records/s (0.0 when not fitted).
+        fit_r2: r² of that fit.
+        policy: policy name that proposed it.
+        rule: machine-readable rule that settled it (``scale_up_rising``, ``cooldown``, ...).
+        reason: the decision in words, with the numbers.
+        at: evaluation time, seconds since the epoch (UTC).
+    """
+
+    topic: str
+    old_workers: int
+    new_workers: int
+    lag: int
+    time_lag_s: float
+    slope: float
+    fit_r2: float
+    policy: PolicyName
+    rule: str
+    reason: str
+    at: float
+
+    @property
+    def changed(self) -> bool:
+        """True when ``new_workers`` differs from ``old_workers``."""
+        return self.new_workers != self.old_workers
+
+    @property
+    def at_datetime(self) -> datetime:
+        """``at`` as an aware UTC datetime (for a ``TIMESTAMP(6)`` column)."""
+        return datetime.fromtimestamp(self.at, tz=UTC)
+
+
+def is_evaluation_due(run_number: int, config: TopicPolicyConfig) -> bool:
+    """True on every ``evaluate_every``-th measurement run (run numbers count from 0).
+
+    Example:
+        >>> [is_evaluation_due(n, TopicPolicyConfig(evaluate_every=3)) for n in range(4)]
+        [True, False, False, True]
+    """
+    return run_number % config.evaluate_every == 0
+
+
+def points_for_fit(snapshot: TopicSnapshot, config: TopicPolicyConfig) -> tuple[LagPoint, ...]:
+    """The lag points the evaluator fits: the last ``window`` ones at or after the last change."""
+    points = snapshot.lag_history
+    if snapshot.last_change_at is not None:
+        since = snapshot.last_change_at
+        points = tuple(p for p in points if p.at >= since)
+    return points[-config.window :]
+
+
+def evaluate(snapshot: TopicSnapshot, config: TopicPolicyConfig, now: float) -> Decision:
+    """Decide the topic's worker count; see the module docstring for the steps.
+
+    Args:
+        snapshot: the topic's measured state.
+        config: its settings (``Settings.for_topic(topic)``).
+        now: evaluation time, seconds since the epoch (UTC), from the injected clock.
+    """
+    points = points_for_fit(snapshot, config)
+    trend = fit_trend(points)
+    proposal = POLICIES[config.policy](snapshot, config, trend)
+    old = snapshot.workers
+
+    def decide(new: int, rule: str, reason: str) -> Decision:
+        return Decision(
+            topic=snapshot.topic,
+            old_workers=old,
+            new_workers=new,
+            lag=snapshot.lag,
+            time_lag_s=snapshot.time_lag_s,
+            slope=trend.slope,
+            fit_r2=trend.r2,
+            policy=config.policy,
+            rule=rule,
+            reason=reason,
+            at=now,
+        )
+
+    upper = min(config.max_workers, snapshot.partitions)
+    lower = min(config.min_workers, upper)
+    if old > upper or old < lower:
+        new = min(max(old, lower), upper)
+        return decide(
+            new, "bounds", f"{old} workers outside bounds [{lower}, {upper}] ({_bounds_text(config, snapshot)})"
+        )
+
+    if len(points) < config.min_samples and not proposal.forced:
+        return decide(
+            old,
+            "insufficient_samples",
+            f"{len(points)} lag samples since the last change, need min_samples {config.min_samples}",
+        )
+
+    new, bound_note = _bounded(proposal, snapshot, lower, upper)
+    if new == old:
+        note = f"; {bound_note}" if bound_note else ""
+        return decide(old, proposal.rule if not bound_note else "at_bound", proposal.reason + note)
+
+    if not proposal.forced and snapshot.last_change_at is not None:
+        since = now - snapshot.last_change_at
+        if since < config.cooldown_s:
+            return decide(
+                old,
+                "cooldown",
+                f"would go {old} -> {new} ({proposal.reason}) but the last change was {since:.0f}s ago, "
+                f"cooldown_s {config.cooldown_s:.0f}",
+            )
+    if proposal.is_target and not proposal.forced and abs(new - old) <= config.hysteresis * old:
+        return decide(
+            old,
+            "hysteresis",
+            f"would go {old} -> {new} ({proposal.reason}) but a change of {abs(new - old)} is within "
+            f"hysteresis {config.hysteresis:.0%} of {old}",
+        )
+    note = f"; {bound_note}" if bound_note else ""
+    return decide(new, proposal.rule, proposal.reason + note)
+
+
+def _bounded(proposal: Proposal, snapshot: TopicSnapshot, lower: int, upper: int) -> tuple[int, str]:
+    want = proposal.workers
+    new = min(max(want, lower), upper)
+    note = ""
+    if new != want:
+        note = f"{want} clamped to [{lower}, {upper}]"
+    if new > snapshot.workers and new > snapshot.live_slots:
+        capped = max(snapshot.workers, snapshot.live_slots)
+        note = f"{want} capped at {snapshot.live_slots} live slots" if capped != new else note
+        new = capped
+    return new, note
+
+
+def _bounds_text(config: TopicPolicyConfig, snapshot: TopicSnapshot) -> str:
+    return f"min_workers {config.min_workers}, max_workers {config.max_workers}, partitions {snapshot.partitions}"

@@ -1,0 +1,168 @@
+"""Run the (trace x policy) grid, shape the results JSON, judge it, and plot it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lagsched.core.config import PolicyName, TopicPolicyConfig
+from lagsched.sim.engine import DEFAULT_REBALANCE_PAUSE_S, Run, simulate
+from lagsched.sim.traces import TRACES
+
+__all__ = [
+    "POLICY_NAMES",
+    "Verdict",
+    "format_table",
+    "is_lag_stable",
+    "judge",
+    "plot_trace",
+    "results_json",
+    "run_grid",
+]
+
+POLICY_NAMES: tuple[PolicyName, ...] = ("hevo", "keda", "capacity")
+
+
+def run_grid(
+    traces: Iterable[str],
+    policies: Sequence[PolicyName] = POLICY_NAMES,
+    base: TopicPolicyConfig | None = None,
+    *,
+    sample_window: int = 120,
+    rebalance_pause_s: float = DEFAULT_REBALANCE_PAUSE_S,
+) -> dict[str, dict[str, Run]]:
+    """Simulate every trace under every policy, all with the same settings but ``policy``."""
+    config = base if base is not None else TopicPolicyConfig()
+    out: dict[str, dict[str, Run]] = {}
+    for name in traces:
+        trace = TRACES[name]
+        out[name] = {
+            policy: simulate(
+                trace,
+                config.model_copy(update={"policy": policy}),
+                sample_window=sample_window,
+                rebalance_pause_s=rebalance_pause_s,
+            )
+            for policy in policies
+        }
+    return out
+
+
+def results_json(runs: Mapping[str, Mapping[str, Run]]) -> dict[str, Any]:
+    """``{"traces": {trace: {policy: figures}}}``, the shape `bench/results/simulation.json` holds."""
+    return {
+        "traces": {
+            trace: {policy: run.figures.as_json() for policy, run in by_policy.items()}
+            for trace, by_policy in runs.items()
+        }
+    }
+
+
+def is_lag_stable(run: Run, max_lag: int) -> bool:
+    """True when the lag stopped growing: the last quarter's peak is at most 1.5x the third
+    quarter's or within ``max_lag`` (a lag held at its target is stable however it wiggles)."""
+    n = run.lag.size
+    if n < 4:
+        return True
+    q = n // 4
+    third = float(run.lag[2 * q : 3 * q].max(initial=0.0))
+    last = float(run.lag[3 * q :].max(initial=0.0))
+    return last <= max(1.5 * third, float(max_lag))
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """How the policies fared against the KEDA-style baseline.
+
+    Attributes:
+        wins: per policy (not keda), the traces where it beat keda on peak lag AND worker-hours.
+        best_policy: the policy with the most such wins (ties: fewer worker-hours in total).
+        target_met: the best policy won in at least 3 of the traces run (of 4).
+        hevo_ramp_stable: hevo's lag stabilised on the hevo_ramp trace (None if not run).
+    """
+
+    wins: dict[str, list[str]]
+    best_policy: str
+    target_met: bool
+    hevo_ramp_stable: bool | None
+
+
+def judge(runs: Mapping[str, Mapping[str, Run]], max_lag: int) -> Verdict:
+    """Count, for each non-keda policy, the traces where it beats keda on both figures."""
+    wins: dict[str, list[str]] = {}
+    totals: dict[str, float] = {}
+    for trace, by_policy in runs.items():
+        keda = by_policy.get("keda")
+        for policy, run in by_policy.items():
+            if policy == "keda":
+                continue
+            wins.setdefault(policy, [])
+            totals[policy] = totals.get(policy, 0.0) + run.figures.worker_hours
+            if keda is None:
+                continue
+            if run.figures.peak_lag < keda.figures.peak_lag and run.figures.worker_hours < keda.figures.worker_hours:
+                wins[policy].append(trace)
+    best = min(wins, key=lambda p: (-len(wins[p]), totals[p])) if wins else ""
+    ramp = runs.get("hevo_ramp", {}).get("hevo")
+    return Verdict(
+        wins=wins,
+        best_policy=best,
+        target_met=bool(best) and len(wins[best]) >= 3,
+        hevo_ramp_stable=None if ramp is None else is_lag_stable(ramp, max_lag),
+    )
+
+
+def plot_trace(trace: str, by_policy: Mapping[str, Run], max_lag: int, path: Path) -> None:
+    """PNG of lag, workers and time lag over time, one line per policy, at `path`."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on workers or CI
+    import matplotlib.pyplot as plt
+
+    fig, (ax_lag, ax_workers, ax_time) = plt.subplots(3, 1, figsize=(11, 9), sharex=True)
+    needed_drawn = False
+    for policy, run in by_policy.items():
+        hours = run.times / 3600.0
+        ax_lag.plot(hours, run.lag, label=policy, linewidth=1)
+        ax_workers.step(hours, run.workers, where="post", label=policy, linewidth=1)
+        ax_time.plot(hours, run.time_lag / 60.0, label=policy, linewidth=1)
+        if not needed_drawn:
+            rate = TRACES[trace].worker_rate
+            ax_workers.plot(
+                hours, run.ingress / rate, color="grey", linewidth=0.6, alpha=0.6, label="ingress / worker rate"
+            )
+            needed_drawn = True
+    ax_lag.axhline(max_lag, color="black", linestyle="--", linewidth=0.8, label=f"max_lag {max_lag}")
+    ax_lag.set_ylabel("lag (records)")
+    ax_lag.set_yscale("symlog", linthresh=max(1.0, max_lag / 10))
+    ax_lag.set_ylim(bottom=0)
+    ax_workers.set_ylabel("workers")
+    ax_time.set_ylabel("time lag (min)")
+    ax_time.set_xlabel("hours")
+    ax_lag.set_title(f"{trace}: {TRACES[trace].description}")
+    for ax in (ax_lag, ax_workers, ax_time):
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def format_table(runs: Mapping[str, Mapping[str, Run]]) -> str:
+    """The figures as an aligned text table."""
+    head = (
+        f"{'trace':<11} {'policy':<9} {'peak_lag':>10} {'peak_tl_s':>10} {'s_above':>8} {'worker_h':>9} "
+        f"{'changes':>7} {'lost':>8} {'final':>9}"
+    )
+    lines = [head, "-" * len(head)]
+    for trace, by_policy in runs.items():
+        for policy, run in by_policy.items():
+            f = run.figures
+            lines.append(
+                f"{trace:<11} {policy:<9} {f.peak_lag:>10} {f.peak_time_lag_s:>10.0f} {f.seconds_above_target:>8} "
+                f"{f.worker_hours:>9.1f} {f.scaling_changes:>7} {f.records_lost:>8} {f.final_lag:>9}"
+            )
+    return "\n".join(lines)
