@@ -48,6 +48,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_stack.add_argument("--airflow", action="store_true", help="with `up`: also start `airflow standalone`")
     p_stack.set_defaults(func=_stack)
 
+    from lagsched.sim.cli import add_arguments as add_simulate_arguments
+    from lagsched.sim.cli import run as run_simulate
+
+    p_sim = sub.add_parser("simulate", help="run the scaling policies against simulated topics in fast time")
+    add_simulate_arguments(p_sim)
+    p_sim.set_defaults(func=run_simulate)
+
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
