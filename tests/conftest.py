@@ -121,8 +121,12 @@ def redis_client(stack: StackConfig) -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def spark(stack: StackConfig) -> Iterator[Any]:
+    import logging
+
     from lagsched.adapters.spark import session
 
     spark_session = session("lagsched-tests")
     yield spark_session
     spark_session.stop()
+    # py4j logs from __del__ at interpreter exit, after pytest closed the captured streams.
+    logging.getLogger("py4j").setLevel(logging.ERROR)
