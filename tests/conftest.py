@@ -81,11 +81,10 @@ def new_topic(kafka_config: dict[str, Any]) -> Iterator[Callable[..., str]]:
 
 
 @pytest.fixture
-def mysql_db(stack: StackConfig) -> Iterator[Any]:
-    """A fresh database ``lagsched_t_<hex>`` with all migrations applied; dropped afterwards."""
+def empty_mysql_db(stack: StackConfig) -> Iterator[Any]:
+    """A fresh, empty database ``lagsched_t_<hex>`` (MySQLParams); dropped afterwards."""
     import dataclasses
 
-    from lagsched.adapters.migrations import migrate
     from lagsched.adapters.mysql import connect
     from lagsched.connections import mysql_params
 
@@ -94,14 +93,22 @@ def mysql_db(stack: StackConfig) -> Iterator[Any]:
     admin = connect(base)
     with admin.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{name}`")
-    params = dataclasses.replace(base, database=name)
-    conn = connect(params)
-    migrate(conn)
-    conn.close()
-    yield params
+    yield dataclasses.replace(base, database=name)
     with admin.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
     admin.close()
+
+
+@pytest.fixture
+def mysql_db(empty_mysql_db: Any) -> Any:
+    """A fresh database with every migration in sql/ applied."""
+    from lagsched.adapters.migrations import migrate
+    from lagsched.adapters.mysql import connect
+
+    conn = connect(empty_mysql_db)
+    migrate(conn)
+    conn.close()
+    return empty_mysql_db
 
 
 @pytest.fixture

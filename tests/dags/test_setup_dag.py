@@ -19,28 +19,29 @@ def setup_dag(stack: Any) -> Any:
     return bag.get_dag("lagsched_setup")
 
 
-def test_setup_dag_succeeds_and_migrates(setup_dag: Any, mysql_db: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_setup_dag_succeeds_and_migrates(
+    setup_dag: Any, empty_mysql_db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import json
 
+    from lagsched.adapters.migrations import discover
     from lagsched.adapters.mysql import connect
 
-    # Point the DAG's MySQL Connection at this test's own (empty) database.
-    conn = connect(mysql_db)
-    with conn.cursor() as cur:
-        cur.execute("DROP TABLE topic_partitions")
-        cur.execute("DROP TABLE topics")
-        cur.execute("DELETE FROM schema_migrations")
-    conn.commit()
+    db = empty_mysql_db
+    # Point the DAG's MySQL Connection at this test's own empty database.
     monkeypatch.setenv(
         "AIRFLOW_CONN_LAGSCHED_MYSQL",
-        json.dumps({"conn_type": "mysql", "host": mysql_db.host, "port": mysql_db.port,
-                    "login": mysql_db.user, "password": mysql_db.password, "schema": mysql_db.database}),
+        json.dumps(
+            {"conn_type": "mysql", "host": db.host, "port": db.port, "login": db.user,
+             "password": db.password, "schema": db.database}
+        ),
     )  # fmt: skip
     run = setup_dag.test()
     assert str(run.state) in ("success", "DagRunState.SUCCESS"), run.state
+    conn = connect(db)
     with conn.cursor() as cur:
         cur.execute("SELECT name FROM schema_migrations ORDER BY version")
-        assert [r[0] for r in cur.fetchall()] == ["topics_and_claims"]
+        assert [r[0] for r in cur.fetchall()] == [m.name for m in discover()]
         cur.execute("SHOW TABLES LIKE 'topic_partitions'")
         assert cur.fetchone() is not None
     conn.close()
