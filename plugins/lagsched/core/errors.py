@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "LagschedError"]
+__all__ = [
+    "ConfigError",
+    "KafkaOffsetsError",
+    "LagschedError",
+    "StaleClaimError",
+    "TopicNameError",
+    "UnknownTopicError",
+]
 
 
 class LagschedError(Exception):
@@ -22,3 +29,41 @@ class ConfigError(LagschedError, ValueError):
         self.field = field
         self.value = value
         self.allowed = allowed
+
+
+class StaleClaimError(LagschedError):
+    """A commit, renewal or release presented a claim the slot no longer holds.
+
+    The row was taken over by another slot (its ``claim_epoch`` moved on), released, or the lease
+    ran out. Nothing was written. The fix is on the caller's side: stop consuming the partition,
+    drop any output not yet committed, and claim again.
+    """
+
+    def __init__(self, message: str, *, topic_id: str = "", partition_id: int = -1, epoch: int = -1) -> None:
+        super().__init__(message)
+        self.topic_id = topic_id
+        self.partition_id = partition_id
+        self.epoch = epoch
+
+
+class TopicNameError(LagschedError, ValueError):
+    """A topic or cluster name Kafka would not accept (legal: ``[a-zA-Z0-9._-]``, 1 to 249 chars)."""
+
+
+class UnknownTopicError(LagschedError, LookupError):
+    """A topic asked about does not exist on the broker; `topics` lists every such name.
+
+    The fix: correct the name, or disable the topic in the registry if it was deleted on purpose.
+    """
+
+    def __init__(self, message: str, *, topics: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.topics = topics
+
+
+class KafkaOffsetsError(LagschedError):
+    """The broker could not report offsets or metadata (unreachable, no leader, an error code).
+
+    Usually transient (a leader election, a broker restart): the task's retries cover it. The
+    message names the partition and the broker's error.
+    """

@@ -1,0 +1,73 @@
+"""Worker slots against the real Redis, with an injected clock (nothing here sleeps)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from lagsched.adapters.slots import SlotRegistry, new_slot_id, slot_id_for
+
+T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+TIMEOUT = 30.0
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def registry(redis_client: Any) -> SlotRegistry:
+    return SlotRegistry(redis_client, namespace="lagsched_test")
+
+
+def test_heartbeat_timeout_and_leave(registry: SlotRegistry, redis_client: Any) -> None:
+    a, b, c = sorted(new_slot_id() for _ in range(3))
+    registry.heartbeat(a, at(0), TIMEOUT)
+    registry.heartbeat(b, at(10), TIMEOUT)
+    registry.heartbeat(c, at(20), TIMEOUT)
+    assert registry.live_slots(at(20), TIMEOUT) == [a, b, c]
+    # a's last beat is exactly TIMEOUT old: silent for the timeout means dead
+    assert registry.live_slots(at(30), TIMEOUT) == [b, c]
+    assert registry.live_slots(at(29.999), TIMEOUT) == [a, b, c]
+    registry.heartbeat(a, at(31), TIMEOUT)  # a came back
+    assert registry.live_slots(at(35), TIMEOUT) == [a, b, c]
+    registry.leave(b)  # graceful: gone at once, long before its timeout
+    assert registry.live_slots(at(35), TIMEOUT) == [a, c]
+    assert registry.last_seen(b) is None
+    assert redis_client.exists(f"lagsched_test:slot:{b}") == 0
+    # the per-slot key carries the beat for operators and expires on Redis's clock
+    assert redis_client.get(f"lagsched_test:slot:{a}") == at(31).isoformat()
+    assert 0 < redis_client.ttl(f"lagsched_test:slot:{a}") <= TIMEOUT
+    assert registry.live_slots(at(100), TIMEOUT) == []
+
+
+def test_a_reader_with_a_slower_clock_still_sees_a_fresh_beat(registry: SlotRegistry) -> None:
+    s = new_slot_id()
+    registry.heartbeat(s, at(5), TIMEOUT)
+    assert registry.live_slots(at(0), TIMEOUT) == [s]
+
+
+def test_prune_drops_only_long_silent_slots(registry: SlotRegistry) -> None:
+    old, fresh = new_slot_id(), new_slot_id()
+    registry.heartbeat(old, at(0), TIMEOUT)
+    registry.heartbeat(fresh, at(290), TIMEOUT)
+    assert registry.prune(at(301), older_than_s=10 * TIMEOUT) == 1
+    assert registry.last_seen(old) is None
+    assert registry.last_seen(fresh) == at(290).timestamp()
+
+
+def test_namespaces_do_not_mix(redis_client: Any) -> None:
+    one, two = SlotRegistry(redis_client, "ns1"), SlotRegistry(redis_client, "ns2")
+    s = new_slot_id()
+    one.heartbeat(s, at(0), TIMEOUT)
+    assert two.live_slots(at(0), TIMEOUT) == []
+
+
+def test_slot_ids_are_stable_uuids_and_validated(registry: SlotRegistry) -> None:
+    assert slot_id_for("worker-03") == slot_id_for("worker-03") != slot_id_for("worker-04")
+    with pytest.raises(ValueError, match="not a UUID"):
+        registry.heartbeat("worker-03", at(0), TIMEOUT)
+    with pytest.raises(ValueError, match="naive"):
+        registry.heartbeat(new_slot_id(), datetime(2026, 1, 1), TIMEOUT)
