@@ -1,0 +1,79 @@
+"""lagsched_scaling_evaluator: decide each topic's linker_workers, apply, record and announce."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from airflow.sdk import Param, dag, task
+
+DOC = """
+### lagsched scaling evaluator
+
+Every five minutes, for the cluster in the `cluster` param, it evaluates every enabled topic with
+the policy of the Variable `lagsched_settings` (hevo, keda or capacity; see
+docs/configuration.md) over the lag history the lag monitor stored in Redis, and for each change:
+
+1. updates `topics.linker_workers` as a compare-and-set (`WHERE linker_workers = <old>`), so two
+   evaluators can never both apply a step;
+2. records the decision in `scaling_decisions` (time, topic, old and new workers, lag, time lag,
+   slope, fit, policy, rule, reason in words) in the same transaction;
+3. publishes it on the Redis channel `lagsched:scaling` so running jobs can store their offsets
+   and re-claim with the new worker count.
+
+A topic is evaluated when at least `evaluate_every` new measurements arrived since its last
+evaluation; history older than 3 x `measure_every_s` is ignored (the monitor is not running).
+Scale-ups are capped at the live worker slots when workers heartbeat (slot timeout in the
+`slot_timeout_s` param); with no slot registered at all, there is no live-slot cap.
+
+A retry never applies a step twice: decisions are keyed by the run id. A malformed Variable fails
+the run at once with the field, the value and what is allowed, and changes nothing.
+See docs/lag.md for the table and the message format.
+"""
+
+
+@dag(
+    dag_id="lagsched_scaling_evaluator",
+    schedule="*/5 * * * *",
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
+    catchup=False,
+    max_active_runs=1,
+    doc_md=DOC,
+    tags=["lagsched"],
+    default_args={"retries": 2, "retry_delay": timedelta(seconds=15)},
+    params={
+        "cluster": Param(
+            "lagsched_kafka", type="string", description="Registry cluster name (topics.cluster) to evaluate."
+        ),
+        "slot_timeout_s": Param(
+            60.0, type="number", exclusiveMinimum=0, description="A slot silent this long is not live."
+        ),
+    },
+)
+def lagsched_scaling_evaluator() -> None:
+    @task(execution_timeout=timedelta(minutes=4))
+    def evaluate_and_apply() -> dict[str, Any]:
+        from airflow.sdk import Variable, get_current_context
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from lagsched.core.errors import ConfigError
+        from lagsched.scaling import run_evaluation
+
+        context = get_current_context()
+        params = context["params"]
+        try:
+            return run_evaluation(
+                str(params["cluster"]),
+                Variable.get("lagsched_settings", default=None),
+                # The run id is the same for every try of this run: a retry finds what it applied.
+                evaluation_id=str(context["run_id"]),
+                slot_timeout_s=float(params["slot_timeout_s"]),
+            )
+        except ConfigError as exc:
+            # Retrying cannot fix a bad Variable: fail now, with the field, value and what is allowed.
+            raise AirflowFailException(str(exc)) from exc
+
+    evaluate_and_apply()
+
+
+lagsched_scaling_evaluator()

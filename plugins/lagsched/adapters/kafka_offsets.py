@@ -1,0 +1,196 @@
+"""Broker-side offsets of many topics: partition counts, high watermarks and log-start offsets.
+
+Every partition of every requested topic is read in exactly two Admin ``list_offsets`` requests,
+one per `OffsetSpec` (``latest()`` and ``earliest()``), plus one metadata request for the partition
+counts. librdkafka groups one request per partition leader, so the cost of a measurement grows
+with the number of brokers, not with the number of partitions (one call per partition is what
+made naive lag checkers slow on clusters with thousands of partitions).
+
+``list_offsets`` takes a dict keyed by `TopicPartition`, so a partition can appear only once per
+call: hence one call per spec, not a single call for both.
+
+Example:
+    >>> from confluent_kafka.admin import AdminClient  # doctest: +SKIP
+    >>> admin = AdminClient({"bootstrap.servers": "127.0.0.1:19092"})  # doctest: +SKIP
+    >>> offsets = fetch_offsets(admin, ["orders"])  # doctest: +SKIP
+    >>> offsets["orders"][0].latest  # doctest: +SKIP
+    1200
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+# One definition of a legal name, the registry's: what it registers is what we measure.
+from lagsched.adapters.registry import validate_topic_name
+from lagsched.core.errors import KafkaOffsetsError, UnknownTopicError
+
+__all__ = [
+    "BrokerOffsets",
+    "OffsetsAdmin",
+    "admin_client",
+    "fetch_offsets",
+    "list_partitions",
+    "read_offsets",
+]
+
+log = logging.getLogger(__name__)
+
+
+class OffsetsAdmin(Protocol):
+    """The two Admin API calls used here (`confluent_kafka.admin.AdminClient` satisfies it)."""
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:  # pragma: no cover - protocol
+        ...
+
+    def list_offsets(
+        self, topic_partition_offsets: dict[Any, Any], **kwargs: Any
+    ) -> dict[Any, Any]:  # pragma: no cover
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerOffsets:
+    """What the broker reports for one partition at one moment.
+
+    Attributes:
+        topic: topic name.
+        partition: partition number.
+        latest: high watermark, the offset the next produced record will get.
+        log_start: first offset still retained; records below it were deleted by retention.
+    """
+
+    topic: str
+    partition: int
+    latest: int
+    log_start: int
+
+
+def admin_client(config: Mapping[str, Any]) -> Any:
+    """An `AdminClient` for the Connection's confluent-kafka settings (no I/O until first use)."""
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(dict(config))
+
+
+def list_partitions(
+    admin: OffsetsAdmin, topics: Iterable[str], *, timeout_s: float = 10.0, ignore_missing: bool = False
+) -> dict[str, int]:
+    """Partition counts of `topics`, from one metadata request for the whole cluster.
+
+    Asking for all topics at once (rather than ``list_topics(topic=...)`` per topic) keeps it one
+    round trip however many topics are measured.
+
+    Args:
+        admin: the Admin client.
+        topics: topic names (validated).
+        timeout_s: metadata request timeout.
+        ignore_missing: leave topics the broker does not know out of the result instead of raising.
+
+    Raises:
+        UnknownTopicError: a topic does not exist on the broker (unless `ignore_missing`), naming
+            every such topic.
+        KafkaOffsetsError: the broker reported an error for a topic's metadata.
+    """
+    wanted = [validate_topic_name(t) for t in dict.fromkeys(topics)]
+    if not wanted:
+        return {}
+    try:
+        meta = admin.list_topics(timeout=timeout_s)
+    except Exception as exc:  # confluent_kafka raises KafkaException; keep adapters' callers client-agnostic
+        raise KafkaOffsetsError(f"cannot read topic metadata from the broker: {exc}") from exc
+    counts: dict[str, int] = {}
+    missing: list[str] = []
+    for name in wanted:
+        tmeta = meta.topics.get(name)
+        if tmeta is None or _is_unknown_topic(tmeta.error):
+            missing.append(name)
+            continue
+        if tmeta.error is not None:
+            raise KafkaOffsetsError(f"broker reported an error for topic {name!r}: {tmeta.error}")
+        counts[name] = len(tmeta.partitions)
+    if missing and not ignore_missing:
+        raise UnknownTopicError(
+            f"topic(s) not found on the broker: {', '.join(repr(t) for t in missing)}; "
+            "check the name, or disable the topic in the registry if it was deleted",
+            topics=tuple(missing),
+        )
+    return counts
+
+
+def read_offsets(
+    admin: OffsetsAdmin, partitions: Mapping[str, int], *, timeout_s: float = 10.0
+) -> dict[str, tuple[BrokerOffsets, ...]]:
+    """Latest and log-start offsets of partitions ``0 .. n-1`` of each topic in `partitions`.
+
+    Two ``list_offsets`` calls in all: one with ``OffsetSpec.latest()`` for every partition, one
+    with ``OffsetSpec.earliest()`` for every partition. Isolation is read-uncommitted, so ``latest``
+    is the high watermark, which is what a consumer reading uncommitted data (Spark's default)
+    can reach.
+
+    Returns:
+        Per topic, its partitions' offsets in partition order; topics in the order given.
+
+    Raises:
+        KafkaOffsetsError: the broker failed for some partition (names the partition and error).
+    """
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import OffsetSpec as _OffsetSpec  # type: ignore[attr-defined]
+
+    spec: Any = _OffsetSpec  # untyped in confluent-kafka
+
+    keys = [(validate_topic_name(t), p) for t, n in partitions.items() for p in range(n)]
+    if not keys:
+        return {t: () for t in partitions}
+    latest = _list(admin, keys, spec.latest(), TopicPartition, timeout_s)
+    earliest = _list(admin, keys, spec.earliest(), TopicPartition, timeout_s)
+    result: dict[str, list[BrokerOffsets]] = {t: [] for t in partitions}
+    for topic, p in keys:
+        result[topic].append(BrokerOffsets(topic, p, latest=latest[(topic, p)], log_start=earliest[(topic, p)]))
+    return {t: tuple(v) for t, v in result.items()}
+
+
+def fetch_offsets(
+    admin: OffsetsAdmin, topics: Collection[str], *, timeout_s: float = 10.0
+) -> dict[str, tuple[BrokerOffsets, ...]]:
+    """`list_partitions` then `read_offsets`: every partition of `topics`, unknown topics an error.
+
+    Raises:
+        UnknownTopicError: naming each topic the broker does not know.
+        KafkaOffsetsError: the broker failed.
+    """
+    return read_offsets(admin, list_partitions(admin, topics, timeout_s=timeout_s), timeout_s=timeout_s)
+
+
+def _list(
+    admin: OffsetsAdmin, keys: list[tuple[str, int]], spec: Any, topic_partition: Any, timeout_s: float
+) -> dict[tuple[str, int], int]:
+    request = {topic_partition(t, p): spec for t, p in keys}
+    try:
+        futures = admin.list_offsets(request, request_timeout=timeout_s)
+    except Exception as exc:  # KafkaException / ValueError from the client
+        raise KafkaOffsetsError(f"list_offsets({type(spec).__name__}) failed: {exc}") from exc
+    out: dict[tuple[str, int], int] = {}
+    for tp, future in futures.items():
+        try:
+            info = future.result(timeout=timeout_s + 5)
+        except Exception as exc:
+            raise KafkaOffsetsError(
+                f"cannot read {type(spec).__name__} offset of {tp.topic}[{tp.partition}]: {exc}"
+            ) from exc
+        out[(tp.topic, tp.partition)] = int(info.offset)
+    absent = [k for k in keys if k not in out]
+    if absent:
+        raise KafkaOffsetsError(f"broker returned no {type(spec).__name__} offset for {absent[:5]}")
+    return out
+
+
+def _is_unknown_topic(error: Any) -> bool:
+    if error is None:
+        return False
+    from confluent_kafka import KafkaError
+
+    return bool(error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART)

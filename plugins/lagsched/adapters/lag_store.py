@@ -1,0 +1,247 @@
+"""Short-lived lag history in Redis: offset samples per partition, lag records per topic.
+
+As in Hevo, this data only has to outlive a few evaluation windows, so it lives in Redis and
+expires on its own. Keys (``<prefix>`` is ``lagsched:`` by default; names are Kafka-legal so they
+never contain ``:``):
+
+* ``<prefix><cluster>:latest:<topic>:<partition>``: ZSET of (time, high watermark) samples;
+* ``<prefix><cluster>:committed:<topic>:<partition>``: ZSET of (time, committed offset) samples;
+* ``<prefix><cluster>:lag:<topic>``: ZSET of per-measurement `LagRecord` s of the topic;
+* ``<prefix><cluster>:evaluated:<topic>``: time of the topic's last evaluation (a string).
+
+Offset ZSETs hold exactly the samples of a `lagsched.core.lag.SampleWindow` (score = time, member =
+``<offset>@<time>``): the window decides what is kept (N newest, max age, an idle run kept as its
+first and last sample so the time since the head last moved survives trimming), and the store
+only writes the difference. Lag ZSETs (score = time, member = JSON) are trimmed to the N newest
+and the max age. Every key written gets an EXPIRE of the TTL, so a topic that is no longer
+measured leaves nothing behind.
+
+Writes are one MULTI/EXEC per measurement; two concurrent monitors would at worst drop one
+sample (last writer wins), never corrupt a window, so no WATCH loop is used.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from lagsched.adapters.registry import validate_cluster_name, validate_topic_name
+from lagsched.connections import RedisParams
+from lagsched.core.lag import OffsetSample, SampleWindow
+
+__all__ = [
+    "DEFAULT_PREFIX",
+    "SCALING_CHANNEL",
+    "LagRecord",
+    "LagStore",
+    "PartitionKey",
+    "redis_client",
+]
+
+DEFAULT_PREFIX = "lagsched:"
+SCALING_CHANNEL = "lagsched:scaling"
+"""The pub/sub channel scaling decisions are announced on (see docs/lag.md)."""
+
+PartitionKey = tuple[str, int]
+"""(topic, partition)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LagRecord:
+    """One measurement of one topic, as stored in its lag ZSET.
+
+    Attributes:
+        at: measurement time, seconds since the epoch (UTC).
+        lag: total records behind (lost records excluded).
+        lost: records lost to retention at this measurement.
+        time_lag_s: worst partition's time lag, seconds.
+        ingress_rate: records/s produced into the topic over the sample window.
+        consumption_rate: records/s the pipeline committed over the sample window.
+        worker_rate: records/s per active worker while the topic had a backlog throughout the
+            window, None when not observed (see `lagsched.lag_monitor`).
+    """
+
+    at: float
+    lag: int
+    lost: int = 0
+    time_lag_s: float = 0.0
+    ingress_rate: float = 0.0
+    consumption_rate: float = 0.0
+    worker_rate: float | None = None
+
+    def to_member(self) -> str:
+        """The ZSET member: compact JSON, unique per measurement because it holds ``at``."""
+        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_member(cls, member: str) -> LagRecord:
+        data = json.loads(member)
+        wr = data.get("worker_rate")
+        return cls(
+            at=float(data["at"]),
+            lag=int(data["lag"]),
+            lost=int(data.get("lost", 0)),
+            time_lag_s=float(data.get("time_lag_s", 0.0)),
+            ingress_rate=float(data.get("ingress_rate", 0.0)),
+            consumption_rate=float(data.get("consumption_rate", 0.0)),
+            worker_rate=None if wr is None else float(wr),
+        )
+
+
+def redis_client(params: RedisParams, *, db: int | None = None) -> Any:
+    """A ``redis.Redis`` for `params` (``db`` overrides the Connection's DB); no I/O until used."""
+    import redis
+
+    return redis.Redis(
+        host=params.host,
+        port=params.port,
+        db=params.db if db is None else db,
+        password=params.password,
+        decode_responses=True,
+        socket_timeout=10,
+        socket_connect_timeout=10,
+    )
+
+
+class LagStore:
+    """Reads and writes the lag history of one cluster.
+
+    Args:
+        client: a ``redis.Redis`` (either ``decode_responses`` setting works).
+        cluster: the cluster name used in keys (Kafka-legal characters).
+        max_samples: samples kept per key (``Settings.sample_window``).
+        max_age_s: samples older than this relative to the newest are dropped, and every key
+            expires this long after its last write (``Settings.sample_ttl_s``).
+        prefix: key prefix, ``lagsched:`` by default.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        cluster: str,
+        *,
+        max_samples: int = 120,
+        max_age_s: float = 7200.0,
+        prefix: str = DEFAULT_PREFIX,
+    ) -> None:
+        if max_samples < 2:
+            raise ValueError(f"max_samples must be >= 2, got {max_samples}")
+        if max_age_s <= 0:
+            raise ValueError(f"max_age_s must be > 0, got {max_age_s}")
+        self.client = client
+        self.cluster = validate_cluster_name(cluster)
+        self.max_samples = max_samples
+        self.max_age_s = max_age_s
+        self.prefix = prefix
+        self._ttl = max(1, math.ceil(max_age_s))
+
+    # -- keys ---------------------------------------------------------------------------------
+
+    def latest_key(self, topic: str, partition: int) -> str:
+        return f"{self.prefix}{self.cluster}:latest:{validate_topic_name(topic)}:{int(partition)}"
+
+    def committed_key(self, topic: str, partition: int) -> str:
+        return f"{self.prefix}{self.cluster}:committed:{validate_topic_name(topic)}:{int(partition)}"
+
+    def lag_key(self, topic: str) -> str:
+        return f"{self.prefix}{self.cluster}:lag:{validate_topic_name(topic)}"
+
+    def evaluated_key(self, topic: str) -> str:
+        return f"{self.prefix}{self.cluster}:evaluated:{validate_topic_name(topic)}"
+
+    # -- offset samples -----------------------------------------------------------------------
+
+    def read_windows(self, keys: Sequence[str]) -> list[SampleWindow]:
+        """The stored `SampleWindow` of each key (empty when absent), in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.zrange(key, 0, -1, withscores=True)
+        rows = pipe.execute() if keys else []
+        return [self._window(r) for r in rows]
+
+    def add_samples(self, samples: Mapping[str, OffsetSample]) -> dict[str, SampleWindow]:
+        """Append one sample to each key's window; returns the windows as now stored.
+
+        One read round trip for all keys, then one MULTI/EXEC with only the members that changed
+        (usually one added and at most one removed per key) and the EXPIREs.
+        """
+        keys = list(samples)
+        before = self.read_windows(keys)
+        after = {k: w.add(samples[k]) for k, w in zip(keys, before, strict=True)}
+        pipe = self.client.pipeline(transaction=True)
+        for key, old in zip(keys, before, strict=True):
+            new = after[key]
+            old_m = {_member(s): s.at for s in old.samples}
+            new_m = {_member(s): s.at for s in new.samples}
+            gone = [m for m in old_m if m not in new_m]
+            if gone:
+                pipe.zrem(key, *gone)
+            fresh = {m: at for m, at in new_m.items() if m not in old_m}
+            if fresh:
+                pipe.zadd(key, fresh)
+            pipe.expire(key, self._ttl)
+        if keys:
+            pipe.execute()
+        return after
+
+    def _window(self, rows: Iterable[tuple[Any, float]]) -> SampleWindow:
+        # Time is read from the member, not the score: the member is the exact repr written, so
+        # `_member` rebuilds the identical string and the diff in `add_samples` never misses.
+        samples = sorted((_parse_member(_text(m)) for m, _score in rows), key=lambda s: (s.at, s.offset))
+        # Stored samples already satisfy the window's invariants, so they are taken as they are
+        # (re-adding them one by one could reset on a stored offset reset and lose history).
+        return SampleWindow(self.max_samples, self.max_age_s, tuple(samples))
+
+    # -- lag records --------------------------------------------------------------------------
+
+    def add_lag_records(self, records: Mapping[str, LagRecord]) -> None:
+        """Append one `LagRecord` per topic, trim to the N newest and the max age, refresh TTLs."""
+        if not records:
+            return
+        pipe = self.client.pipeline(transaction=True)
+        for topic, rec in records.items():
+            key = self.lag_key(topic)
+            pipe.zadd(key, {rec.to_member(): rec.at})
+            pipe.zremrangebyrank(key, 0, -(self.max_samples + 1))
+            pipe.zremrangebyscore(key, "-inf", f"({rec.at - self.max_age_s!r}")
+            pipe.expire(key, self._ttl)
+        pipe.execute()
+
+    def read_lag_records(self, topics: Sequence[str]) -> dict[str, tuple[LagRecord, ...]]:
+        """Each topic's stored lag records, oldest first (empty when none), in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for topic in topics:
+            pipe.zrange(self.lag_key(topic), 0, -1)
+        rows = pipe.execute() if topics else []
+        out: dict[str, tuple[LagRecord, ...]] = {}
+        for topic, members in zip(topics, rows, strict=True):
+            recs = sorted((LagRecord.from_member(_text(m)) for m in members), key=lambda r: r.at)
+            out[topic] = tuple(recs)
+        return out
+
+    # -- evaluation marks ---------------------------------------------------------------------
+
+    def last_evaluated(self, topics: Sequence[str]) -> dict[str, float | None]:
+        """When each topic was last evaluated (None when unknown or expired)."""
+        values = self.client.mget([self.evaluated_key(t) for t in topics]) if topics else []
+        return {t: (None if v is None else float(_text(v))) for t, v in zip(topics, values, strict=True)}
+
+    def mark_evaluated(self, topic: str, at: float) -> None:
+        """Remember that `topic` was evaluated at `at` (expires with the history)."""
+        self.client.set(self.evaluated_key(topic), repr(float(at)), ex=self._ttl)
+
+
+def _member(sample: OffsetSample) -> str:
+    return f"{sample.offset}@{sample.at!r}"
+
+
+def _parse_member(member: str) -> OffsetSample:
+    offset, at = member.split("@", 1)
+    return OffsetSample(float(at), int(offset))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,427 @@
+"""The lag monitor: one measurement of every enabled topic of a cluster.
+
+Wires the adapters to the pure lag math of `lagsched.core.lag`; holds no rule of its own. One
+`measure` call:
+
+1. reads the registry (``topics`` + ``topic_partitions``): enabled topics and the pipeline's own
+   committed offsets;
+2. reads the broker's latest and log-start offsets of all their partitions in two batched
+   ``list_offsets`` calls (`lagsched.adapters.kafka_offsets`);
+3. computes lag, lost records and the no-offset policy per partition (`measure_lag`), stores a
+   (time, latest) and a (time, committed) sample per partition, and from the stored windows
+   derives time lag (`estimate_time_lag`), ingress rate and consumption rate;
+4. stores one `LagRecord` per topic (the evaluator's input) and returns a `MeasureSummary`.
+
+``now`` is a parameter: the DAG passes the wall clock at which it reads the broker (a
+measurement's time is part of the measurement), tests pass fixed times.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from lagsched.adapters.kafka_offsets import OffsetsAdmin, list_partitions, read_offsets
+from lagsched.adapters.lag_store import LagRecord, LagStore
+from lagsched.adapters.registry import validate_cluster_name, validate_topic_name
+from lagsched.core.config import Settings
+from lagsched.core.lag import (
+    OffsetSample,
+    PartitionLag,
+    PartitionOffsets,
+    aggregate_by_topic,
+    consumption_rate,
+    estimate_time_lag,
+    measure_lag,
+    topic_ingress_rate,
+    topic_time_lag,
+)
+
+__all__ = ["MeasureSummary", "RegisteredTopic", "TopicMeasurement", "load_registry", "measure", "run_monitor"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredTopic:
+    """An enabled topic of the registry with its stored partition state.
+
+    Attributes:
+        topic_id: registry id.
+        name: topic name.
+        partition_count: partitions the registry knows (the broker's count is used to measure).
+        linker_workers: current worker count.
+        committed: committed offset (next offset to read) per partition; None when never committed.
+        claimed_by: slot holding each claimed partition.
+    """
+
+    topic_id: str
+    name: str
+    partition_count: int
+    linker_workers: int
+    committed: Mapping[int, int | None] = field(default_factory=dict)
+    claimed_by: Mapping[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMeasurement:
+    """One topic's figures at one measurement.
+
+    Attributes:
+        topic_id: registry id.
+        topic: name.
+        partitions: partitions measured (the broker's count).
+        lag: records to consume, summed over partitions (lost records excluded).
+        lost: records retention deleted before they were consumed.
+        time_lag_s: age of the oldest unread record (worst partition), seconds; exactly 0 when
+            nothing is behind.
+        ingress_rate: records/s produced, over the sample window.
+        consumption_rate: records/s committed by the pipeline, over the sample window.
+        worker_rate: consumption per active slot while the topic had a backlog throughout the
+            window, None when not observed.
+        partitions_without_offset: partitions with no committed offset (``no_offset_policy`` used).
+        max_partition_lag: the largest single partition's lag.
+        no_offset_policy: the topic's ``no_offset_policy`` setting.
+        partition_lags: per-partition detail.
+    """
+
+    topic_id: str
+    topic: str
+    partitions: int
+    lag: int
+    lost: int
+    time_lag_s: float
+    ingress_rate: float
+    consumption_rate: float
+    worker_rate: float | None
+    partitions_without_offset: int
+    max_partition_lag: int
+    no_offset_policy: str
+    partition_lags: tuple[PartitionLag, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready figures (the per-partition detail reduced to partitions with lost records)."""
+        return {
+            "topic_id": self.topic_id,
+            "topic": self.topic,
+            "partitions": self.partitions,
+            "lag": self.lag,
+            "lost": self.lost,
+            "time_lag_s": round(self.time_lag_s, 3),
+            "ingress_rate": round(self.ingress_rate, 3),
+            "consumption_rate": round(self.consumption_rate, 3),
+            "worker_rate": None if self.worker_rate is None else round(self.worker_rate, 3),
+            "partitions_without_offset": self.partitions_without_offset,
+            "max_partition_lag": self.max_partition_lag,
+            "no_offset_policy": self.no_offset_policy,
+            "lost_by_partition": {str(p.partition): p.lost for p in self.partition_lags if p.lost},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class MeasureSummary:
+    """The result of one `measure` run.
+
+    Attributes:
+        cluster: cluster measured.
+        at: measurement time, seconds since the epoch (UTC).
+        topics: every measured topic, largest lag first.
+        missing: enabled registry topics the broker does not know (deleted; not measured).
+        slot_rates: records/s committed per slot, summed over the partitions it holds now
+            (approximate: a partition that moved between slots within the window counts for its
+            current holder).
+    """
+
+    cluster: str
+    at: float
+    topics: tuple[TopicMeasurement, ...]
+    missing: tuple[str, ...] = ()
+    slot_rates: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def total_lag(self) -> int:
+        return sum(t.lag for t in self.topics)
+
+    @property
+    def total_lost(self) -> int:
+        return sum(t.lost for t in self.topics)
+
+    def topic(self, name: str) -> TopicMeasurement:
+        """The measurement of topic `name` (KeyError when it was not measured)."""
+        for t in self.topics:
+            if t.topic == name:
+                return t
+        raise KeyError(name)
+
+    def as_dict(self, top: int | None = None) -> dict[str, Any]:
+        """JSON-ready summary (for XCom); `top` limits the topics listed, largest lag first."""
+        shown = self.topics if top is None else self.topics[:top]
+        return {
+            "cluster": self.cluster,
+            "at": datetime.fromtimestamp(self.at, tz=UTC).isoformat(),
+            "topics_measured": len(self.topics),
+            "total_lag": self.total_lag,
+            "total_lost": self.total_lost,
+            "top": [t.as_dict() for t in shown],
+            "lost": {t.topic: t.lost for t in self.topics if t.lost},
+            "missing": list(self.missing),
+            "slot_rates": {k: round(v, 3) for k, v in sorted(self.slot_rates.items())},
+        }
+
+    def table(self, top: int = 10) -> str:
+        """A readable summary: the `top` most lagging topics, then every topic with lost records."""
+        when = datetime.fromtimestamp(self.at, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        lines = [
+            f"cluster {self.cluster} at {when}: {len(self.topics)} topic(s), total lag {self.total_lag:,}, "
+            f"lost {self.total_lost:,}"
+        ]
+        header = (
+            f"{'topic':<40} {'parts':>5} {'lag':>12} {'lost':>10} {'time lag s':>10} "
+            f"{'in rec/s':>9} {'out rec/s':>9} {'no offset':>9}"
+        )
+        lines += [header, "-" * len(header)]
+        for t in self.topics[:top]:
+            lines.append(
+                f"{t.topic[:40]:<40} {t.partitions:>5} {t.lag:>12,} {t.lost:>10,} {t.time_lag_s:>10.1f} "
+                f"{t.ingress_rate:>9.1f} {t.consumption_rate:>9.1f} "
+                f"{f'{t.partitions_without_offset} {t.no_offset_policy[:1]}':>9}"
+            )
+        if len(self.topics) > top:
+            lines.append(f"... {len(self.topics) - top} more topic(s)")
+        lost = [t for t in self.topics if t.lost]
+        if lost:
+            lines.append("records lost to retention (never consumed, not counted as lag):")
+            for t in lost:
+                parts = ", ".join(f"p{p.partition}: {p.lost:,}" for p in t.partition_lags if p.lost)
+                lines.append(f"  {t.topic}: {t.lost:,} ({parts})")
+        else:
+            lines.append("no records lost to retention")
+        if self.missing:
+            lines.append(f"enabled in the registry but missing on the broker: {', '.join(self.missing)}")
+        return "\n".join(lines)
+
+
+def load_registry(conn: Any, cluster: str) -> list[RegisteredTopic]:
+    """Enabled topics of `cluster` with their partitions' committed offsets and holders.
+
+    Ends its read transaction, so a long-lived connection sees fresh commits next time.
+    """
+    validate_cluster_name(cluster)
+    rows: dict[str, dict[str, Any]] = {}
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT t.topic_id, t.name, t.partition_count, t.linker_workers,"
+                " p.partition_id, p.committed_offset, p.claimed_by"
+                " FROM topics t LEFT JOIN topic_partitions p ON p.topic_id = t.topic_id"
+                " WHERE t.cluster = %s AND t.enabled ORDER BY t.name, p.partition_id",
+                (cluster,),
+            )
+            for topic_id, name, count, workers, pid, committed, holder in cur.fetchall():
+                entry = rows.setdefault(
+                    str(topic_id),
+                    {"name": str(name), "count": int(count), "workers": int(workers), "committed": {}, "held": {}},
+                )
+                if pid is not None:
+                    entry["committed"][int(pid)] = None if committed is None else int(committed)
+                    if holder is not None:
+                        entry["held"][int(pid)] = str(holder)
+    finally:
+        conn.commit()
+    out = []
+    for topic_id, e in rows.items():
+        try:
+            name = validate_topic_name(e["name"])
+        except ValueError:
+            log.warning("skipping registry topic %s: illegal name %r", topic_id, e["name"])
+            continue
+        out.append(RegisteredTopic(topic_id, name, e["count"], e["workers"], e["committed"], e["held"]))
+    return out
+
+
+def measure(
+    cluster: str,
+    *,
+    mysql: Any,
+    admin: OffsetsAdmin,
+    store: LagStore,
+    settings: Settings,
+    now: float,
+    timeout_s: float = 10.0,
+) -> MeasureSummary:
+    """Measure every enabled topic of `cluster`, store the samples, return the summary.
+
+    Args:
+        cluster: registry cluster name.
+        mysql: an open lagsched MySQL connection.
+        admin: Admin client of the cluster's broker.
+        store: the cluster's `LagStore` (its window/TTL should come from `settings`).
+        settings: validated settings (per-topic ``no_offset_policy``).
+        now: measurement time, seconds since the epoch (UTC).
+        timeout_s: broker request timeout.
+    """
+    registry = load_registry(mysql, cluster)
+    by_name = {t.name: t for t in registry}
+    counts = list_partitions(admin, by_name, timeout_s=timeout_s, ignore_missing=True)
+    missing = tuple(n for n in by_name if n not in counts)
+    if missing:
+        log.warning("topics enabled in the registry but not on the broker (not measured): %s", ", ".join(missing))
+    broker = read_offsets(admin, counts, timeout_s=timeout_s)
+
+    lags: dict[str, list[PartitionLag]] = {}
+    latest_samples: dict[str, OffsetSample] = {}
+    committed_samples: dict[str, OffsetSample] = {}
+    for name, parts in broker.items():
+        reg = by_name[name]
+        if reg.partition_count != len(parts):
+            log.info("topic %s: registry has %d partitions, broker %d", name, reg.partition_count, len(parts))
+        policy = settings.for_topic(name).no_offset_policy
+        offsets = [
+            PartitionOffsets(name, b.partition, b.latest, b.log_start, reg.committed.get(b.partition)) for b in parts
+        ]
+        lags[name] = measure_lag(offsets, policy)
+        for b in parts:
+            latest_samples[store.latest_key(name, b.partition)] = OffsetSample(now, b.latest)
+            committed = reg.committed.get(b.partition)
+            if committed is not None:
+                committed_samples[store.committed_key(name, b.partition)] = OffsetSample(now, committed)
+
+    latest_windows = store.add_samples(latest_samples)
+    committed_windows = store.add_samples(committed_samples)
+    history = store.read_lag_records(list(lags))
+    totals = aggregate_by_topic(p for ps in lags.values() for p in ps)
+
+    measured: list[TopicMeasurement] = []
+    records: dict[str, LagRecord] = {}
+    slot_rates: dict[str, float] = {}
+    for name, plags in lags.items():
+        reg = by_name[name]
+        windows = {p.partition: latest_windows[store.latest_key(name, p.partition)].samples for p in plags}
+        time_lag = topic_time_lag(
+            estimate_time_lag(windows[p.partition], committed=p.position, now=now, latest=p.latest) for p in plags
+        )
+        ingress = topic_ingress_rate(windows)
+        consumed = 0.0
+        oldest_committed: float | None = None
+        for p in plags:
+            w = committed_windows.get(store.committed_key(name, p.partition))
+            if w is None or not w.samples:
+                continue
+            rate = consumption_rate(w.samples)
+            consumed += rate
+            oldest_committed = w.samples[0].at if oldest_committed is None else min(oldest_committed, w.samples[0].at)
+            holder = reg.claimed_by.get(p.partition)
+            if holder is not None:
+                slot_rates[holder] = slot_rates.get(holder, 0.0) + rate
+        total = totals[name]
+        worker_rate = _worker_rate(total.lag, consumed, reg, history.get(name, ()), oldest_committed)
+        m = TopicMeasurement(
+            topic_id=reg.topic_id,
+            topic=name,
+            partitions=total.partitions,
+            lag=total.lag,
+            lost=total.lost,
+            time_lag_s=time_lag,
+            ingress_rate=ingress,
+            consumption_rate=consumed,
+            worker_rate=worker_rate,
+            partitions_without_offset=total.partitions_without_offset,
+            max_partition_lag=total.max_partition_lag,
+            no_offset_policy=settings.for_topic(name).no_offset_policy,
+            partition_lags=tuple(plags),
+        )
+        measured.append(m)
+        records[name] = LagRecord(
+            at=now,
+            lag=m.lag,
+            lost=m.lost,
+            time_lag_s=m.time_lag_s,
+            ingress_rate=m.ingress_rate,
+            consumption_rate=m.consumption_rate,
+            worker_rate=m.worker_rate,
+        )
+    store.add_lag_records(records)
+    measured.sort(key=lambda t: (-t.lag, -t.lost, t.topic))
+    return MeasureSummary(cluster, now, tuple(measured), missing, slot_rates)
+
+
+def _worker_rate(
+    lag: int, consumed: float, reg: RegisteredTopic, history: Sequence[LagRecord], since: float | None
+) -> float | None:
+    """Records/s per active slot, only when the topic had a backlog over the whole rate window.
+
+    A caught-up consumer's rate is the ingress rate, not its capacity: counting it would make the
+    capacity policy believe workers are slow and over-scale, so such windows give no observation.
+    """
+    active = len(set(reg.claimed_by.values()))
+    if lag <= 0 or consumed <= 0.0 or active == 0 or since is None:
+        return None
+    if any(r.lag <= 0 for r in history if r.at >= since):
+        return None
+    return consumed / active
+
+
+def run_monitor(
+    cluster: str, raw_settings: str | bytes | Mapping[str, Any] | None, *, now: float | None = None, top: int = 10
+) -> dict[str, Any]:
+    """One measurement with clients built from the lagsched Connections; the lag monitor DAG's task.
+
+    Validates the settings before opening any connection, logs `MeasureSummary.table`, and
+    returns `MeasureSummary.as_dict` (JSON, for XCom).
+
+    Raises:
+        ConfigError: the settings are malformed (nothing was measured or stored).
+    """
+    import time
+
+    from lagsched.adapters.kafka_offsets import admin_client
+    from lagsched.adapters.lag_store import redis_client
+    from lagsched.adapters.mysql import connect
+    from lagsched.connections import kafka_config, mysql_params, redis_params
+    from lagsched.core.config import parse_settings
+
+    settings = parse_settings({} if raw_settings is None else raw_settings)
+    validate_cluster_name(cluster)
+    admin = admin_client(kafka_config())
+    redis = redis_client(redis_params())
+    mysql = connect(mysql_params())
+    try:
+        store = LagStore(redis, cluster, max_samples=settings.sample_window, max_age_s=settings.sample_ttl_s)
+        summary = measure(
+            cluster, mysql=mysql, admin=admin, store=store, settings=settings, now=time.time() if now is None else now
+        )
+    finally:
+        mysql.close()
+        redis.close()
+    log.info("lag summary\n%s", summary.table(top))
+    return summary.as_dict(top)
+
+
+def run_registry_sync(cluster: str) -> dict[str, Any]:
+    """Bring the registry in step with the broker before measuring; the lag monitor DAG's first task.
+
+    New topics and new partitions get rows, deleted topics are disabled (offsets kept); see
+    `lagsched.adapters.registry`. Returns what changed (JSON, for XCom).
+    """
+    from lagsched.adapters.kafka_offsets import admin_client
+    from lagsched.adapters.mysql import connect
+    from lagsched.adapters.registry import sync_registry
+    from lagsched.connections import kafka_config, mysql_params
+
+    validate_cluster_name(cluster)
+    admin = admin_client(kafka_config())
+    mysql = connect(mysql_params())
+    try:
+        report = sync_registry(mysql, admin, cluster)
+    finally:
+        mysql.close()
+    return {
+        "topics": len(report.topic_ids),
+        "added": list(report.added),
+        "disabled": list(report.disabled),
+        "reenabled": list(report.reenabled),
+        "partitions_added": {name: len(ids) for name, ids in report.partitions_added.items()},
+    }

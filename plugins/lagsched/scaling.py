@@ -1,0 +1,465 @@
+"""The scaling service: evaluate every enabled topic of a cluster, apply, record, announce.
+
+Wires the registry (MySQL), the lag history (`lagsched.adapters.lag_store`) and the pure
+`lagsched.core.evaluator`; the rules themselves live in the core. One `evaluate_cluster` call:
+
+1. validates the settings first (`parse_settings`): a malformed Variable raises `ConfigError`
+   before anything is read or written;
+2. per enabled topic, skips it when it is not due (fewer than ``evaluate_every`` measurements since
+   its last evaluation) and builds a `TopicSnapshot` from the ``topics`` row, the stored lag
+   records (ignored when stale: older than ``3 * measure_every_s``), the last recorded change
+   (cooldown) and the live slot count;
+3. for a changed decision, in ONE transaction: ``UPDATE topics SET linker_workers = new WHERE
+   linker_workers = old`` (a concurrent evaluator that got there first makes this touch 0 rows:
+   reported as a conflict, nothing written) and an INSERT into ``scaling_decisions``; after the
+   commit, PUBLISH on ``lagsched:scaling`` and stamp ``announced_at``.
+
+Only changes are recorded in ``scaling_decisions`` (the history ops need); holds are returned in
+the summary and logged, so a 5-minute evaluator does not write a row per topic per run.
+
+Idempotent on retry: decisions are keyed by (evaluation_id, topic_id). A retried evaluation with
+the same id finds the decision it already applied, never applies a second step, and publishes it
+only if the first attempt died between the commit and the PUBLISH (at-least-once announcements;
+subscribers should treat a repeated ``decision_id`` as a duplicate).
+
+Live slots: ``live_slots=None`` means unknown, and then the live-slot cap of the evaluator is not
+applied (the partition count and the min/max workers still bound every decision).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from lagsched.adapters.lag_store import SCALING_CHANNEL, LagRecord, LagStore
+from lagsched.adapters.registry import validate_cluster_name, validate_topic_name
+from lagsched.core.config import Settings, TopicPolicyConfig, parse_settings
+from lagsched.core.evaluator import Decision, LagPoint, TopicSnapshot, evaluate
+from lagsched.core.policies import retention_from_ms
+
+__all__ = [
+    "SCALING_CHANNEL",
+    "STALE_AFTER_MEASUREMENTS",
+    "EvaluationSummary",
+    "Outcome",
+    "RegistryTopic",
+    "announcement",
+    "count_live_slots",
+    "effective_config",
+    "evaluate_cluster",
+    "run_evaluation",
+]
+
+log = logging.getLogger(__name__)
+
+STALE_AFTER_MEASUREMENTS = 3
+"""Lag history whose newest record is older than this many ``measure_every_s`` is ignored: the
+monitor has stopped, and scaling on an old picture could scale the wrong way."""
+
+Status = Literal["applied", "held", "conflict", "already_applied", "not_due"]
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryTopic:
+    """The ``topics`` row fields the evaluator uses."""
+
+    topic_id: str
+    name: str
+    partition_count: int
+    retention_ms: int
+    linker_workers: int
+    min_workers: int
+    max_workers: int
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What happened to one topic in one evaluation.
+
+    Attributes:
+        topic_id: registry id.
+        topic: name.
+        status: ``applied`` (changed, recorded, announced), ``held`` (evaluated, no change),
+            ``conflict`` (another evaluator changed it first; nothing written), ``already_applied``
+            (this evaluation id decided it before: a retry), ``not_due`` (not evaluated).
+        decision: the evaluator's decision (None for ``not_due`` and ``already_applied``).
+        decision_id: the ``scaling_decisions`` row, when one exists.
+    """
+
+    topic_id: str
+    topic: str
+    status: Status
+    decision: Decision | None = None
+    decision_id: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        d = self.decision
+        return {
+            "topic_id": self.topic_id,
+            "topic": self.topic,
+            "status": self.status,
+            "decision_id": self.decision_id,
+            "old": None if d is None else d.old_workers,
+            "new": None if d is None else d.new_workers,
+            "rule": None if d is None else d.rule,
+            "reason": None if d is None else d.reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class EvaluationSummary:
+    """The result of one `evaluate_cluster` call."""
+
+    cluster: str
+    evaluation_id: str
+    at: float
+    outcomes: tuple[Outcome, ...] = field(default=())
+
+    @property
+    def applied(self) -> tuple[Outcome, ...]:
+        return tuple(o for o in self.outcomes if o.status == "applied")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster,
+            "evaluation_id": self.evaluation_id,
+            "at": datetime.fromtimestamp(self.at, tz=UTC).isoformat(),
+            "applied": len(self.applied),
+            "outcomes": [o.as_dict() for o in self.outcomes],
+        }
+
+    def table(self) -> str:
+        """One line per topic: status, workers, rule and reason."""
+        lines = [f"evaluation {self.evaluation_id} of cluster {self.cluster}: {len(self.applied)} change(s)"]
+        for o in self.outcomes:
+            d = o.decision
+            if d is None:
+                lines.append(f"  {o.topic:<40} {o.status}")
+            else:
+                lines.append(
+                    f"  {o.topic:<40} {o.status:<15} {d.old_workers:>3} -> {d.new_workers:<3} {d.rule}: {d.reason}"
+                )
+        return "\n".join(lines)
+
+
+def effective_config(settings: Settings, topic: RegistryTopic) -> TopicPolicyConfig:
+    """The topic's settings with its registry row's worker limits applied on top.
+
+    The Variable holds policy; the ``topics`` row's ``min_workers``/``max_workers`` are the
+    operator's hard limits for this one topic. The evaluator gets the tighter of the two; if they
+    do not overlap, the row's limits win (the row is the more specific statement).
+    """
+    cfg = settings.for_topic(topic.name)
+    low = max(cfg.min_workers, topic.min_workers)
+    high = min(cfg.max_workers, topic.max_workers)
+    if low > high:
+        log.warning(
+            "topic %s: settings workers [%d, %d] and registry [%d, %d] do not overlap; using the registry's",
+            topic.name, cfg.min_workers, cfg.max_workers, topic.min_workers, topic.max_workers,
+        )  # fmt: skip
+        low, high = topic.min_workers, topic.max_workers
+    return cfg.model_copy(update={"min_workers": low, "max_workers": high})
+
+
+def announcement(cluster: str, topic_id: str, decision: Decision, decision_id: int | None) -> dict[str, Any]:
+    """The JSON message published on ``lagsched:scaling`` for a change (see docs/lag.md)."""
+    return {
+        "topic_id": topic_id,
+        "topic": decision.topic,
+        "cluster": cluster,
+        "old": decision.old_workers,
+        "new": decision.new_workers,
+        "at": decision.at_datetime.isoformat(),
+        "reason": decision.reason,
+        "rule": decision.rule,
+        "policy": decision.policy,
+        "decision_id": decision_id,
+    }
+
+
+def evaluate_cluster(
+    cluster: str,
+    raw_settings: str | bytes | Mapping[str, Any] | None,
+    *,
+    mysql: Any,
+    redis: Any,
+    evaluation_id: str,
+    now: float,
+    live_slots: int | None = None,
+    store: LagStore | None = None,
+) -> EvaluationSummary:
+    """Evaluate, apply, record and announce for every enabled topic of `cluster`.
+
+    Args:
+        cluster: registry cluster name.
+        raw_settings: the ``lagsched_settings`` Variable as stored (JSON text), a decoded mapping,
+            or None for all defaults.
+        mysql: an open lagsched MySQL connection.
+        redis: a ``redis.Redis`` client (lag history and pub/sub).
+        evaluation_id: stable id of this evaluation across retries (the Airflow run_id).
+        now: evaluation time, seconds since the epoch (UTC).
+        live_slots: live worker slots, None when unknown (no live-slot cap).
+        store: the lag store to read (default: one on `redis` with the settings' window and TTL).
+
+    Raises:
+        ConfigError: the settings are malformed (nothing was read or changed).
+    """
+    settings = parse_settings({} if raw_settings is None else raw_settings)  # first: bad config changes nothing
+    validate_cluster_name(cluster)
+    if not evaluation_id or len(evaluation_id) > 250:
+        raise ValueError(f"evaluation_id must be 1 to 250 characters, got {evaluation_id!r}")
+    if store is None:
+        store = LagStore(redis, cluster, max_samples=settings.sample_window, max_age_s=settings.sample_ttl_s)
+
+    topics = _load_topics(mysql, cluster)
+    names = [t.name for t in topics]
+    done = _decisions_of(mysql, evaluation_id)
+    last_change = _last_changes(mysql, [t.topic_id for t in topics])
+    history = store.read_lag_records(names)
+    evaluated = store.last_evaluated(names)
+    stale_after = STALE_AFTER_MEASUREMENTS * settings.measure_every_s
+
+    outcomes: list[Outcome] = []
+    for topic in topics:
+        if topic.topic_id in done:
+            outcomes.append(
+                _finish_retry(mysql, redis, cluster=cluster, topic=topic, row=done[topic.topic_id], now=now)
+            )
+            store.mark_evaluated(topic.name, now)
+            continue
+        cfg = effective_config(settings, topic)
+        records = history.get(topic.name, ())
+        if records and now - records[-1].at > stale_after:
+            log.warning(
+                "topic %s: newest lag record is %.0fs old (> %.0fs); ignoring the stale history",
+                topic.name, now - records[-1].at, stale_after,
+            )  # fmt: skip
+            records = ()
+        last_eval = evaluated.get(topic.name)
+        if last_eval is not None and sum(1 for r in records if r.at > last_eval) < cfg.evaluate_every:
+            outcomes.append(Outcome(topic.topic_id, topic.name, "not_due"))
+            continue
+        decision = evaluate(_snapshot(topic, records, last_change.get(topic.topic_id), live_slots), cfg, now)
+        if decision.changed:
+            outcomes.append(
+                _apply(mysql, redis, cluster=cluster, evaluation_id=evaluation_id, topic=topic, d=decision, now=now)
+            )
+        else:
+            outcomes.append(Outcome(topic.topic_id, topic.name, "held", decision))
+        store.mark_evaluated(topic.name, now)
+    return EvaluationSummary(cluster, evaluation_id, now, tuple(outcomes))
+
+
+def _snapshot(
+    topic: RegistryTopic, records: Sequence[LagRecord], last_change_at: float | None, live_slots: int | None
+) -> TopicSnapshot:
+    newest = records[-1] if records else None
+    # Unknown live slots must not cap anything: the partition count is already an upper bound.
+    slots = live_slots if live_slots is not None else max(topic.partition_count, topic.linker_workers)
+    return TopicSnapshot(
+        topic=topic.name,
+        workers=topic.linker_workers,
+        partitions=topic.partition_count,
+        live_slots=slots,
+        retention_s=retention_from_ms(topic.retention_ms),
+        lag_history=tuple(LagPoint(r.at, r.lag) for r in records),
+        time_lag_s=newest.time_lag_s if newest else 0.0,
+        # Fewer than two samples give no rate: report "unknown" rather than a misleading 0.
+        ingress_rate=newest.ingress_rate if newest and len(records) >= 2 else None,
+        worker_rate=newest.worker_rate if newest else None,
+        last_change_at=last_change_at,
+    )
+
+
+def _apply(
+    conn: Any, redis: Any, *, cluster: str, evaluation_id: str, topic: RegistryTopic, d: Decision, now: float
+) -> Outcome:
+    import pymysql
+
+    try:
+        with conn.cursor() as cur:
+            # The guard makes apply a compare-and-set: of two evaluators that both saw `old`, only
+            # the first moves it; the second touches no row and writes nothing.
+            cur.execute(
+                "UPDATE topics SET linker_workers = %s WHERE topic_id = %s AND linker_workers = %s AND enabled",
+                (d.new_workers, topic.topic_id, d.old_workers),
+            )
+            if cur.rowcount != 1:
+                conn.rollback()
+                log.warning(
+                    "topic %s: linker_workers is no longer %d; another evaluator won", topic.name, d.old_workers
+                )
+                return Outcome(topic.topic_id, topic.name, "conflict", d)
+            cur.execute(
+                "INSERT INTO scaling_decisions (evaluation_id, decided_at, topic_id, cluster, topic, old_workers,"
+                " new_workers, lag_records, time_lag_s, slope, fit_r2, policy, rule, reason)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                (
+                    evaluation_id, _utc(d.at), topic.topic_id, cluster, topic.name, d.old_workers, d.new_workers,
+                    d.lag, d.time_lag_s, d.slope, d.fit_r2, d.policy, d.rule, d.reason[:1000],
+                ),
+            )  # fmt: skip
+            decision_id = int(cur.lastrowid)
+        conn.commit()
+    except pymysql.err.IntegrityError:
+        # The same evaluation id ran twice at once; the twin applied it.
+        conn.rollback()
+        return Outcome(topic.topic_id, topic.name, "already_applied", d)
+    except BaseException:
+        conn.rollback()
+        raise
+    log.info("topic %s: %d -> %d workers (%s): %s", topic.name, d.old_workers, d.new_workers, d.rule, d.reason)
+    _announce(conn, redis, announcement(cluster, topic.topic_id, d, decision_id), decision_id, now)
+    return Outcome(topic.topic_id, topic.name, "applied", d, decision_id)
+
+
+def _announce(conn: Any, redis: Any, message: Mapping[str, Any], decision_id: int, now: float) -> None:
+    receivers = redis.publish(SCALING_CHANNEL, json.dumps(message, sort_keys=True))
+    log.info("announced decision %d on %s to %d subscriber(s)", decision_id, SCALING_CHANNEL, receivers)
+    with conn.cursor() as cur:
+        cur.execute(
+            "UPDATE scaling_decisions SET announced_at = %s WHERE decision_id = %s AND announced_at IS NULL",
+            (_utc(now), decision_id),
+        )
+    conn.commit()
+
+
+def _finish_retry(
+    conn: Any, redis: Any, *, cluster: str, topic: RegistryTopic, row: Mapping[str, Any], now: float
+) -> Outcome:
+    decision_id = int(row["decision_id"])
+    if row["announced_at"] is None:
+        log.info("topic %s: decision %d was applied but not announced; announcing it now", topic.name, decision_id)
+        message = {
+            "topic_id": topic.topic_id,
+            "topic": row["topic"],
+            "cluster": cluster,
+            "old": row["old_workers"],
+            "new": row["new_workers"],
+            "at": _aware(row["decided_at"]).isoformat(),
+            "reason": row["reason"],
+            "rule": row["rule"],
+            "policy": row["policy"],
+            "decision_id": decision_id,
+        }
+        _announce(conn, redis, message, decision_id, now)
+    return Outcome(topic.topic_id, topic.name, "already_applied", None, decision_id)
+
+
+def _load_topics(conn: Any, cluster: str) -> list[RegistryTopic]:
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT topic_id, name, partition_count, retention_ms, linker_workers, min_workers, max_workers"
+                " FROM topics WHERE cluster = %s AND enabled ORDER BY name",
+                (cluster,),
+            )
+            rows = cur.fetchall()
+    finally:
+        conn.commit()
+    out = []
+    for r in rows:
+        try:
+            name = validate_topic_name(str(r[1]))
+        except ValueError:
+            log.warning("skipping registry topic %s: illegal name %r", r[0], r[1])
+            continue
+        out.append(RegistryTopic(str(r[0]), name, int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6])))
+    return out
+
+
+def _decisions_of(conn: Any, evaluation_id: str) -> dict[str, dict[str, Any]]:
+    cols = ("decision_id", "topic_id", "topic", "old_workers", "new_workers", "decided_at", "rule", "policy",
+            "reason", "announced_at")  # fmt: skip
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT {', '.join(cols)} FROM scaling_decisions WHERE evaluation_id = %s", (evaluation_id,))  # noqa: S608 - fixed column list
+            rows = cur.fetchall()
+    finally:
+        conn.commit()
+    return {str(r[1]): dict(zip(cols, r, strict=True)) for r in rows}
+
+
+def _last_changes(conn: Any, topic_ids: Sequence[str]) -> dict[str, float]:
+    if not topic_ids:
+        return {}
+    marks = ", ".join(["%s"] * len(topic_ids))
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                f"SELECT topic_id, MAX(decided_at) FROM scaling_decisions WHERE topic_id IN ({marks})"  # noqa: S608 - placeholders only
+                " GROUP BY topic_id",
+                tuple(topic_ids),
+            )
+            rows = cur.fetchall()
+    finally:
+        conn.commit()
+    return {str(r[0]): _aware(r[1]).timestamp() for r in rows if r[1] is not None}
+
+
+def _utc(at: float) -> datetime:
+    # pymysql writes a datetime without its zone; sessions run in UTC, so hand it UTC wall time.
+    return datetime.fromtimestamp(at, tz=UTC).replace(tzinfo=None)
+
+
+def _aware(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def count_live_slots(client: Any, now: float, timeout_s: float) -> int | None:
+    """Live worker slots per `lagsched.adapters.slots.SlotRegistry`, None when none ever registered.
+
+    An empty slot set means the workers do not heartbeat (not deployed yet, or an older version),
+    so the count is unknown rather than zero: treating it as zero would block every scale-up.
+    """
+    from lagsched.adapters.slots import SlotRegistry
+
+    registry = SlotRegistry(client)
+    # The registry's own key name (read-only use), so a namespace change there follows here.
+    if not client.exists(registry._set_key):
+        return None
+    return len(registry.live_slots(datetime.fromtimestamp(now, tz=UTC), timeout_s))
+
+
+def run_evaluation(
+    cluster: str,
+    raw_settings: str | bytes | Mapping[str, Any] | None,
+    *,
+    evaluation_id: str,
+    now: float | None = None,
+    slot_timeout_s: float = 60.0,
+) -> dict[str, Any]:
+    """One evaluation with clients built from the lagsched Connections; the evaluator DAG's task.
+
+    Validates the settings before opening any connection, logs `EvaluationSummary.table`, and
+    returns `EvaluationSummary.as_dict` (JSON, for XCom).
+
+    Raises:
+        ConfigError: the settings are malformed (nothing was read or changed).
+    """
+    import time
+
+    from lagsched.adapters.lag_store import redis_client
+    from lagsched.adapters.mysql import connect
+    from lagsched.connections import mysql_params, redis_params
+
+    parse_settings({} if raw_settings is None else raw_settings)  # fail before connecting
+    at = time.time() if now is None else now
+    redis = redis_client(redis_params())
+    mysql = connect(mysql_params())
+    try:
+        slots = count_live_slots(redis, at, slot_timeout_s)
+        if slots is None:
+            log.info("no worker slot has registered a heartbeat: live slots unknown, no live-slot cap")
+        summary = evaluate_cluster(
+            cluster, raw_settings, mysql=mysql, redis=redis, evaluation_id=evaluation_id, now=at, live_slots=slots
+        )
+    finally:
+        mysql.close()
+        redis.close()
+    log.info("scaling evaluation\n%s", summary.table())
+    return summary.as_dict()

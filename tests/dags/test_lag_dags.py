@@ -1,0 +1,154 @@
+"""The lag monitor and scaling evaluator DAGs run in-process with dag.test() against the real stack."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from lagsched.adapters.lag_store import LagRecord, LagStore
+from lagsched.adapters.mysql import connect
+
+DAGS = Path(__file__).parents[2] / "dags"
+
+
+def load_dag(dag_id: str) -> Any:
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(DAGS / f"{dag_id}.py"))
+    assert bag.import_errors == {}
+    return bag.get_dag(dag_id)
+
+
+def state(run: Any) -> str:
+    return str(run.state).rsplit(".", 1)[-1].lower()
+
+
+@pytest.fixture
+def env(mysql_db: Any, redis_client: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The DAGs' MySQL Connection points at this test's database, Redis at DB 15 (flushed)."""
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_LAGSCHED_MYSQL",
+        json.dumps({"conn_type": "mysql", "host": mysql_db.host, "port": mysql_db.port,
+                    "login": mysql_db.user, "password": mysql_db.password, "schema": mysql_db.database}),
+    )  # fmt: skip
+    p = redis_client.connection_pool.connection_kwargs
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_LAGSCHED_REDIS",
+        json.dumps({"conn_type": "redis", "host": p["host"], "port": p["port"], "extra": {"db": 15}}),
+    )
+    monkeypatch.delenv("AIRFLOW_VAR_LAGSCHED_SETTINGS", raising=False)
+    conn = connect(mysql_db)
+    yield conn
+    conn.close()
+
+
+def add_topic(conn: Any, cluster: str, name: str, committed: dict[int, int | None], workers: int = 2) -> str:
+    topic_id = str(uuid.uuid4())
+    with conn.cursor() as cur:
+        cur.execute(
+            "INSERT INTO topics (topic_id, cluster, name, partition_count, retention_ms, linker_workers)"
+            " VALUES (%s, %s, %s, %s, 3600000, %s)",
+            (topic_id, cluster, name, len(committed), workers),
+        )
+        for p, off in committed.items():
+            cur.execute(
+                "INSERT INTO topic_partitions (topic_id, partition_id, committed_offset) VALUES (%s, %s, %s)",
+                (topic_id, p, off),
+            )
+    conn.commit()
+    return topic_id
+
+
+def workers_of(conn: Any, topic_id: str) -> int:
+    with conn.cursor() as cur:
+        cur.execute("SELECT linker_workers FROM topics WHERE topic_id = %s", (topic_id,))
+        (w,) = cur.fetchone()
+    conn.commit()
+    return int(w)
+
+
+def decision_rows(conn: Any, topic_id: str) -> list[tuple[Any, ...]]:
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT evaluation_id, old_workers, new_workers, rule FROM scaling_decisions WHERE topic_id = %s",
+            (topic_id,),
+        )
+        rows = list(cur.fetchall())
+    conn.commit()
+    return rows
+
+
+def test_lag_monitor_dag_measures_and_stores(
+    env: Any, redis_client: Any, new_topic: Callable[..., str], kafka_config: dict[str, Any]
+) -> None:
+    cluster = f"c-{uuid.uuid4().hex[:8]}"
+    topic = new_topic(2)
+    producer = Producer(kafka_config)
+    for i in range(30):
+        producer.produce(topic, value=b"x", partition=i % 2)
+    assert producer.flush(30) == 0
+    add_topic(env, cluster, topic, {0: 5, 1: None})  # lag (15 - 5) + 15 (earliest) = 25
+
+    run = load_dag("lagsched_lag_monitor").test(run_conf={"cluster": cluster})
+
+    assert state(run) == "success", run.state
+    (rec,) = LagStore(redis_client, cluster).read_lag_records([topic])[topic]
+    assert (rec.lag, rec.lost) == (25, 0)
+    assert abs(rec.at - time.time()) < 120
+
+
+def test_scaling_evaluator_dag_applies_and_records(
+    env: Any, redis_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = f"c-{uuid.uuid4().hex[:8]}"
+    topic_id = add_topic(env, cluster, "orders", {p: 0 for p in range(12)})
+    now = time.time()  # the DAG evaluates at the wall clock: the history must be fresh
+    store = LagStore(redis_client, cluster)
+    for i in range(6):
+        store.add_lag_records({"orders": LagRecord(now - 60 * (5 - i), lag=200_000 + 10_000 * i)})
+
+    # Variables reach the task through Airflow's environment secrets backend (AIRFLOW_VAR_*).
+    monkeypatch.setenv(
+        "AIRFLOW_VAR_LAGSCHED_SETTINGS", json.dumps({"defaults": {"evaluate_every": 1, "cooldown_s": 0}})
+    )
+    run = load_dag("lagsched_scaling_evaluator").test(run_conf={"cluster": cluster})
+
+    assert state(run) == "success", run.state
+    assert workers_of(env, topic_id) == 6  # short retention (1 h): hevo steps up by 4
+    ((evaluation_id, old, new, rule),) = decision_rows(env, topic_id)
+    assert (old, new, rule) == (2, 6, "scale_up_rising")
+    assert evaluation_id == run.run_id
+
+
+def test_malformed_variable_fails_the_evaluator_dag_and_changes_nothing(
+    env: Any, redis_client: Any, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = f"c-{uuid.uuid4().hex[:8]}"
+    topic_id = add_topic(env, cluster, "orders", {p: 0 for p in range(12)})
+    now = time.time()
+    store = LagStore(redis_client, cluster)
+    for i in range(6):
+        store.add_lag_records({"orders": LagRecord(now - 60 * (5 - i), lag=200_000 + 10_000 * i)})
+    monkeypatch.setenv("AIRFLOW_VAR_LAGSCHED_SETTINGS", json.dumps({"defaults": {"max_lag": "lots"}}))
+
+    run = load_dag("lagsched_scaling_evaluator").test(run_conf={"cluster": cluster})
+
+    assert state(run) == "failed", run.state
+    # dag.test() writes the task log (structlog) to the process output; the failure is not retried.
+    out, err = capfd.readouterr()
+    log = out + err
+    assert "AirflowFailException: invalid lagsched settings: defaults.max_lag = 'lots'" in log, log[-3000:]
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        ti = run.get_task_instance("evaluate_and_apply", session=session)
+        assert (str(ti.state).rsplit(".", 1)[-1].lower(), ti.try_number) == ("failed", 1)  # no retry of a bad config
+    assert workers_of(env, topic_id) == 2
+    assert decision_rows(env, topic_id) == []

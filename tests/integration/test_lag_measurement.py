@@ -1,0 +1,278 @@
+"""Lag measurement against the real broker, MariaDB and Redis, checked against hand-computed numbers."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from lagsched.adapters.kafka_offsets import fetch_offsets
+from lagsched.adapters.lag_store import LagRecord, LagStore
+from lagsched.adapters.mysql import connect
+from lagsched.core.config import parse_settings
+from lagsched.core.errors import UnknownTopicError
+from lagsched.core.lag import OffsetSample
+from lagsched.lag_monitor import measure
+
+T0 = 1_790_000_000.0  # injected clock: a fixed instant, so every expected figure is exact
+
+
+class CountingAdmin:
+    """Wraps an AdminClient and records every metadata and list_offsets call."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.metadata_calls = 0
+        self.offset_calls: list[tuple[str, int]] = []  # (spec class, partitions in the request)
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        self.metadata_calls += 1
+        return self.inner.list_topics(topic=topic, timeout=timeout)
+
+    def list_offsets(self, request: dict[Any, Any], **kwargs: Any) -> dict[Any, Any]:
+        specs = {type(s).__name__ for s in request.values()}
+        assert len(specs) == 1, specs
+        self.offset_calls.append((specs.pop(), len(request)))
+        return self.inner.list_offsets(request, **kwargs)
+
+
+@pytest.fixture
+def admin(kafka_config: dict[str, Any]) -> CountingAdmin:
+    return CountingAdmin(AdminClient(kafka_config))
+
+
+@pytest.fixture
+def db(mysql_db: Any) -> Iterator[Any]:
+    conn = connect(mysql_db)
+    yield conn
+    conn.close()
+
+
+@pytest.fixture
+def cluster() -> str:
+    return f"c-{uuid.uuid4().hex[:8]}"
+
+
+def register(
+    conn: Any,
+    cluster: str,
+    topic: str,
+    committed: dict[int, int | None],
+    *,
+    retention_ms: int = -1,
+    claimed_by: dict[int, str] | None = None,
+) -> str:
+    """Insert a topics row and its topic_partitions rows directly."""
+    topic_id = str(uuid.uuid4())
+    with conn.cursor() as cur:
+        cur.execute(
+            "INSERT INTO topics (topic_id, cluster, name, partition_count, retention_ms) VALUES (%s, %s, %s, %s, %s)",
+            (topic_id, cluster, topic, len(committed), retention_ms),
+        )
+        for p, offset in committed.items():
+            cur.execute(
+                "INSERT INTO topic_partitions (topic_id, partition_id, committed_offset, claimed_by)"
+                " VALUES (%s, %s, %s, %s)",
+                (topic_id, p, offset, (claimed_by or {}).get(p)),
+            )
+    conn.commit()
+    return topic_id
+
+
+def set_committed(conn: Any, topic_id: str, partition: int, offset: int | None) -> None:
+    with conn.cursor() as cur:
+        cur.execute(
+            "UPDATE topic_partitions SET committed_offset = %s WHERE topic_id = %s AND partition_id = %s",
+            (offset, topic_id, partition),
+        )
+    conn.commit()
+
+
+def produce(kafka_config: dict[str, Any], topic: str, partition: int, n: int, timestamp_ms: int | None = None) -> None:
+    producer = Producer({**kafka_config, "acks": "all", "linger.ms": 5})
+    for i in range(n):
+        kwargs: dict[str, Any] = {"timestamp": timestamp_ms} if timestamp_ms is not None else {}
+        producer.produce(topic, value=f"v{i}".encode(), partition=partition, **kwargs)
+    assert producer.flush(30) == 0
+
+
+@pytest.fixture
+def measure_at(db: Any, admin: CountingAdmin, redis_client: Any, cluster: str) -> Callable[..., Any]:
+    """measure(cluster) at an injected time, with the given settings."""
+
+    def run(now: float, settings: dict[str, Any] | None = None) -> Any:
+        s = parse_settings(settings or {})
+        store = LagStore(redis_client, cluster, max_samples=s.sample_window, max_age_s=s.sample_ttl_s)
+        return measure(cluster, mysql=db, admin=admin, store=store, settings=s, now=now)
+
+    return run
+
+
+def test_lag_and_no_offset_policy_over_a_batched_read(
+    new_topic: Callable[..., str],
+    kafka_config: dict[str, Any],
+    db: Any,
+    cluster: str,
+    admin: CountingAdmin,
+    measure_at: Callable[..., Any],
+) -> None:
+    a = new_topic(3)
+    b = new_topic(2)
+    produce(kafka_config, a, 0, 100)
+    produce(kafka_config, a, 1, 50)
+    produce(kafka_config, b, 0, 30)
+    produce(kafka_config, b, 1, 7)
+    register(db, cluster, a, {0: 40, 1: None, 2: None})
+    register(db, cluster, b, {0: 30, 1: 2})
+
+    summary = measure_at(T0)
+
+    ta, tb = summary.topic(a), summary.topic(b)
+    # a: p0 100 - 40 = 60; p1 never committed, earliest: 50 - 0 = 50; p2 empty: 0.
+    assert (ta.lag, ta.lost, ta.partitions, ta.partitions_without_offset, ta.max_partition_lag) == (110, 0, 3, 2, 60)
+    assert [p.position for p in ta.partition_lags] == [40, 0, 0]
+    # b: p0 caught up, p1 7 - 2 = 5.
+    assert (tb.lag, tb.lost, tb.partitions_without_offset) == (5, 0, 0)
+    assert [t.topic for t in summary.topics] == [a, b]  # largest lag first
+    # ONE metadata request and ONE list_offsets call per spec, each carrying all 5 partitions.
+    assert admin.metadata_calls == 1
+    assert sorted(admin.offset_calls) == [("EarliestSpec", 5), ("LatestSpec", 5)]
+
+    # Per-topic override: never-committed partitions start at the head, so they add no lag.
+    later = measure_at(T0 + 60, {"topics": {a: {"no_offset_policy": "latest"}}})
+    assert later.topic(a).lag == 60
+    assert later.topic(a).no_offset_policy == "latest"
+    assert later.topic(b).lag == 5
+
+
+def test_unknown_topic_is_named(admin: CountingAdmin, new_topic: Callable[..., str]) -> None:
+    known = new_topic(1)
+    missing = f"no-such-topic-{uuid.uuid4().hex[:6]}"
+    with pytest.raises(UnknownTopicError, match=missing) as err:
+        fetch_offsets(admin, [known, missing])
+    assert err.value.topics == (missing,)
+    assert fetch_offsets(admin, [known])[known][0].latest == 0
+
+
+def test_registry_topic_missing_on_broker_is_reported_not_fatal(
+    new_topic: Callable[..., str], db: Any, cluster: str, measure_at: Callable[..., Any]
+) -> None:
+    real = new_topic(1)
+    gone = f"deleted-{uuid.uuid4().hex[:6]}"
+    register(db, cluster, real, {0: 0})
+    register(db, cluster, gone, {0: 5})
+    summary = measure_at(T0)
+    assert summary.missing == (gone,)
+    assert [t.topic for t in summary.topics] == [real]
+    assert gone in summary.table()
+
+
+def _log_start(admin: CountingAdmin, topic: str) -> int:
+    futures = admin.inner.list_offsets({TopicPartition(topic, 0): OffsetSpec.earliest()}, request_timeout=10)
+    return int(next(iter(futures.values())).result().offset)
+
+
+def test_lost_records_when_retention_deletes_unread_data(
+    new_topic: Callable[..., str],
+    kafka_config: dict[str, Any],
+    db: Any,
+    cluster: str,
+    admin: CountingAdmin,
+    redis_client: Any,
+    measure_at: Callable[..., Any],
+) -> None:
+    # retention.ms 30 s, segments roll after 100 ms. The first 100 records carry a timestamp 10
+    # minutes old, so their segment is past retention at once; the 20 records produced after
+    # the roll are fresh and stay for 30 s, long enough to measure a stable state.
+    topic = new_topic(1, config={"retention.ms": "30000", "segment.ms": "100"})
+    produce(kafka_config, topic, 0, 100, timestamp_ms=int((time.time() - 600) * 1000))
+    time.sleep(0.3)
+    produce(kafka_config, topic, 0, 20)
+    topic_id = register(db, cluster, topic, {0: 10}, retention_ms=30000)  # consumer stalled at offset 10
+
+    deadline = time.monotonic() + 60
+    log_start = _log_start(admin, topic)
+    while log_start < 100 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        log_start = _log_start(admin, topic)
+    assert log_start == 100, f"retention did not delete the old segment within 60 s (log start {log_start})"
+
+    summary = measure_at(T0)
+    t = summary.topic(topic)
+    p = t.partition_lags[0]
+    assert (p.latest, p.log_start, p.committed) == (120, 100, 10)
+    assert t.lost == 100 - 10  # deleted before they were read
+    assert t.lag == 120 - 100  # counted from the log start, never from the stale commit (110)
+    assert p.position == 100
+    assert summary.total_lost == 90
+    assert f"{topic}: 90 (p0: 90)" in summary.table()
+    stored = LagStore(redis_client, cluster).read_lag_records([topic])[topic]
+    assert [(r.lag, r.lost) for r in stored] == [(20, 90)]
+    assert summary.as_dict()["lost"] == {topic: 90}
+    assert topic_id == t.topic_id
+
+
+def test_time_lag_on_a_busy_topic_interpolates_between_samples(
+    new_topic: Callable[..., str],
+    kafka_config: dict[str, Any],
+    db: Any,
+    cluster: str,
+    measure_at: Callable[..., Any],
+) -> None:
+    topic = new_topic(1)
+    register(db, cluster, topic, {0: 150})
+    figures = []
+    for i in range(3):  # 100 records per minute; the consumer sits at offset 150 throughout
+        produce(kafka_config, topic, 0, 100)
+        t = measure_at(T0 + 60 * i).topic(topic)
+        figures.append((t.lag, t.time_lag_s, round(t.ingress_rate, 6)))
+    # Samples (T0, 100), (T0+60, 200), (T0+120, 300). Offset 150 was the head at T0+30 (halfway
+    # between the first two), so its time lag is 30 s at T0+60 and 90 s at T0+120. At T0 the
+    # commit (150) is beyond the head (100): nothing behind, exactly 0.
+    assert figures == [(0, 0.0, 0.0), (50, 30.0, round(100 / 60, 6)), (150, 90.0, round(200 / 120, 6))]
+
+
+def test_time_lag_on_an_idle_caught_up_topic_is_exactly_zero_and_stays_zero(
+    new_topic: Callable[..., str],
+    kafka_config: dict[str, Any],
+    db: Any,
+    cluster: str,
+    redis_client: Any,
+    measure_at: Callable[..., Any],
+) -> None:
+    topic = new_topic(2)
+    produce(kafka_config, topic, 0, 50)
+    register(db, cluster, topic, {0: 50, 1: 0})
+    seen = []
+    for i in range(6):
+        t = measure_at(T0 + 60 * i).topic(topic)
+        seen.append((t.lag, t.time_lag_s, t.ingress_rate))
+    assert seen == [(0, 0.0, 0.0)] * 6
+    # The idle run is stored as its first and last sample only.
+    store = LagStore(redis_client, cluster)
+    assert [(s.at, s.offset) for s in store.read_windows([store.latest_key(topic, 0)])[0].samples] == [
+        (T0, 50),
+        (T0 + 300, 50),
+    ]
+
+
+def test_store_bounds_samples_by_count_age_and_ttl(redis_client: Any, cluster: str) -> None:
+    store = LagStore(redis_client, cluster, max_samples=5, max_age_s=100)
+    key = store.latest_key("orders", 0)
+    for i in range(8):
+        store.add_samples({key: OffsetSample(T0 + 10 * i, 100 * i)})
+        store.add_lag_records({"orders": LagRecord(T0 + 10 * i, lag=i)})
+    assert redis_client.zcard(key) == 5
+    assert [s.offset for s in store.read_windows([key])[0].samples] == [300, 400, 500, 600, 700]
+    assert [r.lag for r in store.read_lag_records(["orders"])["orders"]] == [3, 4, 5, 6, 7]
+    assert 0 < redis_client.ttl(key) <= 100
+    assert 0 < redis_client.ttl(store.lag_key("orders")) <= 100
+    # The age bound: a sample 200 s later leaves only the samples within 100 s of it (>= 2 kept).
+    store.add_lag_records({"orders": LagRecord(T0 + 270, lag=9)})
+    assert [r.lag for r in store.read_lag_records(["orders"])["orders"]] == [9]
+    assert key.startswith(f"lagsched:{cluster}:latest:")

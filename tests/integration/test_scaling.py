@@ -1,0 +1,228 @@
+"""The scaling service on real MariaDB and Redis: apply, record, announce, idempotent, bad config."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from lagsched.adapters.lag_store import SCALING_CHANNEL, LagRecord, LagStore
+from lagsched.adapters.mysql import connect
+from lagsched.core.errors import ConfigError
+from lagsched.core.evaluator import Decision
+from lagsched.scaling import RegistryTopic, _apply, evaluate_cluster
+
+NOW = 1_790_000_000.0
+SETTINGS = {"defaults": {"evaluate_every": 1, "cooldown_s": 0}}
+
+
+@pytest.fixture
+def db(mysql_db: Any) -> Iterator[Any]:
+    conn = connect(mysql_db)
+    yield conn
+    conn.close()
+
+
+@pytest.fixture
+def cluster() -> str:
+    return f"c-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def subscriber(redis_client: Any) -> Iterator[Any]:
+    """Subscribed to lagsched:scaling before anything is published."""
+    pubsub = redis_client.pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(SCALING_CHANNEL)
+    deadline = time.monotonic() + 5
+    while redis_client.pubsub_numsub(SCALING_CHANNEL)[0][1] < 1 and time.monotonic() < deadline:
+        pubsub.get_message(timeout=0.1)
+    yield pubsub
+    pubsub.close()
+
+
+def messages(pubsub: Any, wait_s: float = 1.0) -> list[dict[str, Any]]:
+    out = []
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        m = pubsub.get_message(timeout=0.1)
+        if m is not None and m["type"] == "message":
+            out.append(json.loads(m["data"]))
+    return out
+
+
+def add_topic(conn: Any, cluster: str, name: str, *, workers: int = 2, retention_ms: int = 3_600_000) -> str:
+    topic_id = str(uuid.uuid4())
+    with conn.cursor() as cur:
+        cur.execute(
+            "INSERT INTO topics (topic_id, cluster, name, partition_count, retention_ms, linker_workers,"
+            " min_workers, max_workers) VALUES (%s, %s, %s, 12, %s, %s, 1, 8)",
+            (topic_id, cluster, name, retention_ms, workers),
+        )
+    conn.commit()
+    return topic_id
+
+
+def rising_history(redis_client: Any, cluster: str, name: str, end: float = NOW) -> None:
+    """Six lag records a minute apart, 200k rising by 10k a minute: above max_lag and rising."""
+    store = LagStore(redis_client, cluster)
+    for i in range(6):
+        at = end - 60 * (5 - i)
+        store.add_lag_records({name: LagRecord(at, lag=200_000 + 10_000 * i, time_lag_s=60.0, ingress_rate=5.0)})
+
+
+def workers_of(conn: Any, topic_id: str) -> int:
+    with conn.cursor() as cur:
+        cur.execute("SELECT linker_workers FROM topics WHERE topic_id = %s", (topic_id,))
+        (w,) = cur.fetchone()
+    conn.commit()
+    return int(w)
+
+
+def decisions(conn: Any, topic_id: str) -> list[dict[str, Any]]:
+    cols = ("evaluation_id", "topic", "old_workers", "new_workers", "lag_records", "time_lag_s", "slope", "fit_r2",
+            "policy", "rule", "reason", "announced_at", "decided_at")  # fmt: skip
+    with conn.cursor() as cur:
+        cur.execute(
+            f"SELECT {', '.join(cols)} FROM scaling_decisions WHERE topic_id = %s ORDER BY decision_id", (topic_id,)
+        )
+        rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+    conn.commit()
+    return rows
+
+
+def test_change_is_applied_recorded_and_announced(db: Any, redis_client: Any, cluster: str, subscriber: Any) -> None:
+    topic_id = add_topic(db, cluster, "orders")
+    quiet_id = add_topic(db, cluster, "quiet", workers=1)
+    rising_history(redis_client, cluster, "orders")
+
+    summary = evaluate_cluster(
+        cluster, json.dumps(SETTINGS), mysql=db, redis=redis_client, evaluation_id="run-1", now=NOW
+    )
+
+    by_topic = {o.topic: o for o in summary.outcomes}
+    assert by_topic["orders"].status == "applied"
+    assert by_topic["quiet"].status == "held"  # no history: insufficient samples, nothing written
+    # Retention 1 h is "short": the hevo step up is max_step (4), so 2 -> 6.
+    assert workers_of(db, topic_id) == 6
+    assert workers_of(db, quiet_id) == 1
+    (row,) = decisions(db, topic_id)
+    assert (row["evaluation_id"], row["topic"], row["old_workers"], row["new_workers"]) == ("run-1", "orders", 2, 6)
+    assert (row["lag_records"], row["time_lag_s"], row["policy"], row["rule"]) == (
+        250_000,
+        60.0,
+        "hevo",
+        "scale_up_rising",
+    )
+    assert row["slope"] == pytest.approx(10_000 / 60) and row["fit_r2"] == pytest.approx(1.0)
+    assert "above max_lag 100000 and rising" in row["reason"]
+    assert row["announced_at"] is not None
+    assert row["decided_at"] == datetime(2026, 9, 21, 14, 13, 20)  # NOW, stored as UTC
+    assert decisions(db, quiet_id) == []
+
+    (msg,) = messages(subscriber)
+    assert msg["topic_id"] == topic_id
+    assert (msg["topic"], msg["old"], msg["new"], msg["cluster"]) == ("orders", 2, 6, cluster)
+    assert msg["at"] == "2026-09-21T14:13:20+00:00"  # NOW in UTC
+    assert msg["reason"] == row["reason"]
+
+
+def test_retry_does_not_double_apply(db: Any, redis_client: Any, cluster: str, subscriber: Any) -> None:
+    topic_id = add_topic(db, cluster, "orders")
+    rising_history(redis_client, cluster, "orders")
+    raw = json.dumps(SETTINGS)
+    first = evaluate_cluster(cluster, raw, mysql=db, redis=redis_client, evaluation_id="run-1", now=NOW)
+    assert [o.status for o in first.outcomes] == ["applied"]
+    assert len(messages(subscriber)) == 1
+
+    # A retry of the same run (same evaluation id), even with the evaluation mark lost and no
+    # cooldown: it finds its own decision and applies nothing.
+    redis_client.delete(LagStore(redis_client, cluster).evaluated_key("orders"))
+    retry = evaluate_cluster(cluster, raw, mysql=db, redis=redis_client, evaluation_id="run-1", now=NOW + 1)
+    assert [o.status for o in retry.outcomes] == ["already_applied"]
+    assert workers_of(db, topic_id) == 6
+    assert len(decisions(db, topic_id)) == 1
+    assert messages(subscriber, 0.3) == []
+
+    # The first try died between its commit and the PUBLISH: the retry announces it, once.
+    with db.cursor() as cur:
+        cur.execute("UPDATE scaling_decisions SET announced_at = NULL WHERE topic_id = %s", (topic_id,))
+    db.commit()
+    evaluate_cluster(cluster, raw, mysql=db, redis=redis_client, evaluation_id="run-1", now=NOW + 2)
+    (again,) = messages(subscriber)
+    assert (again["old"], again["new"]) == (2, 6)
+    assert decisions(db, topic_id)[0]["announced_at"] is not None
+    assert workers_of(db, topic_id) == 6
+
+    # The next run with no new measurement is not due; nothing moves either.
+    nxt = evaluate_cluster(cluster, raw, mysql=db, redis=redis_client, evaluation_id="run-2", now=NOW + 60)
+    assert [o.status for o in nxt.outcomes] == ["not_due"]
+    assert workers_of(db, topic_id) == 6
+
+
+def test_guarded_update_loses_to_a_concurrent_change(db: Any, redis_client: Any, cluster: str) -> None:
+    topic_id = add_topic(db, cluster, "orders", workers=3)  # another evaluator already moved 2 -> 3
+    stale = Decision("orders", 2, 6, 250_000, 60.0, 166.7, 1.0, "hevo", "scale_up_rising", "test", NOW)
+    topic = RegistryTopic(topic_id, "orders", 12, 3_600_000, 2, 1, 8)
+    outcome = _apply(db, redis_client, cluster=cluster, evaluation_id="run-x", topic=topic, d=stale, now=NOW)
+    assert outcome.status == "conflict"
+    assert workers_of(db, topic_id) == 3
+    assert decisions(db, topic_id) == []
+
+
+def test_cooldown_and_live_slots_bound_the_change(db: Any, redis_client: Any, cluster: str) -> None:
+    topic_id = add_topic(db, cluster, "orders")
+    rising_history(redis_client, cluster, "orders")
+    capped = evaluate_cluster(
+        cluster, json.dumps(SETTINGS), mysql=db, redis=redis_client, evaluation_id="r1", now=NOW, live_slots=3
+    )
+    assert capped.outcomes[0].decision is not None
+    assert (capped.outcomes[0].decision.new_workers, workers_of(db, topic_id)) == (3, 3)
+    # With the default cooldown (600 s), a run 5 minutes later holds despite the rising lag.
+    rising_history(redis_client, cluster, "orders", end=NOW + 300)  # five points since the change
+    held = evaluate_cluster(
+        cluster, json.dumps({"defaults": {"evaluate_every": 1}}), mysql=db, redis=redis_client,
+        evaluation_id="r2", now=NOW + 300,
+    )  # fmt: skip
+    assert held.outcomes[0].decision is not None
+    assert (held.outcomes[0].status, held.outcomes[0].decision.rule) == ("held", "cooldown")
+    assert workers_of(db, topic_id) == 3
+
+
+def test_stale_history_is_not_acted_on(db: Any, redis_client: Any, cluster: str) -> None:
+    topic_id = add_topic(db, cluster, "orders")
+    rising_history(redis_client, cluster, "orders", end=NOW - 3600)  # the monitor stopped an hour ago
+    summary = evaluate_cluster(cluster, json.dumps(SETTINGS), mysql=db, redis=redis_client, evaluation_id="r", now=NOW)
+    assert summary.outcomes[0].decision is not None
+    assert (summary.outcomes[0].status, summary.outcomes[0].decision.rule) == ("held", "insufficient_samples")
+    assert workers_of(db, topic_id) == 2
+
+
+def test_malformed_variable_fails_naming_the_field_and_changes_nothing(
+    db: Any, redis_client: Any, cluster: str, subscriber: Any
+) -> None:
+    topic_id = add_topic(db, cluster, "orders")
+    rising_history(redis_client, cluster, "orders")
+    bad = json.dumps({"defaults": {"evaluate_every": 1, "cooldown_s": 0, "policy": "magic"}})
+    with pytest.raises(ConfigError) as err:
+        evaluate_cluster(cluster, bad, mysql=db, redis=redis_client, evaluation_id="run-bad", now=NOW)
+    assert err.value.field == "defaults.policy"
+    assert err.value.value == "magic"
+    assert "defaults.policy = 'magic'" in str(err.value) and "'hevo', 'keda' or 'capacity'" in str(err.value)
+    assert workers_of(db, topic_id) == 2
+    assert decisions(db, topic_id) == []
+    assert messages(subscriber, 0.3) == []
+    assert redis_client.get(LagStore(redis_client, cluster).evaluated_key("orders")) is None
+
+    with pytest.raises(ConfigError, match=r"topics\.orders\.max_workers"):
+        evaluate_cluster(
+            cluster, '{"topics": {"orders": {"min_workers": 9, "max_workers": 4}}}', mysql=db, redis=redis_client,
+            evaluation_id="run-bad-2", now=NOW,
+        )  # fmt: skip
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        evaluate_cluster(cluster, "{oops", mysql=db, redis=redis_client, evaluation_id="run-bad-3", now=NOW)
+    assert workers_of(db, topic_id) == 2
