@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from typing import Any
@@ -12,7 +13,31 @@ from lagsched.adapters.airflow_api import AirflowAPI, AirflowAPIError
 from lagsched.stack.config import load
 from lagsched.stack.process import ServiceError
 
-DEMO_DAGS = ["lagsched_setup"]
+DEMO_DAGS = ["lagsched_setup", "lagsched_lag_monitor", "lagsched_scaling_evaluator"]
+
+# Uneven volumes, as in the field: one hot topic, one warm, one nearly idle.
+DEMO_TOPICS = {"demo.orders": (8, 120_000), "demo.clicks": (4, 12_000), "demo.audit": (1, 20)}
+
+
+def seed_demo_topics(kafka_config: dict[str, Any]) -> None:
+    """Create the demo topics if missing and produce a batch to each (every run adds more lag)."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    admin = AdminClient(kafka_config)
+    existing = set(admin.list_topics(timeout=10).topics)
+    missing = [NewTopic(name, parts, 1) for name, (parts, _) in DEMO_TOPICS.items() if name not in existing]
+    if missing:
+        for future in admin.create_topics(missing, operation_timeout=30).values():
+            future.result(timeout=30)
+    producer = Producer({**kafka_config, "linger.ms": 50})
+    for name, (_, records) in DEMO_TOPICS.items():
+        for i in range(records):
+            producer.produce(name, key=str(i).encode(), value=b'{"demo": true}')
+            if i % 10_000 == 0:
+                producer.poll(0)
+        print(f"    produced {records:>7,} records to {name}", flush=True)
+    producer.flush(60)
 
 
 def _progress_printer() -> Any:
@@ -37,6 +62,13 @@ def main() -> int:
     except ServiceError as exc:
         print(f"demo: {exc}", file=sys.stderr)
         return 2
+    from lagsched.connections import kafka_config
+    from lagsched.stack.environment import connection_environment
+
+    for key, value in connection_environment(cfg).items():
+        os.environ.setdefault(key, value)
+    print("==> producing demo records (uneven volumes)", flush=True)
+    seed_demo_topics(kafka_config())
     url = f"http://127.0.0.1:{cfg.airflow_port}"
     api = AirflowAPI.for_simple_auth(url, cfg.airflow_home)
     failed = []
@@ -53,6 +85,22 @@ def main() -> int:
         print(f"==> {dag_id}: {state} in {time.monotonic() - started:.0f} s", flush=True)
         if state != "success":
             failed.append(dag_id)
+        elif dag_id == "lagsched_lag_monitor":
+            summary = api.xcom(dag_id, run_id, "measure_lag")
+            print(f"    total lag {summary['total_lag']:,}, lost {summary['total_lost']:,}", flush=True)
+            for topic in summary["top"][:5]:
+                print(f"    {topic['topic']:<20} lag {topic['lag']:>9,}", flush=True)
+        elif dag_id == "lagsched_scaling_evaluator":
+            result = api.xcom(dag_id, run_id, "evaluate_and_apply")
+            for o in result["outcomes"]:
+                if o["topic"].startswith("demo."):
+                    change = f"{o['old']} -> {o['new']}" if o["old"] is not None else ""
+                    print(f"    {o['topic']:<20} {o['status']:<16} {change} {o['reason'] or ''}", flush=True)
+    print(
+        "    (the evaluator decides once the monitor has stored `evaluate_every` measurements;\n"
+        "     the monitor runs every minute, so re-trigger lagsched_scaling_evaluator in a few minutes)",
+        flush=True,
+    )
     password = (cfg.airflow_home / "simple_auth_manager_passwords.json.generated").name
     print(
         f"""

@@ -99,3 +99,8 @@ class AirflowAPI:
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
         answer = self._request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
         return list(answer["task_instances"])
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value") -> Any:
+        """A task's XCom value (its return value by default)."""
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}"
+        return self._request("GET", path)["value"]
