@@ -112,6 +112,22 @@ def mysql_db(empty_mysql_db: Any) -> Any:
 
 
 @pytest.fixture
+def db(mysql_db: Any) -> Iterator[Any]:
+    """An open connection (UTC, READ COMMITTED) to this test's migrated database."""
+    from lagsched.adapters.mysql import connect
+
+    conn = connect(mysql_db)
+    yield conn
+    conn.close()
+
+
+@pytest.fixture
+def cluster() -> str:
+    """A unique registry cluster name, so tests never see each other's topics."""
+    return f"c-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
 def redis_client(stack: StackConfig) -> Iterator[Any]:
     """A client on Redis DB 15, flushed before and after (the demo and DAGs use DB 0)."""
     import redis

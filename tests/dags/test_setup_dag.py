@@ -19,9 +19,7 @@ def setup_dag(stack: Any) -> Any:
     return bag.get_dag("lagsched_setup")
 
 
-def test_setup_dag_succeeds_and_migrates(
-    setup_dag: Any, empty_mysql_db: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_setup_dag_succeeds_and_migrates(setup_dag: Any, empty_mysql_db: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import json
 
     from lagsched.adapters.migrations import discover

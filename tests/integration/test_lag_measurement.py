@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,7 +13,6 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from lagsched.adapters.kafka_offsets import fetch_offsets
 from lagsched.adapters.lag_store import LagRecord, LagStore
-from lagsched.adapters.mysql import connect
 from lagsched.core.config import parse_settings
 from lagsched.core.errors import UnknownTopicError
 from lagsched.core.lag import OffsetSample
@@ -44,18 +43,6 @@ class CountingAdmin:
 @pytest.fixture
 def admin(kafka_config: dict[str, Any]) -> CountingAdmin:
     return CountingAdmin(AdminClient(kafka_config))
-
-
-@pytest.fixture
-def db(mysql_db: Any) -> Iterator[Any]:
-    conn = connect(mysql_db)
-    yield conn
-    conn.close()
-
-
-@pytest.fixture
-def cluster() -> str:
-    return f"c-{uuid.uuid4().hex[:8]}"
 
 
 def register(

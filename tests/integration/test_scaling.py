@@ -12,25 +12,12 @@ from typing import Any
 import pytest
 
 from lagsched.adapters.lag_store import SCALING_CHANNEL, LagRecord, LagStore
-from lagsched.adapters.mysql import connect
 from lagsched.core.errors import ConfigError
 from lagsched.core.evaluator import Decision
 from lagsched.scaling import RegistryTopic, _apply, evaluate_cluster
 
 NOW = 1_790_000_000.0
 SETTINGS = {"defaults": {"evaluate_every": 1, "cooldown_s": 0}}
-
-
-@pytest.fixture
-def db(mysql_db: Any) -> Iterator[Any]:
-    conn = connect(mysql_db)
-    yield conn
-    conn.close()
-
-
-@pytest.fixture
-def cluster() -> str:
-    return f"c-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture
