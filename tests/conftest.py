@@ -41,6 +41,8 @@ def stack() -> Iterator[StackConfig]:
     try:
         local_stack.up(CFG)
     except ServiceError as exc:
+        if not was_up:
+            local_stack.down(CFG)  # stop what did start, so a failed run leaves nothing behind
         # A service that cannot start is a failure, never a skip.
         pytest.fail(f"the local stack could not start: {exc}", pytrace=False)
     yield CFG
