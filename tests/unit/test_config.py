@@ -161,9 +161,10 @@ def test_for_topic_on_an_unchecked_settings_raises_config_error() -> None:
         s.for_topic("t")
 
 
-def test_every_field_is_documented() -> None:
+@pytest.mark.parametrize("doc_path", ["docs/configuration.md", "README.md"])
+def test_every_field_is_documented(doc_path: str) -> None:
     from pathlib import Path
 
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text(encoding="utf-8")
+    doc = (Path(__file__).resolve().parents[2] / doc_path).read_text(encoding="utf-8")
     for name in [*Settings.model_fields, *TopicPolicyConfig.model_fields]:
         assert f"| `{name}` |" in doc, name
