@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from lagsched import stack
-from lagsched.adapters.airflow_api import AirflowAPI, AirflowAPIError
+from lagsched.adapters.airflow_api import PASSWORDS_FILE, AirflowAPI, AirflowAPIError
 from lagsched.stack.config import load
 from lagsched.stack.process import ServiceError
 
@@ -101,10 +101,9 @@ def main() -> int:
         "     the monitor runs every minute, so re-trigger lagsched_scaling_evaluator in a few minutes)",
         flush=True,
     )
-    password = (cfg.airflow_home / "simple_auth_manager_passwords.json.generated").name
     print(
         f"""
-Airflow UI:  {url}   (user: admin, password: in {cfg.airflow_home / password})
+Airflow UI:  {url}   (user: admin, password: in {cfg.airflow_home / PASSWORDS_FILE})
 DAGs:        {url}/dags?tags=lagsched
 Logs:        {cfg.logs}/   (services)  {cfg.airflow_home / "logs"}/  (task logs)
 Stop it all: make stack-down

@@ -38,3 +38,12 @@ def test_malformed_file_name_is_refused(tmp_path: Path) -> None:
     (tmp_path / "create_tables.sql").write_text("SELECT 1;")
     with pytest.raises(MigrationError, match="must be named"):
         discover(tmp_path)
+
+
+def test_health_probe_reports_skip_locked_on_mariadb(mysql_db: Any) -> None:
+    from lagsched.adapters.health import check_mysql
+
+    health = check_mysql(mysql_db)
+    assert "MariaDB" in health["version"]
+    assert health["skip_locked"] is True  # MariaDB 10.11 >= 10.6
+    assert health["database"] == mysql_db.database

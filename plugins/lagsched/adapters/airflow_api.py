@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 FINISHED = {"success", "failed"}
+# Where Airflow's simple auth manager writes the passwords it generates, under AIRFLOW_HOME.
+PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
 
 
 class AirflowAPIError(RuntimeError):
@@ -27,7 +29,7 @@ class AirflowAPI:
     @classmethod
     def for_simple_auth(cls, base_url: str, airflow_home: Path, username: str = "admin") -> AirflowAPI:
         """Log in with the password the simple auth manager generated for ``username``."""
-        path = airflow_home / "simple_auth_manager_passwords.json.generated"
+        path = airflow_home / PASSWORDS_FILE
         passwords = json.loads(path.read_text())
         return cls(base_url, username, passwords[username])
 

@@ -20,6 +20,7 @@ def check_kafka(config: Mapping[str, Any], timeout_s: float = 10.0) -> dict[str,
 def check_mysql(params: MySQLParams) -> dict[str, Any]:
     """Server version and whether it supports ``SKIP LOCKED``."""
     from lagsched.adapters.mysql import connect
+    from lagsched.core.claims import parse_server_version, supports_skip_locked
 
     conn = connect(params)
     try:
@@ -29,7 +30,8 @@ def check_mysql(params: MySQLParams) -> dict[str, Any]:
     finally:
         conn.close()
     version = str(row[0]) if row else "unknown"
-    return {"version": version, "database": params.database}
+    skip_locked = supports_skip_locked(parse_server_version(version)) if row else False
+    return {"version": version, "database": params.database, "skip_locked": skip_locked}
 
 
 def check_redis(params: RedisParams) -> dict[str, Any]:

@@ -56,10 +56,6 @@ class StackConfig:
         return self.home / "airflow"
 
     @property
-    def mysql_socket(self) -> Path:
-        return self.run / "mysqld.sock"
-
-    @property
     def secrets_file(self) -> Path:
         return self.home / "secrets.env"
 
