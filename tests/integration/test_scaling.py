@@ -169,10 +169,12 @@ def test_cooldown_and_live_slots_bound_the_change(db: Any, redis_client: Any, cl
     )
     assert capped.outcomes[0].decision is not None
     assert (capped.outcomes[0].decision.new_workers, workers_of(db, topic_id)) == (3, 3)
-    # With the default cooldown (600 s), a run 5 minutes later holds despite the rising lag.
+    # With a 600 s scale-up cooldown, a run 5 minutes later holds despite the rising lag: the
+    # cooldown counts from the change the first run stored.
     rising_history(redis_client, cluster, "orders", end=NOW + 300)  # five points since the change
     held = evaluate_cluster(
-        cluster, json.dumps({"defaults": {"evaluate_every": 1}}), mysql=db, redis=redis_client,
+        cluster, json.dumps({"defaults": {"evaluate_every": 1, "scale_up_cooldown_s": 600}}), mysql=db,
+        redis=redis_client,
         evaluation_id="r2", now=NOW + 300,
     )  # fmt: skip
     assert held.outcomes[0].decision is not None

@@ -23,9 +23,15 @@ def test_empty_object_gives_documented_defaults() -> None:
         5,
         3,
     )
-    assert (d.cooldown_s, d.hysteresis, d.min_workers, d.max_workers, d.drain_target_s) == (600.0, 0.1, 1, 32, 900.0)
-    assert d.no_offset_policy == "earliest"
-    assert d.lag_threshold == d.max_lag  # keda threshold defaults to max_lag
+    assert (d.cooldown_s, d.scale_up_cooldown_s, d.hysteresis, d.min_workers, d.max_workers) == (
+        300.0,
+        180.0,
+        0.1,
+        1,
+        32,
+    )
+    assert (d.drain_target_s, d.no_offset_policy) == (900.0, "earliest")
+    assert d.lag_threshold == 12_500  # keda: the backlog one worker (50k/h) drains in drain_target_s (900)
     assert (s.measure_every_s, s.sample_window, s.sample_ttl_s) == (60.0, 120, 7200.0)
 
 

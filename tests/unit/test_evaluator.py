@@ -24,6 +24,7 @@ BASE = TopicPolicyConfig(
     max_workers=16,
     drain_target_s=600,
     per_worker_rate=10.0,
+    keda_lag_threshold=10_000,
 )
 HOUR = 3600.0
 DAY = 86400.0
@@ -156,7 +157,15 @@ CASES = [
         ingress_rate=10.0,
     ),
     # keda
-    Case("keda ceil(lag / max_lag)", [65_000] * 5, 7, "keda_target", policy="keda"),
+    Case("keda ceil(lag / keda_lag_threshold)", [65_000] * 5, 7, "keda_target", policy="keda"),
+    Case(
+        "keda threshold defaults to per_worker_rate x drain_target_s: ceil(65000 / 6000)",
+        [65_000] * 5,
+        11,
+        "keda_target",
+        policy="keda",
+        config={"keda_lag_threshold": None},
+    ),
     Case(
         "keda with its own threshold",
         [5_500] * 5,
@@ -170,7 +179,7 @@ CASES = [
     Case("keda ignores retention", [5_000] * 5, 1, "keda_target", policy="keda", retention_s=HOUR, time_lag_s=3_000),
     # capacity
     Case(
-        "capacity ceil above the band middle: (50 + 6000/600) / 10",
+        "capacity above the band middle drains: ceil(50/10 + (6000 - 1000) / (600 * 10))",
         [6_000] * 5,
         6,
         "capacity_target",
@@ -178,7 +187,7 @@ CASES = [
         ingress_rate=50.0,
     ),
     Case(
-        "capacity floor within min_lag: (47 + 500/600) / 10 = 4.78",
+        "capacity within min_lag runs saturated: floor(47/10)",
         [500] * 5,
         4,
         "capacity_target",
@@ -187,13 +196,32 @@ CASES = [
         ingress_rate=47.0,
     ),
     Case(
-        "capacity between min_lag and the middle keeps a count in [floor, ceil]",
+        "capacity between min_lag and the band middle holds a count above what the ingress needs",
         [3_000] * 5,
-        6,
+        9,
         "capacity_target",
         policy="capacity",
         workers=9,
         ingress_rate=50.0,
+    ),
+    Case(
+        "capacity between min_lag and the band middle raises a count below floor(ingress / rate)",
+        [3_000] * 5,
+        5,
+        "capacity_target",
+        policy="capacity",
+        workers=3,
+        ingress_rate=57.0,
+    ),
+    Case(
+        "capacity is exempt from the relative hysteresis: 23 -> 21 at lag 0",
+        [0] * 5,
+        21,
+        "capacity_target",
+        policy="capacity",
+        workers=23,
+        ingress_rate=216.0,
+        config={"max_workers": 32},
     ),
     Case(
         "capacity uses the observed worker rate",
@@ -234,8 +262,24 @@ CASES = [
         config={"min_workers": 3},
     ),
     # cooldown and hysteresis
-    Case("cooldown holds a change", rising(20_000, 1_000, 7), 4, "cooldown", change_ago_s=300),
-    Case("cooldown elapsed: change", rising(20_000, 1_000, 11), 5, "scale_up_rising", change_ago_s=600),
+    Case("cooldown holds a scale-down", [0] * 7, 4, "cooldown", change_ago_s=300),
+    Case("cooldown elapsed: scale down", [0] * 11, 1, "scale_down_low", change_ago_s=600),
+    Case(
+        "scale_up_cooldown_s holds a scale-up",
+        rising(20_000, 1_000, 7),
+        4,
+        "cooldown",
+        change_ago_s=120,
+        config={"scale_up_cooldown_s": 180, "min_samples": 3},
+    ),
+    Case(
+        "a scale-up waits scale_up_cooldown_s, not cooldown_s",
+        rising(20_000, 1_000, 7),
+        5,
+        "scale_up_rising",
+        change_ago_s=300,
+        config={"scale_up_cooldown_s": 180},
+    ),
     Case("hysteresis holds a small target change", [105_000] * 5, 10, "hysteresis", policy="keda", workers=10),
     Case("hysteresis lets a large target change through", [125_000] * 5, 13, "keda_target", policy="keda", workers=10),
     Case("hysteresis does not freeze hevo's steps", rising(20_000, 1_000), 13, "scale_up_rising", workers=12),

@@ -12,7 +12,8 @@ import pytest
 
 from lagsched.core.config import TopicPolicyConfig
 from lagsched.sim.cli import add_arguments, plot_path, run
-from lagsched.sim.engine import Run, simulate
+from lagsched.sim.engine import DEFAULT_REBALANCE_PAUSE_S, Run, simulate
+from lagsched.sim.keda import KedaHpa
 from lagsched.sim.report import is_lag_stable, judge, results_json, run_grid
 from lagsched.sim.traces import HOUR, TRACES, WORKER_RATE, Rates, Trace
 
@@ -100,7 +101,10 @@ def test_keda_lag_grows_with_its_workers_on_the_ramp(ramp_runs: dict[str, Run]) 
     # ceil(lag / threshold) needs lag ~ threshold x workers to hold its workers: the known
     # weakness the other policies fix.
     keda = ramp_runs["keda"]
-    assert keda.lag[-1] > 5 * TopicPolicyConfig().max_lag
+    q = keda.lag.size // 4
+    assert keda.lag[3 * q :].mean() > 2 * keda.lag[q : 2 * q].mean()  # more workers, more lag
+    # The HPA holds w replicas only while lag > threshold x (w - 1), less its 10 % tolerance.
+    assert keda.lag[-1] >= 0.9 * TopicPolicyConfig().lag_threshold * (keda.workers[-1] - 1)
 
 
 def test_results_json_shape_and_judge(ramp_runs: dict[str, Run]) -> None:
@@ -148,3 +152,26 @@ def test_cli_rejects_bad_settings(tmp_path: Path, capsys: pytest.CaptureFixture[
 )
 def test_plot_path(pattern: str, expected: str) -> None:
     assert plot_path(pattern, "spike") == Path(expected)
+
+
+def test_keda_hpa_follows_the_hpa_defaults() -> None:
+    hpa = KedaHpa(lag_threshold=1_000, min_replicas=1, max_replicas=12)
+    assert hpa.decide(10_500, 10, 0.0) == 10  # 10,500 / (1,000 x 10) is within the 10 % tolerance
+    assert hpa.decide(40_000, 2, 60.0) == 6  # wants 40, but +4 pods or +100 % per 60 s
+    assert hpa.decide(500_000, 6, 120.0) == 12  # capped at max_replicas (the partitions)
+    # Scale-down: the highest recommendation of the last 300 s (12, at t = 120) holds until it ages out.
+    assert [hpa.decide(0, 12, t) for t in (180.0, 400.0, 421.0)] == [12, 12, 1]
+
+
+def test_runtime_pause_stops_only_started_workers_equal_pause_stops_all() -> None:
+    trace = small_trace(rate=40.0, retention_s=HOUR, hours=2.0, partitions=8)
+    config = TopicPolicyConfig(policy="capacity")
+    runtime = simulate(trace, config, pause_model="runtime")
+    equal = simulate(trace, config, pause_model="equal")
+    change = int(np.flatnonzero(np.diff(runtime.workers))[0])  # last tick before the first change
+    assert np.array_equal(runtime.workers[: change + 2], equal.workers[: change + 2])
+    old, new = int(runtime.workers[change]), int(runtime.workers[change + 1])
+    assert new > old
+    # The tick after a scale-up: 'equal' stops all `new` workers for 30 s, 'runtime' the started ones.
+    lost = equal.lag[change + 1] - runtime.lag[change + 1]
+    assert lost == pytest.approx(old * DEFAULT_REBALANCE_PAUSE_S * WORKER_RATE, abs=2)

@@ -6,27 +6,41 @@ import importlib
 import sys
 import time
 
-# The simulator is a benchmark of policies, not of speed; claims needs the running stack (make bench starts it).
-BENCHMARKS = ["lagsched.bench.assignment", "lagsched.bench.claims", "lagsched.sim.__main__"]
+RESULTS = "bench/results"
+# The simulator is a benchmark of policies, not of speed: once with each pause model, with the KEDA
+# threshold sweep. Claims needs the running stack (make bench starts it).
+BENCHMARKS: list[tuple[str, list[str]]] = [
+    ("lagsched.bench.assignment", []),
+    ("lagsched.bench.claims", []),
+    ("lagsched.sim.__main__", ["--keda-sweep", f"{RESULTS}/simulation_keda_sweep.json"]),
+    (
+        "lagsched.sim.__main__",
+        [
+            "--pause-model",
+            "equal",
+            "--out",
+            f"{RESULTS}/simulation_equal_pause.json",
+            "--no-plot",
+            "--keda-sweep",
+            f"{RESULTS}/simulation_keda_sweep_equal_pause.json",
+        ],
+    ),
+]
 
 
 def main(argv: list[str] | None = None) -> int:
-    wanted = argv if argv else BENCHMARKS
+    """Run the benchmarks named in `argv` (module names; default: all of `BENCHMARKS`)."""
+    wanted = [(name, args) for name, args in BENCHMARKS if not argv or name in argv]
     failed = []
-    for name in wanted:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            print(f"==> {name}: not built yet, skipped", flush=True)
-            continue
-        print(f"==> {name}", flush=True)
+    for name, args in wanted:
+        module = importlib.import_module(name)
+        label = " ".join([name, *args])
+        print(f"==> {label}", flush=True)
         started = time.monotonic()
-        code = int(module.main([]))
-        print(f"==> {name}: exit {code} after {time.monotonic() - started:.1f} s\n", flush=True)
+        code = int(module.main(args))
+        print(f"==> {label}: exit {code} after {time.monotonic() - started:.1f} s\n", flush=True)
         if code != 0:
-            failed.append(name)
+            failed.append(label)
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0

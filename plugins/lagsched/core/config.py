@@ -60,16 +60,22 @@ class TopicPolicyConfig(BaseModel):
     )
     evaluate_every: int = Field(default=3, ge=1, description="Evaluate once every this many measurement runs.")
     cooldown_s: float = Field(
-        default=600.0,
+        default=300.0,
         ge=0,
-        description="Seconds after a change during which no other change is made (the data-loss override excepted).",
+        description="Seconds after a change before a scale-down (the data-loss override excepted).",
+    )
+    scale_up_cooldown_s: float = Field(
+        default=180.0,
+        ge=0,
+        description="Seconds after a change before a scale-up (the data-loss override excepted); short, because "
+        "a lag that outruns the workers costs more than one change too many.",
     )
     hysteresis: float = Field(
         default=0.1,
         ge=0,
         lt=1,
-        description="For the target policies (keda, capacity): ignore a change of at most this fraction of the "
-        "current workers. The hevo policy's min/max lag band is its hysteresis.",
+        description="For the keda policy: ignore a change of at most this fraction of the current workers. "
+        "The hevo and capacity policies' min/max lag band is their hysteresis.",
     )
     min_workers: int = Field(default=1, ge=0, description="Never fewer workers than this.")
     max_workers: int = Field(default=32, ge=1, description="Never more workers than this (also capped by partitions).")
@@ -78,7 +84,10 @@ class TopicPolicyConfig(BaseModel):
         default="earliest", description="Start of a partition with no committed offset."
     )
     keda_lag_threshold: int | None = Field(
-        default=None, ge=1, description="Records of lag per worker for the 'keda' policy; null means max_lag."
+        default=None,
+        ge=1,
+        description="Records of lag per worker for the 'keda' policy; null means per_worker_rate x drain_target_s "
+        "(the backlog one worker drains within the drain target).",
     )
     per_worker_rate: float = Field(
         default=_WORKER_HOUR, gt=0, description="Records/s one worker consumes, used until one has been observed."
@@ -131,8 +140,12 @@ class TopicPolicyConfig(BaseModel):
 
     @property
     def lag_threshold(self) -> int:
-        """The 'keda' policy's records of lag per worker: ``keda_lag_threshold`` or ``max_lag``."""
-        return self.keda_lag_threshold if self.keda_lag_threshold is not None else self.max_lag
+        """The 'keda' policy's records of lag per worker: ``keda_lag_threshold``, else the backlog one
+        worker drains within ``drain_target_s`` (12,500 with the defaults), the sizing that gives the
+        KEDA rule the same goal as the capacity policy."""
+        if self.keda_lag_threshold is not None:
+            return self.keda_lag_threshold
+        return max(1, round(self.per_worker_rate * self.drain_target_s))
 
 
 class Settings(BaseModel):

@@ -15,10 +15,12 @@ Steps, in order; the first that settles the matter wins:
    already copes and shrinking then regrowing would be churn). When partitions < min_workers,
    partitions win: extra workers could own nothing. A current count outside the configured bounds
    is corrected at once, whatever the cooldown;
-4. **cooldown**: no change within ``cooldown_s`` of the last one, unless forced (data-loss risk);
-5. **hysteresis**: for a policy that computes a target worker count from measurements (keda,
-   capacity), no change when ``|new - old| <= hysteresis * old``, unless forced. The hevo policy's
-   steps are exempt: its min/max lag band is its hysteresis.
+4. **cooldown**: no scale-up within ``scale_up_cooldown_s`` of the last change and no scale-down
+   within ``cooldown_s`` of it, unless forced (data-loss risk). Up fast, down slowly, as a
+   Kubernetes HPA does: a lag outrunning the workers costs more than a worker kept a while longer;
+5. **hysteresis**: for the keda policy, whose target moves with every measurement, no change when
+   ``|new - old| <= hysteresis * old``, unless forced. The hevo and capacity policies are exempt:
+   their min/max lag band is their hysteresis.
 
 Example:
     >>> from lagsched.core.config import TopicPolicyConfig
@@ -159,12 +161,15 @@ def evaluate(snapshot: TopicSnapshot, config: TopicPolicyConfig, now: float) -> 
 
     if not proposal.forced and snapshot.last_change_at is not None:
         since = now - snapshot.last_change_at
-        if since < config.cooldown_s:
+        name, wait = (
+            ("scale_up_cooldown_s", config.scale_up_cooldown_s) if new > old else ("cooldown_s", config.cooldown_s)
+        )
+        if since < wait:
             return decide(
                 old,
                 "cooldown",
                 f"would go {old} -> {new} ({proposal.reason}) but the last change was {since:.0f}s ago, "
-                f"cooldown_s {config.cooldown_s:.0f}",
+                f"{name} {wait:.0f}",
             )
     if proposal.is_target and not proposal.forced and abs(new - old) <= config.hysteresis * old:
         return decide(

@@ -10,8 +10,9 @@ through the same evaluator.
   step up; below ``min_lag``, or falling faster than needed, step down; the step size comes from the
   topic's retention (`retention_steps`); a time lag near retention forces a step up.
 * ``keda``: KEDA's Kafka scaler rule, ``ceil(lag / lagThreshold)``, as a baseline.
-* ``capacity``: the workers needed to absorb the ingress rate *and* drain the backlog within
-  ``drain_target_s``, at the per-worker rate actually observed.
+* ``capacity``: the workers the ingress rate needs at the per-worker rate actually observed, with
+  the lag between ``min_lag`` and the middle of the band as a buffer that keeps every worker busy;
+  above it, enough to drain the backlog within ``drain_target_s``.
 """
 
 from __future__ import annotations
@@ -119,8 +120,8 @@ class Proposal:
         reason: the same in words, with the numbers, for the decision log.
         forced: True when the proposal must bypass cooldown and hysteresis (data-loss risk).
         is_target: True when `workers` is a target computed from a measurement (keda, capacity), so
-            measurement noise can move it and the evaluator's hysteresis applies; False for a
-            step of a threshold policy (hevo), whose min/max lag band already is the hysteresis
+            measurement noise can move it and the evaluator's hysteresis applies (keda); False when
+            the policy's min/max lag band already is the hysteresis (hevo's steps, capacity)
             (applying a relative hysteresis to a fixed step would freeze it once the step is
             smaller than ``hysteresis * workers``).
     """
@@ -344,40 +345,52 @@ def keda_policy(snapshot: TopicSnapshot, config: TopicPolicyConfig, trend: Trend
 
 
 def capacity_policy(snapshot: TopicSnapshot, config: TopicPolicyConfig, trend: Trend) -> Proposal:
-    """Workers needed to keep up with ingress and drain the backlog within ``drain_target_s``.
+    """Workers from the ingress rate, with the lag as a buffer between ``min_lag`` and the band top.
 
-    ``x = (ingress_rate + lag / drain_target_s) / worker_rate``, with the observed per-worker rate
-    (or the configured fallback). Above ``min_lag`` the target is ``ceil(x)``: enough to drain.
-    At or below ``min_lag`` it is ``floor(x)``: the backlog a user has declared small absorbs the
-    fraction of a worker, so the workers run saturated instead of paying for an idle fraction; the
-    lag then creeps up to ``min_lag`` and the target rounds up again (the time-averaged worker
-    count approaches ``x``). A data-loss risk forces at least a retention-sized step up. Without an
-    ingress rate yet, it holds.
+    With ``x = ingress_rate / w`` (the workers the ingress needs at the observed per-worker rate
+    ``w``), ``D = drain_target_s`` and ``top = (min_lag + max_lag) / 2``:
+
+    * lag above ``top``: ``ceil(x + (lag - min_lag) / (D * w))``, enough to absorb the ingress and
+      bring the lag back to ``min_lag`` within D;
+    * lag at or below ``min_lag``: ``floor(x)``, so every worker runs saturated and the fraction of
+      a worker the ingress needs beyond that is taken from the buffer; the lag climbs slowly until
+      it crosses ``top``, which is what makes changes rare;
+    * in between: the current count, raised to ``floor(x)`` if it cannot even keep up with the
+      ingress. A count above what draining needs is kept on purpose: while there is a backlog every
+      worker is busy, so holding costs nothing, and stepping down mid-drain would be a change too many.
+
+    The lag band is this policy's hysteresis, so the evaluator's relative one does not apply (at 23
+    workers it would hold an idle 2 for hours). A data-loss risk forces at least a retention-sized
+    step up. Without an ingress rate yet, it holds.
     """
     rate = _worker_rate(snapshot, config)
     if snapshot.ingress_rate is None:
         if has_data_loss_risk(snapshot, config):
             return _data_loss_proposal(snapshot, config, at_least=0)
         return Proposal(snapshot.workers, "hold_no_rate", "no ingress rate measured yet")
-    need = snapshot.ingress_rate + snapshot.lag / config.drain_target_s
-    exact = need / rate
-    up, down = math.ceil(exact - 1e-9), math.floor(exact + 1e-9)  # 1e-9: an exact fit is not rounded
-    middle = (config.min_lag + config.max_lag) // 2
-    if snapshot.lag >= middle:
-        want, rounding = up, f"ceil, lag at or above {middle}"
-    elif snapshot.lag <= config.min_lag:
-        want, rounding = down, f"floor, lag within min_lag {config.min_lag}"
+    lag = snapshot.lag
+    steady = snapshot.ingress_rate / rate
+    excess = max(0, lag - config.min_lag)
+    drain = steady + excess / (config.drain_target_s * rate)
+    floor_, ceil_ = math.floor(steady + 1e-9), math.ceil(drain - 1e-9)  # 1e-9: an exact fit is not rounded
+    top = (config.min_lag + config.max_lag) // 2
+    if lag > top:
+        want, why = (
+            ceil_,
+            f"lag {lag} above {top}: drain to min_lag {config.min_lag} within {config.drain_target_s:.0f}s",
+        )
+    elif lag <= config.min_lag:
+        want, why = floor_, f"lag {lag} within min_lag {config.min_lag}: run saturated on the buffer"
     else:
-        want = min(max(snapshot.workers, down), up)
-        rounding = f"between floor and ceil, lag between min_lag {config.min_lag} and {middle}"
+        want = max(snapshot.workers, floor_)
+        why = f"lag {lag} between min_lag {config.min_lag} and {top}: hold, at least {floor_}"
     if has_data_loss_risk(snapshot, config):
         return _data_loss_proposal(snapshot, config, at_least=want)
     return Proposal(
         want,
         "capacity_target",
-        f"(ingress {snapshot.ingress_rate:.1f} rec/s + lag {snapshot.lag} / {config.drain_target_s:.0f}s) "
-        f"/ {rate:.1f} rec/s per worker = {exact:.2f} -> {want} ({rounding})",
-        is_target=True,
+        f"ingress {snapshot.ingress_rate:.1f} rec/s / {rate:.1f} rec/s per worker = {steady:.2f} workers; {why} "
+        f"-> {want}",
     )
 
 

@@ -19,8 +19,18 @@ from pathlib import Path
 
 from lagsched.core.config import TopicPolicyConfig, parse_settings
 from lagsched.core.errors import ConfigError
-from lagsched.sim.engine import DEFAULT_REBALANCE_PAUSE_S
-from lagsched.sim.report import POLICY_NAMES, format_table, judge, plot_trace, results_json, run_grid
+from lagsched.sim.engine import DEFAULT_REBALANCE_PAUSE_S, PAUSE_MODELS
+from lagsched.sim.report import (
+    KEDA_SWEEP,
+    POLICY_NAMES,
+    format_sweep,
+    format_table,
+    judge,
+    keda_sweep,
+    plot_trace,
+    results_json,
+    run_grid,
+)
 from lagsched.sim.traces import TRACES
 
 __all__ = ["DEFAULT_OUT", "DEFAULT_PLOT", "add_arguments", "plot_path", "run"]
@@ -54,13 +64,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--keda-lag-threshold",
         type=int,
-        help="lag per worker of the KEDA-style baseline (default: the settings' keda_lag_threshold, else max_lag)",
+        help="lagThreshold of the KEDA baseline (default: the settings' keda_lag_threshold, else "
+        "per_worker_rate x drain_target_s)",
+    )
+    parser.add_argument(
+        "--keda-sweep",
+        metavar="FILE",
+        help="also run the KEDA baseline at lagThreshold "
+        f"{', '.join(str(t) for t in KEDA_SWEEP)} and write its figures and the wins there",
     )
     parser.add_argument(
         "--rebalance-pause-s",
         type=float,
         default=DEFAULT_REBALANCE_PAUSE_S,
-        help=f"consumption seconds every change of worker count costs (default {DEFAULT_REBALANCE_PAUSE_S:g})",
+        help=f"consumption seconds a change of worker count costs each worker it stops "
+        f"(default {DEFAULT_REBALANCE_PAUSE_S:g})",
+    )
+    parser.add_argument(
+        "--pause-model",
+        choices=PAUSE_MODELS,
+        default="runtime",
+        help="who pays that pause: 'runtime' (lagsched's started workers; all of KEDA's consumer group), "
+        "or 'equal' (the whole group, for every policy); see docs/simulator.md",
     )
     parser.add_argument("--check", action="store_true", help="exit 1 unless the done-when targets are met")
 
@@ -85,7 +110,9 @@ def run(args: argparse.Namespace) -> int:
     if args.keda_lag_threshold is not None:
         config = config.model_copy(update={"keda_lag_threshold": args.keda_lag_threshold})
     traces = args.trace or list(TRACES)
-    runs = run_grid(traces, POLICY_NAMES, config, rebalance_pause_s=args.rebalance_pause_s)
+    runs = run_grid(
+        traces, POLICY_NAMES, config, rebalance_pause_s=args.rebalance_pause_s, pause_model=args.pause_model
+    )
     payload = results_json(runs)
 
     out = Path(args.out)
@@ -96,6 +123,12 @@ def run(args: argparse.Namespace) -> int:
             plot_trace(trace, by_policy, config.max_lag, plot_path(args.plot, trace))
 
     verdict = judge(runs, config.max_lag)
+    sweep = None
+    if args.keda_sweep:
+        sweep = keda_sweep(runs, config, rebalance_pause_s=args.rebalance_pause_s, pause_model=args.pause_model)
+        sweep_path = Path(args.keda_sweep)
+        sweep_path.parent.mkdir(parents=True, exist_ok=True)
+        sweep_path.write_text(json.dumps(sweep, indent=2) + "\n", encoding="utf-8")
     if args.json:
         print(json.dumps(payload, indent=2))
     else:
@@ -109,6 +142,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"best policy: {verdict.best_policy}; target (>= 3 of 4 traces) met: {verdict.target_met}")
         if verdict.hevo_ramp_stable is not None:
             print(f"hevo policy's lag stabilises on hevo_ramp: {verdict.hevo_ramp_stable}")
+        if sweep is not None:
+            print()
+            print(format_sweep(sweep))
         print(f"figures written to {out}")
     if args.check and not (verdict.target_met and verdict.hevo_ramp_stable is not False):
         return 1

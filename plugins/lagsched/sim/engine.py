@@ -6,14 +6,14 @@ Each tick (one measurement run, a minute by default):
 2. retention advances the log start to the first record younger than ``retention_s``; the real
    `lagsched.core.lag.measure_partition_lag` reports records below it that were never read as lost,
    and the consumer resumes at the log start (``auto.offset.reset = earliest``);
-3. the workers consume ``min(workers, partitions) * worker_rate`` records/s for the tick, less the
-   ``rebalance_pause_s`` that every change of worker count costs (running jobs store their offsets,
-   stop and re-claim, as in Hevo);
+3. the workers consume ``min(workers, partitions) * worker_rate`` records/s for the tick, less what
+   the last change of worker count cost (``rebalance_pause_s``, see `PauseModel`);
 4. the monitor measures: lag (real `measure_partition_lag`), time lag (real `estimate_time_lag`
    over a real `SampleWindow` of high-watermark samples), ingress rate (real `ingress_rate`) and the
    per-worker rate observed while the workers had a backlog throughout;
-5. every ``evaluate_every`` ticks the real `lagsched.core.evaluator.evaluate` decides, and a change
-   takes effect from the next tick.
+5. every ``evaluate_every`` ticks the real `lagsched.core.evaluator.evaluate` decides (or, for the
+   KEDA baseline, `lagsched.sim.keda.KedaHpa` every tick), and a change takes effect from the next
+   tick.
 
 The topic is modelled as one aggregate partition for offsets (FIFO by production time), so the
 *true* time lag of the oldest unread record is known exactly; it, not the estimate, is what the
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -38,12 +39,28 @@ from lagsched.core.lag import (
     ingress_rate,
     measure_partition_lag,
 )
+from lagsched.sim.keda import KedaHpa
 from lagsched.sim.traces import Trace
 
-__all__ = ["Figures", "Run", "simulate"]
+__all__ = ["DEFAULT_REBALANCE_PAUSE_S", "PAUSE_MODELS", "Figures", "PauseModel", "Run", "simulate"]
 
 DEFAULT_REBALANCE_PAUSE_S = 30.0
-"""Seconds of consumption a change of worker count costs: jobs store offsets, stop, re-claim."""
+"""Seconds of consumption a change of worker count costs the workers it stops."""
+
+PauseModel = Literal["runtime", "equal"]
+"""Who pays `DEFAULT_REBALANCE_PAUSE_S` (or the ``rebalance_pause_s`` given) on a change of workers.
+
+``runtime`` (the default) charges each runtime what it really stops. lagsched's workers claim
+partition rows in MySQL and keep their claims across a change, so only a *started* worker loses the
+pause (it starts and claims); the others go on. The KEDA baseline's replicas are one Kafka consumer
+group, and a Java consumer with the default ``group.protocol=classic`` and the default assignors
+(``RangeAssignor`` first) rebalances eagerly: every member revokes its partitions and stops until
+the group has re-formed, so every replica loses the pause on every change.
+
+``equal`` charges every policy the whole group's pause on every change, as if lagsched stopped and
+restarted all its jobs (Hevo's behaviour); it compares the policies with the runtimes set aside.
+"""
+PAUSE_MODELS: tuple[PauseModel, ...] = ("runtime", "equal")
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +129,8 @@ def simulate(
     *,
     sample_window: int = 120,
     rebalance_pause_s: float = DEFAULT_REBALANCE_PAUSE_S,
+    keda: KedaHpa | None = None,
+    pause_model: PauseModel = "runtime",
 ) -> Run:
     """Run `trace` under `config` (its ``policy`` picks the policy) and return the figures.
 
@@ -119,7 +138,10 @@ def simulate(
         trace: the simulated topic.
         config: the topic's settings, as the evaluator would get them.
         sample_window: high-watermark samples kept for the time-lag estimate (``Settings.sample_window``).
-        rebalance_pause_s: consumption seconds lost on the tick after each change.
+        rebalance_pause_s: consumption seconds a change costs each worker it stops (see `PauseModel`).
+        keda: when given, this KEDA/HPA model decides every tick instead of the evaluator, and its
+            changes stop the whole group.
+        pause_model: who pays the pause on the evaluator's changes, see `PauseModel`.
     """
     times, produced = trace.ingress()
     cumulative = np.cumsum(produced)
@@ -135,7 +157,7 @@ def simulate(
     lost_total = 0
     changes = 0
     last_change_at: float | None = None
-    pause_next = False
+    stopped_next = 0  # workers that lose rebalance_pause_s of the next tick
     window = SampleWindow(max_samples=sample_window)
     lag_history: deque[LagPoint] = deque(maxlen=sample_window)
     consumed_log: deque[tuple[float, int, int, bool]] = deque(maxlen=config.window)  # (t, consumed, workers, busy)
@@ -156,9 +178,9 @@ def simulate(
         position = before.position
 
         active = min(workers, trace.partitions)
-        seconds = dt - rebalance_pause_s if pause_next else dt
-        pause_next = False
-        capacity = int(active * trace.worker_rate * max(0.0, seconds))
+        worker_seconds = active * dt - min(stopped_next, active) * min(rebalance_pause_s, dt)
+        stopped_next = 0
+        capacity = int(trace.worker_rate * worker_seconds)
         committed = min(latest, position + capacity)
         consumed_total += committed - position
         worker_series[i] = workers
@@ -177,6 +199,13 @@ def simulate(
         consumed_log.append((now, consumed_total, active, lag > 0))
         observed_rate = _observe_worker_rate(consumed_log, observed_rate)
 
+        if keda is not None:
+            new_workers = keda.decide(lag, workers, now)
+            if new_workers != workers:
+                stopped_next = min(new_workers, trace.partitions)  # an eager rebalance stops the group
+                workers = new_workers
+                changes += 1
+            continue
         if not is_evaluation_due(i + 1, config):
             continue
         recent = window.samples[-config.window :]
@@ -194,10 +223,11 @@ def simulate(
         )
         decision = evaluate(snapshot, config, now)
         if decision.changed:
+            next_active = min(decision.new_workers, trace.partitions)
+            stopped_next = next_active if pause_model == "equal" else max(0, next_active - active)
             workers = decision.new_workers
             last_change_at = now
             changes += 1
-            pause_next = True
 
     figures = Figures(
         peak_lag=int(lag_series.max(initial=0.0)),

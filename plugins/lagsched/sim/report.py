@@ -8,21 +8,29 @@ from pathlib import Path
 from typing import Any
 
 from lagsched.core.config import PolicyName, TopicPolicyConfig
-from lagsched.sim.engine import DEFAULT_REBALANCE_PAUSE_S, Run, simulate
+from lagsched.sim.engine import DEFAULT_REBALANCE_PAUSE_S, PauseModel, Run, simulate
+from lagsched.sim.keda import KedaHpa
 from lagsched.sim.traces import TRACES
 
 __all__ = [
+    "KEDA_SWEEP",
     "POLICY_NAMES",
     "Verdict",
+    "format_sweep",
     "format_table",
     "is_lag_stable",
     "judge",
+    "keda_sweep",
     "plot_trace",
     "results_json",
     "run_grid",
 ]
 
 POLICY_NAMES: tuple[PolicyName, ...] = ("hevo", "keda", "capacity")
+
+KEDA_SWEEP: tuple[int, ...] = (10, 5_000, 12_500, 25_000, 100_000)
+"""KEDA ``lagThreshold`` values `keda_sweep` tries by default: KEDA's own default (10), a fraction
+of, equal to, and multiples of the default 12,500 (one worker's backlog for the drain target)."""
 
 
 def run_grid(
@@ -32,21 +40,34 @@ def run_grid(
     *,
     sample_window: int = 120,
     rebalance_pause_s: float = DEFAULT_REBALANCE_PAUSE_S,
+    pause_model: PauseModel = "runtime",
 ) -> dict[str, dict[str, Run]]:
-    """Simulate every trace under every policy, all with the same settings but ``policy``."""
+    """Simulate every trace under every policy, all with the same settings but ``policy``.
+
+    ``keda`` is the KEDA/HPA model (`lagsched.sim.keda.KedaHpa`) with ``lagThreshold`` =
+    ``base.lag_threshold`` and the same worker bounds; the others run through the real evaluator.
+    """
     config = base if base is not None else TopicPolicyConfig()
     out: dict[str, dict[str, Run]] = {}
     for name in traces:
         trace = TRACES[name]
-        out[name] = {
-            policy: simulate(
+        out[name] = {}
+        for policy in policies:
+            keda = None
+            if policy == "keda":
+                keda = KedaHpa(
+                    lag_threshold=config.lag_threshold,
+                    min_replicas=config.min_workers,
+                    max_replicas=min(config.max_workers, trace.partitions),
+                )
+            out[name][policy] = simulate(
                 trace,
                 config.model_copy(update={"policy": policy}),
                 sample_window=sample_window,
                 rebalance_pause_s=rebalance_pause_s,
+                keda=keda,
+                pause_model=pause_model,
             )
-            for policy in policies
-        }
     return out
 
 
@@ -112,6 +133,50 @@ def judge(runs: Mapping[str, Mapping[str, Run]], max_lag: int) -> Verdict:
         target_met=bool(best) and len(wins[best]) >= 3,
         hevo_ramp_stable=None if ramp is None else is_lag_stable(ramp, max_lag),
     )
+
+
+def keda_sweep(
+    runs: Mapping[str, Mapping[str, Run]],
+    base: TopicPolicyConfig,
+    thresholds: Iterable[int] = KEDA_SWEEP,
+    *,
+    rebalance_pause_s: float = DEFAULT_REBALANCE_PAUSE_S,
+    pause_model: PauseModel = "runtime",
+) -> dict[str, Any]:
+    """The KEDA baseline at each of `thresholds`, and which of `runs`' other policies beat it where.
+
+    Returns ``{"pause_model", "thresholds": {threshold: {"keda": {trace: figures}, "wins": {policy:
+    [traces]}}}}``; the non-keda runs are reused, so only the baseline is re-simulated.
+    """
+    out: dict[str, Any] = {}
+    for threshold in thresholds:
+        config = base.model_copy(update={"keda_lag_threshold": threshold})
+        keda = run_grid(runs, ("keda",), config, rebalance_pause_s=rebalance_pause_s, pause_model=pause_model)
+        merged = {
+            trace: {**{p: r for p, r in by_policy.items() if p != "keda"}, "keda": keda[trace]["keda"]}
+            for trace, by_policy in runs.items()
+        }
+        out[str(threshold)] = {
+            "keda": {trace: keda[trace]["keda"].figures.as_json() for trace in runs},
+            "wins": judge(merged, base.max_lag).wins,
+        }
+    return {"pause_model": pause_model, "thresholds": out}
+
+
+def format_sweep(sweep: Mapping[str, Any]) -> str:
+    """`keda_sweep`'s result as a text table: per threshold and trace, keda's peak lag and
+    worker-hours, then the policies that beat it there."""
+    lines = [f"KEDA lagThreshold sweep (pause model {sweep['pause_model']}):"]
+    for threshold, entry in sweep["thresholds"].items():
+        cells = ", ".join(
+            f"{trace} {fig['peak_lag']}/{fig['worker_hours']:.1f}h" for trace, fig in entry["keda"].items()
+        )
+        wins = "; ".join(
+            f"{policy} beats it in {len(won)} ({', '.join(won) or '-'})" for policy, won in entry["wins"].items()
+        )
+        lines.append(f"  {threshold:>7}: {cells}")
+        lines.append(f"           {wins}")
+    return "\n".join(lines)
 
 
 def plot_trace(trace: str, by_policy: Mapping[str, Run], max_lag: int, path: Path) -> None:
