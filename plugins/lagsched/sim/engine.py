@@ -201,31 +201,29 @@ def simulate(
 
         if keda is not None:
             new_workers = keda.decide(lag, workers, now)
-            if new_workers != workers:
-                stopped_next = min(new_workers, trace.partitions)  # an eager rebalance stops the group
-                workers = new_workers
-                changes += 1
+        elif is_evaluation_due(i + 1, config):
+            recent = window.samples[-config.window :]
+            snapshot = TopicSnapshot(
+                topic=trace.name,
+                workers=workers,
+                partitions=trace.partitions,
+                live_slots=config.max_workers,
+                retention_s=trace.retention_s,
+                lag_history=tuple(lag_history),
+                time_lag_s=estimate_time_lag(window.samples, committed, now, latest=latest),
+                ingress_rate=ingress_rate(recent) if len(recent) >= 2 else None,
+                worker_rate=observed_rate,
+                last_change_at=last_change_at,
+            )
+            new_workers = evaluate(snapshot, config, now).new_workers
+        else:
             continue
-        if not is_evaluation_due(i + 1, config):
-            continue
-        recent = window.samples[-config.window :]
-        snapshot = TopicSnapshot(
-            topic=trace.name,
-            workers=workers,
-            partitions=trace.partitions,
-            live_slots=config.max_workers,
-            retention_s=trace.retention_s,
-            lag_history=tuple(lag_history),
-            time_lag_s=estimate_time_lag(window.samples, committed, now, latest=latest),
-            ingress_rate=ingress_rate(recent) if len(recent) >= 2 else None,
-            worker_rate=observed_rate,
-            last_change_at=last_change_at,
-        )
-        decision = evaluate(snapshot, config, now)
-        if decision.changed:
-            next_active = min(decision.new_workers, trace.partitions)
-            stopped_next = next_active if pause_model == "equal" else max(0, next_active - active)
-            workers = decision.new_workers
+        if new_workers != workers:
+            next_active = min(new_workers, trace.partitions)
+            # KEDA's consumer group rebalances eagerly and stops all; lagsched's claims stop only starters.
+            stops_all = keda is not None or pause_model == "equal"
+            stopped_next = next_active if stops_all else max(0, next_active - active)
+            workers = new_workers
             last_change_at = now
             changes += 1
 
