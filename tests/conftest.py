@@ -131,13 +131,17 @@ def cluster() -> str:
 
 @pytest.fixture
 def redis_client(stack: StackConfig) -> Iterator[Any]:
-    """A client on Redis DB 15, flushed before and after (the demo and DAGs use DB 0)."""
+    """A client on Redis DB 15, flushed before and after (the demo and DAGs use DB 0).
+
+    ``LAGSCHED_TEST_REDIS_DB`` picks another DB, so two test runs can share one Redis.
+    """
     import redis
 
     from lagsched.connections import redis_params
 
     p = redis_params()
-    client = redis.Redis(host=p.host, port=p.port, db=15, password=p.password, decode_responses=True)
+    db = int(os.environ.get("LAGSCHED_TEST_REDIS_DB", "15"))
+    client = redis.Redis(host=p.host, port=p.port, db=db, password=p.password, decode_responses=True)
     client.flushdb()
     yield client
     client.flushdb()
