@@ -56,7 +56,7 @@ def lagsched_lag_monitor() -> None:
     def sync_registry() -> dict[str, Any]:
         from airflow.sdk import get_current_context
 
-        from lagsched.lag_monitor import run_registry_sync
+        from lagsched.tasks import run_registry_sync
 
         return run_registry_sync(str(get_current_context()["params"]["cluster"]))
 
@@ -66,7 +66,7 @@ def lagsched_lag_monitor() -> None:
         from airflow.sdk.exceptions import AirflowFailException
 
         from lagsched.core.errors import ConfigError
-        from lagsched.lag_monitor import run_monitor
+        from lagsched.tasks import run_monitor
 
         params = get_current_context()["params"]
         try:

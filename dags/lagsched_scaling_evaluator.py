@@ -57,7 +57,7 @@ def lagsched_scaling_evaluator() -> None:
         from airflow.sdk.exceptions import AirflowFailException
 
         from lagsched.core.errors import ConfigError
-        from lagsched.scaling import run_evaluation
+        from lagsched.tasks import run_evaluation
 
         context = get_current_context()
         params = context["params"]

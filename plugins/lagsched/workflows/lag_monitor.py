@@ -40,7 +40,7 @@ from lagsched.core.lag import (
     topic_time_lag,
 )
 
-__all__ = ["MeasureSummary", "RegisteredTopic", "TopicMeasurement", "load_registry", "measure", "run_monitor"]
+__all__ = ["MeasureSummary", "RegisteredTopic", "TopicMeasurement", "load_registry", "measure"]
 
 log = logging.getLogger(__name__)
 
@@ -362,66 +362,3 @@ def _worker_rate(
     if any(r.lag <= 0 for r in history if r.at >= since):
         return None
     return consumed / active
-
-
-def run_monitor(
-    cluster: str, raw_settings: str | bytes | Mapping[str, Any] | None, *, now: float | None = None, top: int = 10
-) -> dict[str, Any]:
-    """One measurement with clients built from the lagsched Connections; the lag monitor DAG's task.
-
-    Validates the settings before opening any connection, logs `MeasureSummary.table`, and
-    returns `MeasureSummary.as_dict` (JSON, for XCom).
-
-    Raises:
-        ConfigError: the settings are malformed (nothing was measured or stored).
-    """
-    import time
-
-    from lagsched.adapters.kafka_offsets import admin_client
-    from lagsched.adapters.lag_store import redis_client
-    from lagsched.adapters.mysql import connect
-    from lagsched.connections import kafka_config, mysql_params, redis_params
-    from lagsched.core.config import parse_settings
-
-    settings = parse_settings({} if raw_settings is None else raw_settings)
-    validate_cluster_name(cluster)
-    admin = admin_client(kafka_config())
-    redis = redis_client(redis_params())
-    mysql = connect(mysql_params())
-    try:
-        store = LagStore(redis, cluster, max_samples=settings.sample_window, max_age_s=settings.sample_ttl_s)
-        summary = measure(
-            cluster, mysql=mysql, admin=admin, store=store, settings=settings, now=time.time() if now is None else now
-        )
-    finally:
-        mysql.close()
-        redis.close()
-    log.info("lag summary\n%s", summary.table(top))
-    return summary.as_dict(top)
-
-
-def run_registry_sync(cluster: str) -> dict[str, Any]:
-    """Bring the registry in step with the broker before measuring; the lag monitor DAG's first task.
-
-    New topics and new partitions get rows, deleted topics are disabled (offsets kept); see
-    `lagsched.adapters.registry`. Returns what changed (JSON, for XCom).
-    """
-    from lagsched.adapters.kafka_offsets import admin_client
-    from lagsched.adapters.mysql import connect
-    from lagsched.adapters.registry import sync_registry
-    from lagsched.connections import kafka_config, mysql_params
-
-    validate_cluster_name(cluster)
-    admin = admin_client(kafka_config())
-    mysql = connect(mysql_params())
-    try:
-        report = sync_registry(mysql, admin, cluster)
-    finally:
-        mysql.close()
-    return {
-        "topics": len(report.topic_ids),
-        "added": list(report.added),
-        "disabled": list(report.disabled),
-        "reenabled": list(report.reenabled),
-        "partitions_added": {name: len(ids) for name, ids in report.partitions_added.items()},
-    }

@@ -51,7 +51,6 @@ __all__ = [
     "count_live_slots",
     "effective_config",
     "evaluate_cluster",
-    "run_evaluation",
 ]
 
 log = logging.getLogger(__name__)
@@ -423,43 +422,3 @@ def count_live_slots(client: Any, now: float, timeout_s: float) -> int | None:
     if not client.exists(registry._set_key):
         return None
     return len(registry.live_slots(datetime.fromtimestamp(now, tz=UTC), timeout_s))
-
-
-def run_evaluation(
-    cluster: str,
-    raw_settings: str | bytes | Mapping[str, Any] | None,
-    *,
-    evaluation_id: str,
-    now: float | None = None,
-    slot_timeout_s: float = 60.0,
-) -> dict[str, Any]:
-    """One evaluation with clients built from the lagsched Connections; the evaluator DAG's task.
-
-    Validates the settings before opening any connection, logs `EvaluationSummary.table`, and
-    returns `EvaluationSummary.as_dict` (JSON, for XCom).
-
-    Raises:
-        ConfigError: the settings are malformed (nothing was read or changed).
-    """
-    import time
-
-    from lagsched.adapters.lag_store import redis_client
-    from lagsched.adapters.mysql import connect
-    from lagsched.connections import mysql_params, redis_params
-
-    parse_settings({} if raw_settings is None else raw_settings)  # fail before connecting
-    at = time.time() if now is None else now
-    redis = redis_client(redis_params())
-    mysql = connect(mysql_params())
-    try:
-        slots = count_live_slots(redis, at, slot_timeout_s)
-        if slots is None:
-            log.info("no worker slot has registered a heartbeat: live slots unknown, no live-slot cap")
-        summary = evaluate_cluster(
-            cluster, raw_settings, mysql=mysql, redis=redis, evaluation_id=evaluation_id, now=at, live_slots=slots
-        )
-    finally:
-        mysql.close()
-        redis.close()
-    log.info("scaling evaluation\n%s", summary.table())
-    return summary.as_dict()
