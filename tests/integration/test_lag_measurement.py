@@ -11,12 +11,12 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from lagsched.adapters.kafka_offsets import fetch_offsets
+from lagsched.adapters.kafka_admin import fetch_offsets
 from lagsched.adapters.lag_store import LagRecord, LagStore
 from lagsched.core.config import parse_settings
 from lagsched.core.errors import UnknownTopicError
 from lagsched.core.lag import OffsetSample
-from lagsched.lag_monitor import measure
+from lagsched.workflows.lag_monitor import measure
 
 T0 = 1_790_000_000.0  # injected clock: a fixed instant, so every expected figure is exact
 

@@ -47,3 +47,37 @@ def test_health_probe_reports_skip_locked_on_mariadb(mysql_db: Any) -> None:
     assert "MariaDB" in health["version"]
     assert health["skip_locked"] is True  # MariaDB 10.11 >= 10.6
     assert health["database"] == mysql_db.database
+
+
+def test_interrupted_migration_resumes_after_its_last_completed_statement(empty_mysql_db: Any, tmp_path: Path) -> None:
+    # MySQL commits DDL implicitly: a migration that failed at its second statement has already
+    # added the column, and rerunning its first statement would fail with "Duplicate column".
+    (tmp_path / "V001__base.sql").write_text("CREATE TABLE t1 (id INT PRIMARY KEY);\n")
+    (tmp_path / "V002__grow.sql").write_text(
+        "ALTER TABLE t1 ADD COLUMN c INT NULL;\n"
+        "INSERT INTO t2 (id) VALUES (1);\n"
+        "ALTER TABLE t1 ADD COLUMN d INT NULL;\n"
+    )
+    conn = connect(empty_mysql_db)
+    with pytest.raises(MigrationError, match="V002__grow.sql failed at statement 2"):
+        migrate(conn, tmp_path)
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE t2 (id INT PRIMARY KEY)")  # the operator fixes what was missing
+    assert migrate(conn, tmp_path) == ["V002__grow.sql"]
+    with conn.cursor() as cur:
+        cur.execute("SHOW COLUMNS FROM t1")
+        assert [r[0] for r in cur.fetchall()] == ["id", "c", "d"]
+        cur.execute("SELECT COUNT(*) FROM schema_migration_steps")
+        assert cur.fetchone() == (0,)  # a finished migration leaves no steps behind
+    conn.close()
+
+
+def test_half_applied_migration_refuses_an_edited_file(empty_mysql_db: Any, tmp_path: Path) -> None:
+    (tmp_path / "V001__grow.sql").write_text("CREATE TABLE t1 (id INT PRIMARY KEY);\nINSERT INTO t2 VALUES (1);\n")
+    conn = connect(empty_mysql_db)
+    with pytest.raises(MigrationError, match="failed at statement 2"):
+        migrate(conn, tmp_path)
+    (tmp_path / "V001__grow.sql").write_text("CREATE TABLE t1 (id INT PRIMARY KEY);\nSELECT 1;\n")
+    with pytest.raises(MigrationError, match="changed after a run applied part of it"):
+        migrate(conn, tmp_path)
+    conn.close()

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from lagsched.adapters.registry import validate_cluster_name, validate_topic_name
+from lagsched.core.names import validate_cluster_name, validate_topic_name
 from lagsched.connections import RedisParams
 from lagsched.core.lag import OffsetSample, SampleWindow
 
@@ -61,7 +61,7 @@ class LagRecord:
         ingress_rate: records/s produced into the topic over the sample window.
         consumption_rate: records/s the pipeline committed over the sample window.
         worker_rate: records/s per active worker while the topic had a backlog throughout the
-            window, None when not observed (see `lagsched.lag_monitor`).
+            window, None when not observed (see `lagsched.workflows.lag_monitor`).
     """
 
     at: float

@@ -2,8 +2,10 @@
 
 Files are named ``V<number>__<what>.sql``. Each applied file is recorded in ``schema_migrations``
 with its checksum; re-running is a no-op, and a recorded file that was edited afterwards is an error
-(write a new migration instead). MySQL commits DDL implicitly, so every statement is written to be
-safe to re-run (``IF NOT EXISTS``) in case a run stopped half way.
+(write a new migration instead). MySQL commits DDL implicitly, so a migration cannot be one
+transaction: each statement is recorded in ``schema_migration_steps`` as it completes, and a run
+that stopped half way resumes after the last recorded statement (an ``ALTER TABLE ... ADD COLUMN``
+cannot be written to be re-runnable on MySQL 8).
 """
 
 from __future__ import annotations
@@ -77,6 +79,11 @@ def migrate(conn: pymysql.connections.Connection[pymysql.cursors.Cursor], sql_di
                 " checksum CHAR(64) NOT NULL,"
                 " applied_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))"
             )
+            cur.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migration_steps ("
+                " version INT NOT NULL, step INT NOT NULL, checksum CHAR(64) NOT NULL,"
+                " PRIMARY KEY (version, step))"
+            )
             cur.execute("SELECT version, checksum FROM schema_migrations")
             done = {int(v): str(c) for v, c in cur.fetchall()}
             for migration in discover(sql_dir):
@@ -88,18 +95,40 @@ def migrate(conn: pymysql.connections.Connection[pymysql.cursors.Cursor], sql_di
                         )
                     continue
                 log.info("applying %s", migration.path.name)
-                for statement in migration.statements():
-                    try:
-                        cur.execute(statement)
-                    except pymysql.MySQLError as exc:
-                        raise MigrationError(f"{migration.path.name} failed: {exc}\n{statement[:500]}") from exc
+                _apply_steps(cur, migration)
                 cur.execute(
                     "INSERT INTO schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
                     (migration.version, migration.name, migration.checksum),
                 )
+                cur.execute("DELETE FROM schema_migration_steps WHERE version = %s", (migration.version,))
                 conn.commit()
                 applied_now.append(migration.path.name)
         finally:
             cur.execute("DO RELEASE_LOCK('lagsched_migrations')")
             conn.commit()
     return applied_now
+
+
+def _apply_steps(cur: pymysql.cursors.Cursor, migration: Migration) -> None:
+    """Run the migration's statements that an earlier, interrupted run did not complete."""
+    cur.execute("SELECT step, checksum FROM schema_migration_steps WHERE version = %s", (migration.version,))
+    done = {int(s): str(c) for s, c in cur.fetchall()}
+    if done and set(done.values()) != {migration.checksum}:
+        raise MigrationError(
+            f"{migration.path.name} changed after a run applied part of it (steps {sorted(done)}); "
+            "restore the file as it was, let it finish, and put the change in a new migration"
+        )
+    for step, statement in enumerate(migration.statements()):
+        if step in done:
+            continue
+        try:
+            cur.execute(statement)
+        except pymysql.MySQLError as exc:
+            raise MigrationError(
+                f"{migration.path.name} failed at statement {step + 1}: {exc}\n{statement[:500]}"
+            ) from exc
+        cur.execute(
+            "INSERT INTO schema_migration_steps (version, step, checksum) VALUES (%s, %s, %s)",
+            (migration.version, step, migration.checksum),
+        )
+        cur.connection.commit()

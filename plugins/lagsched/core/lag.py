@@ -90,6 +90,9 @@ class PartitionLag:
             positive, else 0. Not part of ``lag``.
         no_offset_policy_applied: True when ``committed`` was None and ``position`` comes from the
             no-offset policy; reported so a user sees why the lag is what it is.
+        ahead: how far ``committed`` is beyond ``latest``; an **anomaly** when positive (a topic
+            re-created behind the registry's back, or offsets stored by hand): the lag of such a
+            partition is unknown, not 0, and it is reported as such.
     """
 
     topic: str
@@ -101,6 +104,12 @@ class PartitionLag:
     lag: int
     lost: int
     no_offset_policy_applied: bool
+    ahead: int = 0
+
+    @property
+    def is_anomaly(self) -> bool:
+        """The committed offset is beyond the partition's high watermark."""
+        return self.ahead > 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,12 +137,15 @@ class TopicLag:
 def measure_partition_lag(offsets: PartitionOffsets, no_offset_policy: NoOffsetPolicy = "earliest") -> PartitionLag:
     """Lag and lost records of one partition.
 
-    A committed offset beyond ``latest`` (a topic deleted and recreated, or a high watermark read
-    before the commit landed) gives lag 0 rather than a negative number.
+    A committed offset beyond ``latest`` gives lag 0 rather than a negative number, and ``ahead``
+    says by how much: an anomaly the monitor reports per partition (the registry tells re-created
+    topics by their Kafka topic id, so it should not happen; when it does, it must be seen).
 
     Example:
         >>> measure_partition_lag(PartitionOffsets("t", 0, 50, 10, None), "latest").lag
         0
+        >>> measure_partition_lag(PartitionOffsets("t", 0, 300, 0, 500)).ahead
+        200
         >>> measure_partition_lag(PartitionOffsets("t", 0, 50, 10, None), "earliest").lag
         40
     """
@@ -157,6 +169,7 @@ def measure_partition_lag(offsets: PartitionOffsets, no_offset_policy: NoOffsetP
         lag=max(0, latest - position),
         lost=lost,
         no_offset_policy_applied=applied,
+        ahead=0 if offsets.committed is None else max(0, offsets.committed - latest),
     )
 
 

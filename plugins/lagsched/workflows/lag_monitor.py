@@ -6,7 +6,7 @@ Wires the adapters to the pure lag math of `lagsched.core.lag`; holds no rule of
 1. reads the registry (``topics`` + ``topic_partitions``): enabled topics and the pipeline's own
    committed offsets;
 2. reads the broker's latest and log-start offsets of all their partitions in two batched
-   ``list_offsets`` calls (`lagsched.adapters.kafka_offsets`);
+   ``list_offsets`` calls (`lagsched.adapters.kafka_admin`);
 3. computes lag, lost records and the no-offset policy per partition (`measure_lag`), stores a
    (time, latest) and a (time, committed) sample per partition, and from the stored windows
    derives time lag (`estimate_time_lag`), ingress rate and consumption rate;
@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from lagsched.adapters.kafka_offsets import OffsetsAdmin, list_partitions, read_offsets
+from lagsched.adapters.kafka_admin import OffsetsAdmin, list_partitions, read_offsets
 from lagsched.adapters.lag_store import LagRecord, LagStore
-from lagsched.adapters.registry import validate_cluster_name, validate_topic_name
+from lagsched.adapters.topics import TopicRow, load_partitions, load_topics
 from lagsched.core.config import Settings
 from lagsched.core.lag import (
     OffsetSample,
@@ -40,30 +40,9 @@ from lagsched.core.lag import (
     topic_time_lag,
 )
 
-__all__ = ["MeasureSummary", "RegisteredTopic", "TopicMeasurement", "load_registry", "measure"]
+__all__ = ["MeasureSummary", "TopicMeasurement", "measure"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class RegisteredTopic:
-    """An enabled topic of the registry with its stored partition state.
-
-    Attributes:
-        topic_id: registry id.
-        name: topic name.
-        partition_count: partitions the registry knows (the broker's count is used to measure).
-        linker_workers: current worker count.
-        committed: committed offset (next offset to read) per partition; None when never committed.
-        claimed_by: slot holding each claimed partition.
-    """
-
-    topic_id: str
-    name: str
-    partition_count: int
-    linker_workers: int
-    committed: Mapping[int, int | None] = field(default_factory=dict)
-    claimed_by: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +97,13 @@ class TopicMeasurement:
             "max_partition_lag": self.max_partition_lag,
             "no_offset_policy": self.no_offset_policy,
             "lost_by_partition": {str(p.partition): p.lost for p in self.partition_lags if p.lost},
+            "anomalies": _anomalies(self),
         }
+
+    @property
+    def anomalies(self) -> tuple[PartitionLag, ...]:
+        """Partitions whose committed offset is beyond the high watermark (their lag is unknown)."""
+        return tuple(p for p in self.partition_lags if p.is_anomaly)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +153,8 @@ class MeasureSummary:
             "top": [t.as_dict() for t in shown],
             "lost": {t.topic: t.lost for t in self.topics if t.lost},
             "missing": list(self.missing),
+            # Every anomaly, not only the top topics': each is something an operator must look at.
+            "anomalies": {t.topic: _anomalies(t) for t in self.topics if t.anomalies},
             "slot_rates": {k: round(v, 3) for k, v in sorted(self.slot_rates.items())},
         }
 
@@ -201,45 +188,48 @@ class MeasureSummary:
             lines.append("no records lost to retention")
         if self.missing:
             lines.append(f"enabled in the registry but missing on the broker: {', '.join(self.missing)}")
+        for t in self.topics:
+            for p in t.anomalies:
+                lines.append(
+                    f"ANOMALY {t.topic}[{p.partition}]: committed offset {p.committed:,} is {p.ahead:,} beyond the "
+                    f"high watermark {p.latest:,}; its lag is unknown (offsets stored by hand, or the topic was "
+                    "re-created without a sync)"
+                )
         return "\n".join(lines)
 
+    @property
+    def anomalies(self) -> int:
+        """Partitions, over all topics, whose committed offset is beyond the high watermark."""
+        return sum(len(t.anomalies) for t in self.topics)
 
-def load_registry(conn: Any, cluster: str) -> list[RegisteredTopic]:
-    """Enabled topics of `cluster` with their partitions' committed offsets and holders.
 
-    Ends its read transaction, so a long-lived connection sees fresh commits next time.
-    """
-    validate_cluster_name(cluster)
-    rows: dict[str, dict[str, Any]] = {}
-    try:
-        with conn.cursor() as cur:
-            cur.execute(
-                "SELECT t.topic_id, t.name, t.partition_count, t.linker_workers,"
-                " p.partition_id, p.committed_offset, p.claimed_by"
-                " FROM topics t LEFT JOIN topic_partitions p ON p.topic_id = t.topic_id"
-                " WHERE t.cluster = %s AND t.enabled ORDER BY t.name, p.partition_id",
-                (cluster,),
-            )
-            for topic_id, name, count, workers, pid, committed, holder in cur.fetchall():
-                entry = rows.setdefault(
-                    str(topic_id),
-                    {"name": str(name), "count": int(count), "workers": int(workers), "committed": {}, "held": {}},
-                )
-                if pid is not None:
-                    entry["committed"][int(pid)] = None if committed is None else int(committed)
-                    if holder is not None:
-                        entry["held"][int(pid)] = str(holder)
-    finally:
-        conn.commit()
-    out = []
-    for topic_id, e in rows.items():
-        try:
-            name = validate_topic_name(e["name"])
-        except ValueError:
-            log.warning("skipping registry topic %s: illegal name %r", topic_id, e["name"])
-            continue
-        out.append(RegisteredTopic(topic_id, name, e["count"], e["workers"], e["committed"], e["held"]))
-    return out
+def _anomalies(t: TopicMeasurement) -> dict[str, dict[str, int]]:
+    return {
+        str(p.partition): {"committed": int(p.committed or 0), "latest": p.latest, "ahead": p.ahead}
+        for p in t.anomalies
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class _Registered:
+    """An enabled topic with its partitions' committed offsets and live holders."""
+
+    row: TopicRow
+    committed: Mapping[int, int | None]
+    holders: Mapping[int, str]  # rows whose lease ran out have no holder
+
+
+def _load_registered(conn: Any, cluster: str) -> dict[str, _Registered]:
+    topics = load_topics(conn, cluster)
+    partitions = load_partitions(conn, [t.topic_id for t in topics])
+    return {
+        t.name: _Registered(
+            t,
+            {p.partition_id: p.committed_offset for p in partitions.get(t.topic_id, ())},
+            {p.partition_id: p.holder for p in partitions.get(t.topic_id, ()) if p.holder is not None},
+        )
+        for t in topics
+    }
 
 
 def measure(
@@ -263,8 +253,7 @@ def measure(
         now: measurement time, seconds since the epoch (UTC).
         timeout_s: broker request timeout.
     """
-    registry = load_registry(mysql, cluster)
-    by_name = {t.name: t for t in registry}
+    by_name = _load_registered(mysql, cluster)
     counts = list_partitions(admin, by_name, timeout_s=timeout_s, ignore_missing=True)
     missing = tuple(n for n in by_name if n not in counts)
     if missing:
@@ -276,8 +265,8 @@ def measure(
     committed_samples: dict[str, OffsetSample] = {}
     for name, parts in broker.items():
         reg = by_name[name]
-        if reg.partition_count != len(parts):
-            log.info("topic %s: registry has %d partitions, broker %d", name, reg.partition_count, len(parts))
+        if reg.row.partition_count != len(parts):
+            log.info("topic %s: registry has %d partitions, broker %d", name, reg.row.partition_count, len(parts))
         policy = settings.for_topic(name).no_offset_policy
         offsets = [
             PartitionOffsets(name, b.partition, b.latest, b.log_start, reg.committed.get(b.partition)) for b in parts
@@ -313,13 +302,13 @@ def measure(
             rate = consumption_rate(w.samples)
             consumed += rate
             oldest_committed = w.samples[0].at if oldest_committed is None else min(oldest_committed, w.samples[0].at)
-            holder = reg.claimed_by.get(p.partition)
+            holder = reg.holders.get(p.partition)
             if holder is not None:
                 slot_rates[holder] = slot_rates.get(holder, 0.0) + rate
         total = totals[name]
         worker_rate = _worker_rate(total.lag, consumed, reg, history.get(name, ()), oldest_committed)
         m = TopicMeasurement(
-            topic_id=reg.topic_id,
+            topic_id=reg.row.topic_id,
             topic=name,
             partitions=total.partitions,
             lag=total.lag,
@@ -345,18 +334,26 @@ def measure(
         )
     store.add_lag_records(records)
     measured.sort(key=lambda t: (-t.lag, -t.lost, t.topic))
+    for m in measured:
+        for p in m.anomalies:
+            log.warning(
+                "topic %s partition %d: committed offset %d is beyond the high watermark %d (lag unknown)",
+                m.topic, p.partition, p.committed, p.latest,
+            )  # fmt: skip
     return MeasureSummary(cluster, now, tuple(measured), missing, slot_rates)
 
 
 def _worker_rate(
-    lag: int, consumed: float, reg: RegisteredTopic, history: Sequence[LagRecord], since: float | None
+    lag: int, consumed: float, reg: _Registered, history: Sequence[LagRecord], since: float | None
 ) -> float | None:
     """Records/s per active slot, only when the topic had a backlog over the whole rate window.
 
     A caught-up consumer's rate is the ingress rate, not its capacity: counting it would make the
     capacity policy believe workers are slow and over-scale, so such windows give no observation.
     """
-    active = len(set(reg.claimed_by.values()))
+    # Live holders only: a dead slot whose lease ran out consumes nothing, and counting it would
+    # lower the per-worker rate and make the capacity policy over-scale.
+    active = len(set(reg.holders.values()))
     if lag <= 0 or consumed <= 0.0 or active == 0 or since is None:
         return None
     if any(r.lag <= 0 for r in history if r.at >= since):

@@ -5,14 +5,15 @@ Wires the registry (MySQL), the lag history (`lagsched.adapters.lag_store`) and 
 
 1. validates the settings first (`parse_settings`): a malformed Variable raises `ConfigError`
    before anything is read or written;
-2. per enabled topic, skips it when it is not due (fewer than ``evaluate_every`` measurements since
-   its last evaluation) and builds a `TopicSnapshot` from the ``topics`` row, the stored lag
+2. decides every enabled topic before writing anything: skips a topic that is not due (fewer than
+   ``evaluate_every`` measurements since its last evaluation, `is_evaluation_due`, the rule the
+   simulator models too) and builds a `TopicSnapshot` from the ``topics`` row, the stored lag
    records (ignored when stale: older than ``3 * measure_every_s``), the last recorded change
    (cooldown) and the live slot count;
-3. for a changed decision, in ONE transaction: ``UPDATE topics SET linker_workers = new WHERE
-   linker_workers = old`` (a concurrent evaluator that got there first makes this touch 0 rows:
-   reported as a conflict, nothing written) and an INSERT into ``scaling_decisions``; after the
-   commit, PUBLISH on ``lagsched:scaling`` and stamp ``announced_at``.
+3. then, for each changed decision, in ONE transaction (`lagsched.adapters.decisions`):
+   ``UPDATE topics SET linker_workers = new WHERE linker_workers = old`` (a concurrent evaluator
+   that got there first makes this touch 0 rows: reported as a conflict, nothing written) and an
+   INSERT into ``scaling_decisions``; after the commit, PUBLISH on ``lagsched:scaling`` and stamp ``announced_at``.
 
 Only changes are recorded in ``scaling_decisions`` (the history ops need); holds are returned in
 the summary and logged, so a 5-minute evaluator does not write a row per topic per run.
@@ -35,10 +36,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from lagsched.adapters.decisions import DecisionRow, apply_change, decisions_of, last_change_times, mark_announced
 from lagsched.adapters.lag_store import SCALING_CHANNEL, LagRecord, LagStore
-from lagsched.adapters.registry import validate_cluster_name, validate_topic_name
-from lagsched.core.config import Settings, TopicPolicyConfig, parse_settings
-from lagsched.core.evaluator import Decision, LagPoint, TopicSnapshot, evaluate
+from lagsched.adapters.topics import TopicRow, load_topics
+from lagsched.core.config import Settings, TopicPolicyConfig, parse_settings, unknown_topic_overrides
+from lagsched.core.evaluator import Decision, LagPoint, TopicSnapshot, evaluate, is_evaluation_due
+from lagsched.core.names import validate_cluster_name
 from lagsched.core.policies import retention_from_ms
 
 __all__ = [
@@ -46,7 +49,6 @@ __all__ = [
     "STALE_AFTER_MEASUREMENTS",
     "EvaluationSummary",
     "Outcome",
-    "RegistryTopic",
     "announcement",
     "count_live_slots",
     "effective_config",
@@ -60,19 +62,6 @@ STALE_AFTER_MEASUREMENTS = 3
 monitor has stopped, and scaling on an old picture could scale the wrong way."""
 
 Status = Literal["applied", "held", "conflict", "already_applied", "not_due"]
-
-
-@dataclass(frozen=True, slots=True)
-class RegistryTopic:
-    """The ``topics`` row fields the evaluator uses."""
-
-    topic_id: str
-    name: str
-    partition_count: int
-    retention_ms: int
-    linker_workers: int
-    min_workers: int
-    max_workers: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,22 +134,23 @@ class EvaluationSummary:
         return "\n".join(lines)
 
 
-def effective_config(settings: Settings, topic: RegistryTopic) -> TopicPolicyConfig:
+def effective_config(settings: Settings, topic: TopicRow) -> TopicPolicyConfig:
     """The topic's settings with its registry row's worker limits applied on top.
 
     The Variable holds policy; the ``topics`` row's ``min_workers``/``max_workers`` are the
-    operator's hard limits for this one topic. The evaluator gets the tighter of the two; if they
-    do not overlap, the row's limits win (the row is the more specific statement).
+    operator's optional hard limits for this one topic (NULL: none). The evaluator gets the tighter
+    of the two; if they do not overlap, the row's limits win (the row is the more specific statement).
     """
     cfg = settings.for_topic(topic.name)
-    low = max(cfg.min_workers, topic.min_workers)
-    high = min(cfg.max_workers, topic.max_workers)
+    row_low = cfg.min_workers if topic.min_workers is None else topic.min_workers
+    row_high = cfg.max_workers if topic.max_workers is None else topic.max_workers
+    low, high = max(cfg.min_workers, row_low), min(cfg.max_workers, row_high)
     if low > high:
         log.warning(
-            "topic %s: settings workers [%d, %d] and registry [%d, %d] do not overlap; using the registry's",
+            "topic %s: settings workers [%d, %d] and registry [%s, %s] do not overlap; using the registry's",
             topic.name, cfg.min_workers, cfg.max_workers, topic.min_workers, topic.max_workers,
         )  # fmt: skip
-        low, high = topic.min_workers, topic.max_workers
+        low, high = min(row_low, row_high), row_high
     return cfg.model_copy(update={"min_workers": low, "max_workers": high})
 
 
@@ -180,6 +170,21 @@ def announcement(cluster: str, topic_id: str, decision: Decision, decision_id: i
     }
 
 
+def _announcement_of(row: DecisionRow) -> dict[str, Any]:
+    return {
+        "topic_id": row.topic_id,
+        "topic": row.topic,
+        "cluster": row.cluster,
+        "old": row.old_workers,
+        "new": row.new_workers,
+        "at": datetime.fromtimestamp(row.decided_at, tz=UTC).isoformat(),
+        "reason": row.reason,
+        "rule": row.rule,
+        "policy": row.policy,
+        "decision_id": row.decision_id,
+    }
+
+
 def evaluate_cluster(
     cluster: str,
     raw_settings: str | bytes | Mapping[str, Any] | None,
@@ -191,7 +196,13 @@ def evaluate_cluster(
     live_slots: int | None = None,
     store: LagStore | None = None,
 ) -> EvaluationSummary:
-    """Evaluate, apply, record and announce for every enabled topic of `cluster`.
+    """Evaluate every enabled topic of `cluster`, then apply, record and announce the changes.
+
+    Two phases. First every topic is read and decided, with nothing written: a bad setting or an
+    unreadable history fails the run before any change. Then each change is applied in its own
+    transaction (CAS on the old value, keyed by `evaluation_id`); if the run dies part-way, its
+    retry (same id) finds the changes already applied, applies the rest and announces what was
+    not announced, so the run as a whole takes effect once.
 
     Args:
         cluster: registry cluster name.
@@ -214,21 +225,23 @@ def evaluate_cluster(
     if store is None:
         store = LagStore(redis, cluster, max_samples=settings.sample_window, max_age_s=settings.sample_ttl_s)
 
-    topics = _load_topics(mysql, cluster)
+    # Phase 1: read and decide; nothing is written.
+    topics = load_topics(mysql, cluster)
+    for key, hint in unknown_topic_overrides(settings, [t.name for t in topics]):
+        log.warning(
+            "lagsched_settings overrides topic %r, which is not a registered topic of cluster %s%s: it has no effect",
+            key, cluster, f" (did you mean {hint!r}?)" if hint else "",
+        )  # fmt: skip
     names = [t.name for t in topics]
-    done = _decisions_of(mysql, evaluation_id)
-    last_change = _last_changes(mysql, [t.topic_id for t in topics])
+    done = decisions_of(mysql, evaluation_id)
+    last_change = last_change_times(mysql, [t.topic_id for t in topics])
     history = store.read_lag_records(names)
     evaluated = store.last_evaluated(names)
     stale_after = STALE_AFTER_MEASUREMENTS * settings.measure_every_s
-
-    outcomes: list[Outcome] = []
+    plans: list[tuple[TopicRow, Decision | None, str]] = []
     for topic in topics:
         if topic.topic_id in done:
-            outcomes.append(
-                _finish_retry(mysql, redis, cluster=cluster, topic=topic, row=done[topic.topic_id], now=now)
-            )
-            store.mark_evaluated(topic.name, now)
+            plans.append((topic, None, "retry"))
             continue
         cfg = effective_config(settings, topic)
         records = history.get(topic.name, ())
@@ -239,22 +252,34 @@ def evaluate_cluster(
             )  # fmt: skip
             records = ()
         last_eval = evaluated.get(topic.name)
-        if last_eval is not None and sum(1 for r in records if r.at > last_eval) < cfg.evaluate_every:
-            outcomes.append(Outcome(topic.topic_id, topic.name, "not_due"))
+        since = None if last_eval is None else sum(1 for r in records if r.at > last_eval)
+        if not is_evaluation_due(since, cfg):
+            plans.append((topic, None, "not_due"))
             continue
         decision = evaluate(_snapshot(topic, records, last_change.get(topic.topic_id), live_slots), cfg, now)
-        if decision.changed:
-            outcomes.append(
-                _apply(mysql, redis, cluster=cluster, evaluation_id=evaluation_id, topic=topic, d=decision, now=now)
-            )
+        plans.append((topic, decision, "apply" if decision.changed else "held"))
+
+    # Phase 2: apply, record and announce.
+    outcomes: list[Outcome] = []
+    for topic, planned, step in plans:
+        if step == "retry":
+            outcomes.append(_finish_retry(mysql, redis, topic, done[topic.topic_id], now))
+        elif planned is None:
+            outcomes.append(Outcome(topic.topic_id, topic.name, "not_due"))
+        elif step == "held":
+            outcomes.append(Outcome(topic.topic_id, topic.name, "held", planned))
         else:
-            outcomes.append(Outcome(topic.topic_id, topic.name, "held", decision))
-        store.mark_evaluated(topic.name, now)
+            outcomes.append(
+                _apply(mysql, redis, cluster=cluster, evaluation_id=evaluation_id, topic=topic, d=planned, now=now)
+            )
+    for o in outcomes:
+        if o.status != "not_due":
+            store.mark_evaluated(o.topic, now)
     return EvaluationSummary(cluster, evaluation_id, now, tuple(outcomes))
 
 
 def _snapshot(
-    topic: RegistryTopic, records: Sequence[LagRecord], last_change_at: float | None, live_slots: int | None
+    topic: TopicRow, records: Sequence[LagRecord], last_change_at: float | None, live_slots: int | None
 ) -> TopicSnapshot:
     newest = records[-1] if records else None
     # Unknown live slots must not cap anything: the partition count is already an upper bound.
@@ -275,42 +300,14 @@ def _snapshot(
 
 
 def _apply(
-    conn: Any, redis: Any, *, cluster: str, evaluation_id: str, topic: RegistryTopic, d: Decision, now: float
+    conn: Any, redis: Any, *, cluster: str, evaluation_id: str, topic: TopicRow, d: Decision, now: float
 ) -> Outcome:
-    import pymysql
-
-    try:
-        with conn.cursor() as cur:
-            # The guard makes apply a compare-and-set: of two evaluators that both saw `old`, only
-            # the first moves it; the second touches no row and writes nothing.
-            cur.execute(
-                "UPDATE topics SET linker_workers = %s WHERE topic_id = %s AND linker_workers = %s AND enabled",
-                (d.new_workers, topic.topic_id, d.old_workers),
-            )
-            if cur.rowcount != 1:
-                conn.rollback()
-                log.warning(
-                    "topic %s: linker_workers is no longer %d; another evaluator won", topic.name, d.old_workers
-                )
-                return Outcome(topic.topic_id, topic.name, "conflict", d)
-            cur.execute(
-                "INSERT INTO scaling_decisions (evaluation_id, decided_at, topic_id, cluster, topic, old_workers,"
-                " new_workers, lag_records, time_lag_s, slope, fit_r2, policy, rule, reason)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                (
-                    evaluation_id, _utc(d.at), topic.topic_id, cluster, topic.name, d.old_workers, d.new_workers,
-                    d.lag, d.time_lag_s, d.slope, d.fit_r2, d.policy, d.rule, d.reason[:1000],
-                ),
-            )  # fmt: skip
-            decision_id = int(cur.lastrowid)
-        conn.commit()
-    except pymysql.err.IntegrityError:
-        # The same evaluation id ran twice at once; the twin applied it.
-        conn.rollback()
+    status, decision_id = apply_change(conn, cluster=cluster, evaluation_id=evaluation_id, topic_id=topic.topic_id, d=d)
+    if status == "conflict":
+        log.warning("topic %s: linker_workers is no longer %d; another evaluator won", topic.name, d.old_workers)
+        return Outcome(topic.topic_id, topic.name, "conflict", d)
+    if status == "already_applied" or decision_id is None:  # the same evaluation id ran twice at once
         return Outcome(topic.topic_id, topic.name, "already_applied", d)
-    except BaseException:
-        conn.rollback()
-        raise
     log.info("topic %s: %d -> %d workers (%s): %s", topic.name, d.old_workers, d.new_workers, d.rule, d.reason)
     _announce(conn, redis, announcement(cluster, topic.topic_id, d, decision_id), decision_id, now)
     return Outcome(topic.topic_id, topic.name, "applied", d, decision_id)
@@ -319,94 +316,14 @@ def _apply(
 def _announce(conn: Any, redis: Any, message: Mapping[str, Any], decision_id: int, now: float) -> None:
     receivers = redis.publish(SCALING_CHANNEL, json.dumps(message, sort_keys=True))
     log.info("announced decision %d on %s to %d subscriber(s)", decision_id, SCALING_CHANNEL, receivers)
-    with conn.cursor() as cur:
-        cur.execute(
-            "UPDATE scaling_decisions SET announced_at = %s WHERE decision_id = %s AND announced_at IS NULL",
-            (_utc(now), decision_id),
-        )
-    conn.commit()
+    mark_announced(conn, decision_id, now)
 
 
-def _finish_retry(
-    conn: Any, redis: Any, *, cluster: str, topic: RegistryTopic, row: Mapping[str, Any], now: float
-) -> Outcome:
-    decision_id = int(row["decision_id"])
-    if row["announced_at"] is None:
-        log.info("topic %s: decision %d was applied but not announced; announcing it now", topic.name, decision_id)
-        message = {
-            "topic_id": topic.topic_id,
-            "topic": row["topic"],
-            "cluster": cluster,
-            "old": row["old_workers"],
-            "new": row["new_workers"],
-            "at": _aware(row["decided_at"]).isoformat(),
-            "reason": row["reason"],
-            "rule": row["rule"],
-            "policy": row["policy"],
-            "decision_id": decision_id,
-        }
-        _announce(conn, redis, message, decision_id, now)
-    return Outcome(topic.topic_id, topic.name, "already_applied", None, decision_id)
-
-
-def _load_topics(conn: Any, cluster: str) -> list[RegistryTopic]:
-    try:
-        with conn.cursor() as cur:
-            cur.execute(
-                "SELECT topic_id, name, partition_count, retention_ms, linker_workers, min_workers, max_workers"
-                " FROM topics WHERE cluster = %s AND enabled ORDER BY name",
-                (cluster,),
-            )
-            rows = cur.fetchall()
-    finally:
-        conn.commit()
-    out = []
-    for r in rows:
-        try:
-            name = validate_topic_name(str(r[1]))
-        except ValueError:
-            log.warning("skipping registry topic %s: illegal name %r", r[0], r[1])
-            continue
-        out.append(RegistryTopic(str(r[0]), name, int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6])))
-    return out
-
-
-def _decisions_of(conn: Any, evaluation_id: str) -> dict[str, dict[str, Any]]:
-    cols = ("decision_id", "topic_id", "topic", "old_workers", "new_workers", "decided_at", "rule", "policy",
-            "reason", "announced_at")  # fmt: skip
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f"SELECT {', '.join(cols)} FROM scaling_decisions WHERE evaluation_id = %s", (evaluation_id,))  # noqa: S608 - fixed column list
-            rows = cur.fetchall()
-    finally:
-        conn.commit()
-    return {str(r[1]): dict(zip(cols, r, strict=True)) for r in rows}
-
-
-def _last_changes(conn: Any, topic_ids: Sequence[str]) -> dict[str, float]:
-    if not topic_ids:
-        return {}
-    marks = ", ".join(["%s"] * len(topic_ids))
-    try:
-        with conn.cursor() as cur:
-            cur.execute(
-                f"SELECT topic_id, MAX(decided_at) FROM scaling_decisions WHERE topic_id IN ({marks})"  # noqa: S608 - placeholders only
-                " GROUP BY topic_id",
-                tuple(topic_ids),
-            )
-            rows = cur.fetchall()
-    finally:
-        conn.commit()
-    return {str(r[0]): _aware(r[1]).timestamp() for r in rows if r[1] is not None}
-
-
-def _utc(at: float) -> datetime:
-    # pymysql writes a datetime without its zone; sessions run in UTC, so hand it UTC wall time.
-    return datetime.fromtimestamp(at, tz=UTC).replace(tzinfo=None)
-
-
-def _aware(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+def _finish_retry(conn: Any, redis: Any, topic: TopicRow, row: DecisionRow, now: float) -> Outcome:
+    if row.announced_at is None:
+        log.info("topic %s: decision %d was applied but not announced; announcing it now", topic.name, row.decision_id)
+        _announce(conn, redis, _announcement_of(row), row.decision_id, now)
+    return Outcome(topic.topic_id, topic.name, "already_applied", None, row.decision_id)
 
 
 def count_live_slots(client: Any, now: float, timeout_s: float) -> int | None:

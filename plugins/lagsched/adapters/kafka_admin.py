@@ -1,4 +1,8 @@
-"""Broker-side offsets of many topics: partition counts, high watermarks and log-start offsets.
+"""The Kafka Admin API as lagsched uses it: the cluster's topics, high watermarks, log-start offsets.
+
+`fetch_broker_topics` lists every topic with its partition count, ``retention.ms`` and Kafka topic
+id in three requests however many topics there are (metadata, ``DescribeTopics``,
+``DescribeConfigs``).
 
 Every partition of every requested topic is read in exactly two Admin ``list_offsets`` requests,
 one per `OffsetSpec` (``latest()`` and ``earliest()``), plus one metadata request for the partition
@@ -24,14 +28,16 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-# One definition of a legal name, the registry's: what it registers is what we measure.
-from lagsched.adapters.registry import validate_topic_name
-from lagsched.core.errors import KafkaOffsetsError, UnknownTopicError
+from lagsched.core.errors import KafkaOffsetsError, TopicNameError, UnknownTopicError
+from lagsched.core.names import validate_topic_name
+from lagsched.core.registry import BrokerTopic
 
 __all__ = [
     "BrokerOffsets",
+    "BrokerTopics",
     "OffsetsAdmin",
     "admin_client",
+    "fetch_broker_topics",
     "fetch_offsets",
     "list_partitions",
     "read_offsets",
@@ -194,3 +200,80 @@ def _is_unknown_topic(error: Any) -> bool:
     from confluent_kafka import KafkaError
 
     return bool(error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerTopics:
+    """The cluster's topics as one sync sees them.
+
+    Attributes:
+        topics: every non-internal topic the broker answered for without error.
+        uncertain: topics it answered with an error for (mid-creation, no leader): neither there
+            nor gone, so a sync leaves them alone.
+    """
+
+    topics: tuple[BrokerTopic, ...]
+    uncertain: tuple[str, ...] = ()
+
+
+def fetch_broker_topics(admin: Any, timeout_s: float = 15.0) -> BrokerTopics:
+    """Every non-internal topic with its partition count, ``retention.ms`` and Kafka topic id.
+
+    Topics whose names Kafka itself should have refused are skipped with a warning rather than
+    failing the whole sync.
+
+    Raises:
+        KafkaOffsetsError: the broker could not be read at all.
+    """
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[attr-defined]
+
+    try:
+        metadata = admin.list_topics(timeout=timeout_s)
+    except Exception as exc:  # KafkaException: keep callers client-agnostic
+        raise KafkaOffsetsError(f"cannot read topic metadata from the broker: {exc}") from exc
+    counts: dict[str, int] = {}
+    uncertain: list[str] = []
+    for name, meta in (metadata.topics or {}).items():
+        if name.startswith("__"):
+            continue
+        try:
+            validate_topic_name(name)
+        except TopicNameError as exc:
+            log.warning("skipping topic: %s", exc)
+            continue
+        if meta.error is not None or not meta.partitions:
+            log.warning("topic %s: the broker answered %s; leaving it as it is until it answers", name, meta.error)
+            uncertain.append(name)
+            continue
+        counts[name] = len(meta.partitions)
+    if not counts:
+        return BrokerTopics((), tuple(sorted(uncertain)))
+    names = sorted(counts)
+    ids: dict[str, str] = {}
+    for name, future in admin.describe_topics(TopicCollection(names), request_timeout=timeout_s).items():
+        try:
+            ids[name] = str(future.result(timeout=timeout_s + 5).topic_id)
+        except Exception as exc:  # noqa: BLE001 - deleted between the two requests, or no answer: proves nothing
+            log.warning("topic %s: cannot read its topic id (%s); leaving it as it is", name, exc)
+    retention: dict[str, int] = {}
+    resources = [ConfigResource(ResourceType.TOPIC, n) for n in names if n in ids]
+    for resource, future in admin.describe_configs(resources, request_timeout=timeout_s).items():
+        try:
+            entry = future.result(timeout=timeout_s + 5).get("retention.ms")
+        except Exception as exc:  # noqa: BLE001 - one topic's answer must not fail the sync
+            log.warning("topic %s: cannot read retention.ms (%s); leaving it as it is", resource.name, exc)
+            continue
+        retention[resource.name] = _retention(entry.value if entry is not None else None)
+    known = [n for n in names if n in ids and n in retention]
+    uncertain += [n for n in names if n not in known]
+    return BrokerTopics(
+        tuple(BrokerTopic(n, counts[n], retention[n], ids[n]) for n in known), tuple(sorted(uncertain))
+    )
+
+
+def _retention(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return -1

@@ -1,0 +1,145 @@
+"""The ``scaling_decisions`` table: the one module that reads and writes it.
+
+A decision is applied together with the ``topics.linker_workers`` change it records, in one
+transaction (`apply_change`), so the table never claims a change that did not happen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Literal
+
+from lagsched.adapters.topics import read_transaction, set_linker_workers, write_transaction
+from lagsched.core.evaluator import Decision
+
+if TYPE_CHECKING:
+    import pymysql
+    import pymysql.cursors
+
+    Connection = pymysql.connections.Connection[pymysql.cursors.Cursor]
+
+__all__ = ["DecisionRow", "apply_change", "decisions_of", "last_change_times", "mark_announced"]
+
+_COLUMNS = (
+    "decision_id, evaluation_id, decided_at, topic_id, cluster, topic, old_workers, new_workers, rule, policy,"
+    " reason, announced_at"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRow:
+    """One ``scaling_decisions`` row (times in seconds since the epoch, UTC).
+
+    Attributes:
+        decision_id: row id.
+        evaluation_id: the evaluation run that made it (the Airflow run id).
+        decided_at: when it was decided.
+        topic_id: registry id of the topic.
+        cluster: registry cluster.
+        topic: the topic's name at decision time.
+        old_workers: ``linker_workers`` before.
+        new_workers: ``linker_workers`` after.
+        rule: the rule that fired.
+        policy: the policy that decided.
+        reason: the reason in words.
+        announced_at: when it was published on ``lagsched:scaling``; None until then.
+    """
+
+    decision_id: int
+    evaluation_id: str
+    decided_at: float
+    topic_id: str
+    cluster: str
+    topic: str
+    old_workers: int
+    new_workers: int
+    rule: str
+    policy: str
+    reason: str
+    announced_at: float | None
+
+
+Applied = Literal["applied", "conflict", "already_applied"]
+
+
+def decisions_of(conn: Connection, evaluation_id: str) -> dict[str, DecisionRow]:
+    """The decisions one evaluation recorded, by topic id (a retry finds what it applied)."""
+    with read_transaction(conn) as cur:
+        cur.execute(f"SELECT {_COLUMNS} FROM scaling_decisions WHERE evaluation_id = %s", (evaluation_id,))  # noqa: S608 - fixed column list
+        rows = cur.fetchall()
+    out = {}
+    for r in rows:
+        row = DecisionRow(
+            int(r[0]), str(r[1]), _epoch(r[2]), str(r[3]), str(r[4]), str(r[5]), int(r[6]), int(r[7]),
+            str(r[8]), str(r[9]), str(r[10]), None if r[11] is None else _epoch(r[11]),
+        )  # fmt: skip
+        out[row.topic_id] = row
+    return out
+
+
+def last_change_times(conn: Connection, topic_ids: Sequence[str]) -> dict[str, float]:
+    """When each topic's ``linker_workers`` last changed (topics never changed are absent)."""
+    if not topic_ids:
+        return {}
+    marks = ", ".join(["%s"] * len(topic_ids))
+    with read_transaction(conn) as cur:
+        cur.execute(
+            f"SELECT topic_id, MAX(decided_at) FROM scaling_decisions WHERE topic_id IN ({marks})"  # noqa: S608 - placeholders only
+            " GROUP BY topic_id",
+            tuple(topic_ids),
+        )
+        rows = cur.fetchall()
+    return {str(t): _epoch(at) for t, at in rows if at is not None}
+
+
+def apply_change(
+    conn: Connection, *, cluster: str, evaluation_id: str, topic_id: str, d: Decision
+) -> tuple[Applied, int | None]:
+    """Set the topic's ``linker_workers`` from ``d.old_workers`` to ``d.new_workers`` and record why.
+
+    One transaction. Returns ``("applied", decision_id)``; ``("conflict", None)`` when the value
+    is no longer ``d.old_workers`` (another evaluator got there first: nothing written); or
+    ``("already_applied", None)`` when this evaluation id already recorded a decision for the
+    topic (a twin run of the same evaluation).
+    """
+    import pymysql
+
+    try:
+        with write_transaction(conn) as cur:
+            if not set_linker_workers(cur, topic_id, d.old_workers, d.new_workers):
+                conn.rollback()
+                return "conflict", None
+            cur.execute(
+                "INSERT INTO scaling_decisions (evaluation_id, decided_at, topic_id, cluster, topic, old_workers,"
+                " new_workers, lag_records, time_lag_s, slope, fit_r2, policy, rule, reason)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                (
+                    evaluation_id, _to_db(d.at), topic_id, cluster, d.topic, d.old_workers, d.new_workers,
+                    d.lag, d.time_lag_s, d.slope, d.fit_r2, d.policy, d.rule, d.reason[:1000],
+                ),
+            )  # fmt: skip
+            decision_id = int(cur.lastrowid)
+    except pymysql.err.IntegrityError:
+        return "already_applied", None
+    return "applied", decision_id
+
+
+def mark_announced(conn: Connection, decision_id: int, at: float) -> None:
+    """Stamp a decision as published (a retry publishes only unstamped ones)."""
+    with write_transaction(conn) as cur:
+        cur.execute(
+            "UPDATE scaling_decisions SET announced_at = %s WHERE decision_id = %s AND announced_at IS NULL",
+            (_to_db(at), decision_id),
+        )
+
+
+def _to_db(at: float) -> datetime:
+    # pymysql writes a datetime without its zone; sessions run in UTC, so hand it UTC wall time.
+    return datetime.fromtimestamp(at, tz=UTC).replace(tzinfo=None)
+
+
+def _epoch(value: datetime) -> float:
+    aware = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return aware.timestamp()

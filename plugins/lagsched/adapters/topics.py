@@ -1,0 +1,262 @@
+"""The topic registry's tables, ``topics`` and ``topic_partitions``: the one module that reads and
+writes them (the claim columns of ``topic_partitions`` belong to `lagsched.adapters.claims`).
+
+Every read ends its transaction (``commit``), so a long-lived connection sees other writers'
+commits next time; every write is one transaction that is rolled back on any error.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from lagsched.core.names import validate_cluster_name, validate_topic_name
+from lagsched.core.registry import SyncPlan, TopicRow
+
+if TYPE_CHECKING:
+    import pymysql
+    import pymysql.cursors
+
+    Connection = pymysql.connections.Connection[pymysql.cursors.Cursor]
+    Cursor = pymysql.cursors.Cursor
+
+__all__ = [
+    "AppliedSync",
+    "PartitionRow",
+    "TopicRow",
+    "apply_sync",
+    "load_partitions",
+    "load_topics",
+    "read_transaction",
+    "set_linker_workers",
+    "write_transaction",
+]
+
+log = logging.getLogger(__name__)
+
+_TOPIC_COLUMNS = (
+    "topic_id, cluster, name, kafka_topic_id, partition_count, retention_ms, linker_workers,"
+    " min_workers, max_workers, enabled"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRow:
+    """One ``topic_partitions`` row as the lag monitor sees it.
+
+    Attributes:
+        topic_id: registry id of the topic.
+        partition_id: partition number.
+        committed_offset: the pipeline's stored next offset, None before the first commit.
+        holder: the slot holding the row with a live lease at read time (by the database clock),
+            None when unclaimed or when the lease ran out: a dead slot is no holder.
+    """
+
+    topic_id: str
+    partition_id: int
+    committed_offset: int | None
+    holder: str | None = field(default=None)
+
+
+@contextmanager
+def read_transaction(conn: Connection) -> Iterator[Cursor]:
+    """A cursor whose transaction is ended afterwards even when the read failed.
+
+    A failed read's rollback error (the connection broke) must not hide the read's own error.
+    """
+    try:
+        with conn.cursor() as cur:
+            yield cur
+    except BaseException:
+        _rollback_quietly(conn)
+        raise
+    conn.commit()
+
+
+@contextmanager
+def write_transaction(conn: Connection) -> Iterator[Cursor]:
+    """A cursor in one transaction: committed at the end, rolled back on any error."""
+    try:
+        with conn.cursor() as cur:
+            yield cur
+    except BaseException:
+        _rollback_quietly(conn)
+        raise
+    conn.commit()
+
+
+def _rollback_quietly(conn: Connection) -> None:
+    try:
+        conn.rollback()
+    except Exception as exc:  # noqa: BLE001 - the original error is the one worth raising
+        log.debug("rollback after a failed statement failed too: %s", exc)
+
+
+def _topic(row: Sequence[Any]) -> TopicRow:
+    tid, cluster, name, kid, count, retention, workers, low, high, enabled = row
+    return TopicRow(
+        str(tid), str(cluster), str(name), None if kid is None else str(kid), int(count), int(retention),
+        int(workers), None if low is None else int(low), None if high is None else int(high), bool(enabled),
+    )  # fmt: skip
+
+
+def load_topics(conn: Connection, cluster: str | None = None, *, enabled_only: bool = True) -> list[TopicRow]:
+    """The registry's topics of `cluster` (every cluster when None), by name.
+
+    Rows whose names Kafka would refuse (written by hand) are skipped with a warning, so one bad
+    row cannot stop the monitor for every other topic.
+    """
+    where, args = [], []
+    if cluster is not None:
+        where.append("cluster = %s")
+        args.append(validate_cluster_name(cluster))
+    if enabled_only:
+        where.append("enabled")
+    sql = f"SELECT {_TOPIC_COLUMNS} FROM topics"  # noqa: S608 - fixed column list
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    with read_transaction(conn) as cur:
+        cur.execute(sql + " ORDER BY cluster, name, enabled DESC, created_at", tuple(args))
+        rows = cur.fetchall()
+    out = []
+    for r in rows:
+        try:
+            validate_topic_name(str(r[2]))
+        except ValueError:
+            log.warning("skipping registry topic %s: illegal name %r", r[0], r[2])
+            continue
+        out.append(_topic(r))
+    return out
+
+
+def load_partitions(conn: Connection, topic_ids: Iterable[str]) -> dict[str, tuple[PartitionRow, ...]]:
+    """Partition rows of `topic_ids`, by topic id then partition; one query for all of them.
+
+    The holder is reported only while its lease is live by the database's clock.
+    """
+    ids = sorted(set(topic_ids))
+    out: dict[str, list[PartitionRow]] = {t: [] for t in ids}
+    if not ids:
+        return {}
+    marks = ", ".join(["%s"] * len(ids))
+    sql = (  # noqa: S608 - placeholders only
+        "SELECT topic_id, partition_id, committed_offset,"
+        " CASE WHEN lease_expires_at > CURRENT_TIMESTAMP(6) THEN claimed_by END"
+        f" FROM topic_partitions WHERE topic_id IN ({marks}) ORDER BY topic_id, partition_id"
+    )
+    with read_transaction(conn) as cur:
+        cur.execute(sql, tuple(ids))
+        for tid, pid, committed, holder in cur.fetchall():
+            offset = None if committed is None else int(committed)
+            out[str(tid)].append(PartitionRow(str(tid), int(pid), offset, None if holder is None else str(holder)))
+    return {t: tuple(v) for t, v in out.items()}
+
+
+def set_linker_workers(cur: Cursor, topic_id: str, old: int, new: int) -> bool:
+    """Compare-and-set a topic's ``linker_workers`` inside the caller's transaction.
+
+    Returns False (nothing changed) when the value is no longer `old` or the topic was disabled:
+    of two evaluators that both saw `old`, only the first moves it.
+    """
+    cur.execute(
+        "UPDATE topics SET linker_workers = %s WHERE topic_id = %s AND linker_workers = %s AND enabled",
+        (new, topic_id, old),
+    )
+    return bool(cur.rowcount == 1)
+
+
+def lock_cluster(cur: Cursor, cluster: str) -> list[TopicRow]:
+    """Every row of `cluster`, enabled or not, locked until the transaction ends.
+
+    Two syncs (two DAG runs) must not both register the same new topic.
+    """
+    cur.execute(
+        f"SELECT {_TOPIC_COLUMNS} FROM topics WHERE cluster = %s ORDER BY topic_id FOR UPDATE",  # noqa: S608
+        (validate_cluster_name(cluster),),
+    )
+    return [_topic(r) for r in cur.fetchall()]
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedSync:
+    """A sync as applied: the plan, the registry id of every enabled topic it covers, new partitions.
+
+    Attributes:
+        plan: what was decided (`lagsched.core.registry.plan_sync`).
+        topic_ids: name -> registry id of every topic the sync left enabled.
+        partitions_added: name -> partition ids that got new rows.
+    """
+
+    plan: SyncPlan
+    topic_ids: Mapping[str, str]
+    partitions_added: Mapping[str, tuple[int, ...]]
+
+
+def apply_sync(conn: Connection, cluster: str, plan_for: Callable[[list[TopicRow]], SyncPlan]) -> AppliedSync:
+    """Lock the cluster's rows, let ``plan_for(rows)`` decide what changes, apply it; one transaction.
+
+    ``plan_for`` is the pure planner (`lagsched.core.registry.plan_sync` with the broker's view
+    bound): planning under the lock is what makes two concurrent syncs agree.
+    """
+    with write_transaction(conn) as cur:
+        rows = lock_cluster(cur, cluster)
+        plan = plan_for(rows)
+        # Disable first: a re-created topic's new row may take the name only once the old row gave it up.
+        for topic_id in plan.disable:
+            cur.execute("UPDATE topics SET enabled = FALSE WHERE topic_id = %s", (topic_id,))
+        _fence_holders(cur, plan.disable)
+        for u in plan.update:
+            cur.execute(
+                "UPDATE topics SET partition_count = %s, retention_ms = %s, kafka_topic_id = %s, enabled = TRUE"
+                " WHERE topic_id = %s",
+                (u.topic.partitions, u.topic.retention_ms, u.topic.kafka_topic_id or u.row.kafka_topic_id,
+                 u.row.topic_id),
+            )  # fmt: skip
+        ids = {r.name: r.topic_id for r in plan.unchanged} | {u.topic.name: u.row.topic_id for u in plan.update}
+        for n in plan.insert:
+            ids[n.topic.name] = str(uuid.uuid4())
+            cur.execute(
+                "INSERT INTO topics (topic_id, cluster, name, kafka_topic_id, partition_count, retention_ms,"
+                " linker_workers, min_workers, max_workers, enabled) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, TRUE)",
+                (ids[n.topic.name], cluster, n.topic.name, n.topic.kafka_topic_id, n.topic.partitions,
+                 n.topic.retention_ms, n.linker_workers, n.min_workers, n.max_workers),
+            )  # fmt: skip
+        wanted = {ids[u.topic.name]: (u.topic.name, u.topic.partitions) for u in plan.update}
+        wanted |= {ids[n.topic.name]: (n.topic.name, n.topic.partitions) for n in plan.insert}
+        added = _add_partition_rows(cur, wanted)
+    return AppliedSync(plan, ids, added)
+
+
+def _fence_holders(cur: Cursor, topic_ids: Sequence[str]) -> None:
+    # A worker still reading a disabled topic must not store an offset of it any more: clearing
+    # the holder and bumping the epoch makes its next renew or commit a stale claim.
+    for topic_id in topic_ids:
+        cur.execute(
+            "UPDATE topic_partitions SET claimed_by = NULL, lease_expires_at = NULL, claim_epoch = claim_epoch + 1"
+            " WHERE topic_id = %s AND claimed_by IS NOT NULL",
+            (topic_id,),
+        )
+
+
+def _add_partition_rows(cur: Cursor, wanted: Mapping[str, tuple[str, int]]) -> dict[str, tuple[int, ...]]:
+    """Rows for partitions the broker has and the table lacks; name -> new partition ids."""
+    if not wanted:
+        return {}
+    marks = ", ".join(["%s"] * len(wanted))
+    cur.execute(
+        f"SELECT topic_id, MAX(partition_id) + 1 FROM topic_partitions WHERE topic_id IN ({marks})"  # noqa: S608
+        " GROUP BY topic_id",
+        tuple(wanted),
+    )
+    have = {str(t): int(n) for t, n in cur.fetchall()}
+    # Kafka only ever adds partitions, numbered on from the last. Rows beyond a smaller count (a
+    # re-enabled topic) are kept; partition_count says which are real.
+    added = {name: tuple(range(have.get(t, 0), n)) for t, (name, n) in wanted.items() if n > have.get(t, 0)}
+    rows = [(t, p) for t, (name, _n) in wanted.items() for p in added.get(name, ())]
+    if rows:
+        cur.executemany("INSERT INTO topic_partitions (topic_id, partition_id) VALUES (%s, %s)", rows)
+    return added

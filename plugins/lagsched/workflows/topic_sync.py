@@ -1,0 +1,110 @@
+"""Topic sync: keep the registry in step with the broker (rules in `lagsched.core.registry`).
+
+One `sync_registry` call reads the cluster's topics with the Admin API (three requests for the
+whole cluster) and applies the plan to MySQL in one transaction, under a lock on the cluster's
+rows so two concurrent syncs agree.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from lagsched.adapters.kafka_admin import fetch_broker_topics
+from lagsched.adapters.topics import apply_sync
+from lagsched.core.names import validate_cluster_name, validate_topic_name
+from lagsched.core.registry import TopicDefaults, plan_sync
+
+__all__ = ["SyncReport", "sync_registry"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncReport:
+    """What one sync changed; topic names per outcome.
+
+    Attributes:
+        added: topics registered for the first time.
+        disabled: topics gone from the broker, now disabled (offsets kept).
+        reenabled: disabled topics that came back (the same Kafka topic).
+        recreated: topics deleted and created again under the same name: a new registry row
+            without offsets, the old one disabled with its history.
+        uncertain: topics the broker answered with an error for, left as they were.
+        partitions_added: topic name -> partition ids that got new rows.
+        topic_ids: topic name -> registry id, for every topic the sync covers that is enabled.
+    """
+
+    added: tuple[str, ...] = ()
+    disabled: tuple[str, ...] = ()
+    reenabled: tuple[str, ...] = ()
+    recreated: tuple[str, ...] = ()
+    uncertain: tuple[str, ...] = ()
+    partitions_added: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    topic_ids: Mapping[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready (for XCom)."""
+        return {
+            "topics": len(self.topic_ids),
+            "added": list(self.added),
+            "disabled": list(self.disabled),
+            "reenabled": list(self.reenabled),
+            "recreated": list(self.recreated),
+            "uncertain": list(self.uncertain),
+            "partitions_added": {name: len(ids) for name, ids in self.partitions_added.items()},
+        }
+
+
+def sync_registry(
+    conn: Any,
+    admin: Any,
+    cluster: str,
+    defaults: TopicDefaults | None = None,
+    *,
+    only: Iterable[str] | None = None,
+    timeout_s: float = 15.0,
+) -> SyncReport:
+    """Read the broker and apply it to the registry of `cluster`.
+
+    Args:
+        conn: an open lagsched MySQL connection.
+        admin: the cluster's Admin client.
+        cluster: registry cluster name.
+        defaults: worker settings of a brand-new topic.
+        only: restrict the sync to these topic names (validated); topics outside the list are
+            neither added nor disabled. ``None`` syncs the whole cluster.
+        timeout_s: broker request timeout.
+    """
+    validate_cluster_name(cluster)
+    wanted = None if only is None else {validate_topic_name(n) for n in only}
+    broker = fetch_broker_topics(admin, timeout_s)
+    planner = partial(plan_sync, broker=broker.topics, defaults=defaults, uncertain=broker.uncertain, only=wanted)
+    applied = apply_sync(conn, cluster, planner)
+    plan = applied.plan
+    in_scope = (lambda _n: True) if wanted is None else wanted.__contains__
+    report = SyncReport(
+        added=plan.added,
+        disabled=plan.disabled_names,
+        reenabled=plan.reenabled,
+        recreated=plan.recreated,
+        uncertain=tuple(n for n in broker.uncertain if in_scope(n)),
+        partitions_added=dict(applied.partitions_added),
+        topic_ids={n: i for n, i in applied.topic_ids.items() if in_scope(n)},
+    )
+    if plan.insert or plan.disable or plan.update:
+        log.info(
+            "registry %s: added %s, disabled %s, re-enabled %s, re-created %s, new partitions %s",
+            cluster, list(report.added), list(report.disabled), list(report.reenabled), list(report.recreated),
+            {k: len(v) for k, v in report.partitions_added.items()},
+        )  # fmt: skip
+    for name in report.recreated:
+        log.warning(
+            "topic %s was deleted and created again on the broker: it is registered as a new topic whose "
+            "consumption starts where no_offset_policy says; the old registry row is kept, disabled, with its offsets",
+            name,
+        )
+    return report
