@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 
 from lagsched.adapters.lag_store import SCALING_CHANNEL, LagRecord, LagStore
+from lagsched.core.config import parse_settings
 from lagsched.core.errors import ConfigError
 from lagsched.core.evaluator import Decision
-from lagsched.scaling import RegistryTopic, _apply, evaluate_cluster
+from lagsched.core.registry import TopicRow
+from lagsched.workflows.scaling import _apply, effective_config, evaluate_cluster
 
 NOW = 1_790_000_000.0
 SETTINGS = {"defaults": {"evaluate_every": 1, "cooldown_s": 0}}
@@ -42,13 +44,31 @@ def messages(pubsub: Any, wait_s: float = 1.0) -> list[dict[str, Any]]:
     return out
 
 
-def add_topic(conn: Any, cluster: str, name: str, *, workers: int = 2, retention_ms: int = 3_600_000) -> str:
+def nothing_published(pubsub: Any, redis_client: Any) -> bool:
+    """True when nothing was published before now: a sentinel published now is the next message.
+
+    Redis delivers one channel's messages in publish order, so waiting for our own sentinel proves
+    that no earlier message is still on its way, however slow the machine (no fixed wait).
+    """
+    sentinel = {"sentinel": uuid.uuid4().hex}
+    redis_client.publish(SCALING_CHANNEL, json.dumps(sentinel))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        m = pubsub.get_message(timeout=1.0)
+        if m is not None and m["type"] == "message":
+            return bool(json.loads(m["data"]) == sentinel)
+    raise AssertionError("the sentinel message never arrived")
+
+
+def add_topic(
+    conn: Any, cluster: str, name: str, *, workers: int = 2, retention_ms: int = 3_600_000, partitions: int = 12
+) -> str:
     topic_id = str(uuid.uuid4())
     with conn.cursor() as cur:
         cur.execute(
-            "INSERT INTO topics (topic_id, cluster, name, partition_count, retention_ms, linker_workers,"
-            " min_workers, max_workers) VALUES (%s, %s, %s, 12, %s, %s, 1, 8)",
-            (topic_id, cluster, name, retention_ms, workers),
+            "INSERT INTO topics (topic_id, cluster, name, partition_count, retention_ms, linker_workers)"
+            " VALUES (%s, %s, %s, %s, %s, %s)",
+            (topic_id, cluster, name, partitions, retention_ms, workers),
         )
     conn.commit()
     return topic_id
@@ -133,7 +153,7 @@ def test_retry_does_not_double_apply(db: Any, redis_client: Any, cluster: str, s
     assert [o.status for o in retry.outcomes] == ["already_applied"]
     assert workers_of(db, topic_id) == 6
     assert len(decisions(db, topic_id)) == 1
-    assert messages(subscriber, 0.3) == []
+    assert nothing_published(subscriber, redis_client)
 
     # The first try died between its commit and the PUBLISH: the retry announces it, once.
     with db.cursor() as cur:
@@ -154,7 +174,7 @@ def test_retry_does_not_double_apply(db: Any, redis_client: Any, cluster: str, s
 def test_guarded_update_loses_to_a_concurrent_change(db: Any, redis_client: Any, cluster: str) -> None:
     topic_id = add_topic(db, cluster, "orders", workers=3)  # another evaluator already moved 2 -> 3
     stale = Decision("orders", 2, 6, 250_000, 60.0, 166.7, 1.0, "hevo", "scale_up_rising", "test", NOW)
-    topic = RegistryTopic(topic_id, "orders", 12, 3_600_000, 2, 1, 8)
+    topic = TopicRow(topic_id, cluster, "orders", None, 12, 3_600_000, 2, None, None, True)
     outcome = _apply(db, redis_client, cluster=cluster, evaluation_id="run-x", topic=topic, d=stale, now=NOW)
     assert outcome.status == "conflict"
     assert workers_of(db, topic_id) == 3
@@ -204,7 +224,7 @@ def test_malformed_variable_fails_naming_the_field_and_changes_nothing(
     assert "defaults.policy = 'magic'" in str(err.value) and "'hevo', 'keda' or 'capacity'" in str(err.value)
     assert workers_of(db, topic_id) == 2
     assert decisions(db, topic_id) == []
-    assert messages(subscriber, 0.3) == []
+    assert nothing_published(subscriber, redis_client)
     assert redis_client.get(LagStore(redis_client, cluster).evaluated_key("orders")) is None
 
     with pytest.raises(ConfigError, match=r"topics\.orders\.max_workers"):
@@ -215,3 +235,53 @@ def test_malformed_variable_fails_naming_the_field_and_changes_nothing(
     with pytest.raises(ConfigError, match="not valid JSON"):
         evaluate_cluster(cluster, "{oops", mysql=db, redis=redis_client, evaluation_id="run-bad-3", now=NOW)
     assert workers_of(db, topic_id) == 2
+
+
+def test_a_run_that_fails_part_way_changes_every_topic_or_its_retry_finishes(
+    db: Any, redis_client: Any, cluster: str, subscriber: Any
+) -> None:
+    """Every topic is decided before anything is written, and a retry completes a broken run."""
+    ids = {name: add_topic(db, cluster, name) for name in ("alpha", "beta")}
+    for name in ids:
+        rising_history(redis_client, cluster, name)
+
+    class BrokenMarks(LagStore):
+        def mark_evaluated(self, topic: str, at: float) -> None:
+            raise ConnectionError("redis went away")
+
+    raw = json.dumps(SETTINGS)
+    with pytest.raises(ConnectionError):
+        evaluate_cluster(
+            cluster, raw, mysql=db, redis=redis_client, evaluation_id="run-1", now=NOW,
+            store=BrokenMarks(redis_client, cluster),
+        )  # fmt: skip
+    # Before, the first topic's change was applied and the second topic never evaluated.
+    assert {n: workers_of(db, t) for n, t in ids.items()} == {"alpha": 6, "beta": 6}
+    retry = evaluate_cluster(cluster, raw, mysql=db, redis=redis_client, evaluation_id="run-1", now=NOW + 1)
+    assert [o.status for o in retry.outcomes] == ["already_applied", "already_applied"]
+    assert {n: len(decisions(db, t)) for n, t in ids.items()} == {"alpha": 1, "beta": 1}
+    assert sorted(m["topic"] for m in messages(subscriber)) == ["alpha", "beta"]
+    store = LagStore(redis_client, cluster)
+    assert all(v is not None for v in store.last_evaluated(list(ids)).values())
+
+
+def test_registry_limits_are_optional_and_the_variable_applies_without_them() -> None:
+    settings = parse_settings({"defaults": {"max_workers": 32}, "topics": {"tight": {"max_workers": 4}}})
+    free = TopicRow("t1", "c", "orders", None, 64, -1, 2, None, None, True)
+    assert (effective_config(settings, free).min_workers, effective_config(settings, free).max_workers) == (1, 32)
+    limited = TopicRow("t2", "c", "orders", None, 64, -1, 2, 3, 10, True)
+    assert (effective_config(settings, limited).min_workers, effective_config(settings, limited).max_workers) == (3, 10)
+    tight = TopicRow("t3", "c", "tight", None, 64, -1, 2, 6, 12, True)  # no overlap: the row's limits win
+    assert (effective_config(settings, tight).min_workers, effective_config(settings, tight).max_workers) == (6, 12)
+
+
+def test_an_override_for_an_unregistered_topic_is_named_in_the_log(
+    db: Any, redis_client: Any, cluster: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    add_topic(db, cluster, "orders")
+    raw = json.dumps({"topics": {"Orders": {"max_workers": 4}, "clicks": {"max_workers": 2}}})
+    with caplog.at_level("WARNING", logger="lagsched.workflows.scaling"):
+        evaluate_cluster(cluster, raw, mysql=db, redis=redis_client, evaluation_id="run-o", now=NOW)
+    text = caplog.text
+    assert "'Orders'" in text and "did you mean 'orders'" in text
+    assert "'clicks'" in text and "no effect" in text

@@ -28,9 +28,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from lagsched.core.names import validate_cluster_name, validate_topic_name
 from lagsched.connections import RedisParams
 from lagsched.core.lag import OffsetSample, SampleWindow
+from lagsched.core.names import validate_cluster_name, validate_topic_name
 
 __all__ = [
     "DEFAULT_PREFIX",

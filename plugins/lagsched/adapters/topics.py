@@ -143,8 +143,8 @@ def load_partitions(conn: Connection, topic_ids: Iterable[str]) -> dict[str, tup
     if not ids:
         return {}
     marks = ", ".join(["%s"] * len(ids))
-    sql = (  # noqa: S608 - placeholders only
-        "SELECT topic_id, partition_id, committed_offset,"
+    sql = (
+        "SELECT topic_id, partition_id, committed_offset,"  # noqa: S608 - placeholders only
         " CASE WHEN lease_expires_at > CURRENT_TIMESTAMP(6) THEN claimed_by END"
         f" FROM topic_partitions WHERE topic_id IN ({marks}) ORDER BY topic_id, partition_id"
     )

@@ -20,7 +20,12 @@ MAX_CLUSTER_NAME = 255  # topics.cluster VARCHAR(255)
 
 def validate_topic_name(name: str) -> str:
     """Return ``name`` if Kafka would accept it as a topic name, else raise ``TopicNameError``."""
-    if not isinstance(name, str) or not name or len(name) > MAX_TOPIC_NAME or not _LEGAL.fullmatch(name) or name in {".", ".."}:
+    if (
+        not isinstance(name, str)
+        or not 1 <= len(name) <= MAX_TOPIC_NAME
+        or not _LEGAL.fullmatch(name)
+        or name in {".", ".."}
+    ):
         raise TopicNameError(
             f"topic name {name!r} is not legal in Kafka: use 1 to {MAX_TOPIC_NAME} characters from "
             "[a-zA-Z0-9._-], and not '.' or '..'"
