@@ -5,12 +5,11 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
-
-from functools import partial
 
 from lagsched.adapters.mysql import connect
 from lagsched.adapters.topics import apply_sync
