@@ -59,7 +59,7 @@ def test_interrupted_migration_resumes_after_its_last_completed_statement(empty_
         "ALTER TABLE t1 ADD COLUMN d INT NULL;\n"
     )
     conn = connect(empty_mysql_db)
-    with pytest.raises(MigrationError, match="V002__grow.sql failed at statement 2"):
+    with pytest.raises(MigrationError, match=r"V002__grow\.sql failed at statement 2"):
         migrate(conn, tmp_path)
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE t2 (id INT PRIMARY KEY)")  # the operator fixes what was missing
