@@ -263,3 +263,47 @@ def test_store_bounds_samples_by_count_age_and_ttl(redis_client: Any, cluster: s
     store.add_lag_records({"orders": LagRecord(T0 + 270, lag=9)})
     assert [r.lag for r in store.read_lag_records(["orders"])["orders"]] == [9]
     assert key.startswith(f"lagsched:{cluster}:latest:")
+
+
+def test_committed_beyond_the_head_is_an_anomaly_not_silently_lag_zero(
+    new_topic: Callable[..., str], kafka_config: dict[str, Any], db: Any, cluster: str, measure_at: Callable[..., Any]
+) -> None:
+    topic = new_topic(2)
+    produce(kafka_config, topic, 0, 300)
+    produce(kafka_config, topic, 1, 10)
+    register(db, cluster, topic, {0: 500, 1: 4})  # p0: stored by hand, or a topic re-created behind our back
+
+    summary = measure_at(T0)
+
+    m = summary.topic(topic)
+    assert (m.lag, [p.partition for p in m.anomalies]) == (6, [0])
+    assert summary.anomalies == 1
+    assert summary.as_dict()["anomalies"] == {topic: {"0": {"committed": 500, "latest": 300, "ahead": 200}}}
+    assert summary.as_dict()["top"][0]["anomalies"] == {"0": {"committed": 500, "latest": 300, "ahead": 200}}
+    assert f"ANOMALY {topic}[0]: committed offset 500 is 200 beyond the high watermark 300" in summary.table()
+
+
+def test_worker_rate_counts_only_holders_with_a_live_lease(
+    new_topic: Callable[..., str], kafka_config: dict[str, Any], db: Any, cluster: str, measure_at: Callable[..., Any]
+) -> None:
+    topic = new_topic(2)
+    produce(kafka_config, topic, 0, 1000)
+    produce(kafka_config, topic, 1, 1000)
+    topic_id = register(db, cluster, topic, {0: 0, 1: 0}, claimed_by={0: "slot-live", 1: "slot-dead"})
+    with db.cursor() as cur:
+        cur.execute(
+            "UPDATE topic_partitions SET lease_expires_at = CASE partition_id"
+            " WHEN 0 THEN CURRENT_TIMESTAMP(6) + INTERVAL 1 HOUR ELSE CURRENT_TIMESTAMP(6) - INTERVAL 1 HOUR END"
+            " WHERE topic_id = %s",
+            (topic_id,),
+        )
+    db.commit()
+    measure_at(T0)
+    set_committed(db, topic_id, 0, 120)
+    set_committed(db, topic_id, 1, 120)  # moved before slot-dead died; nobody holds it now
+
+    m = measure_at(T0 + 60).topic(topic)
+
+    assert m.consumption_rate == pytest.approx(4.0)  # 2 x 120 records in 60 s
+    # One live worker: the dead slot must not halve the per-worker rate.
+    assert m.worker_rate == pytest.approx(4.0)
