@@ -24,7 +24,8 @@ Example:
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable, Mapping
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -151,8 +152,8 @@ def read_offsets(
     keys = [(validate_topic_name(t), p) for t, n in partitions.items() for p in range(n)]
     if not keys:
         return {t: () for t in partitions}
-    latest = _list(admin, keys, spec.latest(), TopicPartition, timeout_s)
-    earliest = _list(admin, keys, spec.earliest(), TopicPartition, timeout_s)
+    latest = _list(admin, keys, spec.latest(), TopicPartition, timeout_s=timeout_s)
+    earliest = _list(admin, keys, spec.earliest(), TopicPartition, timeout_s=timeout_s)
     result: dict[str, list[BrokerOffsets]] = {t: [] for t in partitions}
     for topic, p in keys:
         result[topic].append(BrokerOffsets(topic, p, latest=latest[(topic, p)], log_start=earliest[(topic, p)]))
@@ -171,27 +172,85 @@ def fetch_offsets(
     return read_offsets(admin, list_partitions(admin, topics, timeout_s=timeout_s), timeout_s=timeout_s)
 
 
+#: A partition whose leader is moving (a new topic, a broker restart) answers these for a moment;
+#: librdkafka refreshes its metadata on them, so asking again shortly after is enough.
+RETRY_BACKOFFS_S = (0.2, 0.5, 1.0)
+
+
 def _list(
-    admin: OffsetsAdmin, keys: list[tuple[str, int]], spec: Any, topic_partition: Any, timeout_s: float
+    admin: OffsetsAdmin,
+    keys: list[tuple[str, int]],
+    spec: Any,
+    topic_partition: Any,
+    *,
+    timeout_s: float,
+    backoffs_s: Sequence[float] = RETRY_BACKOFFS_S,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> dict[tuple[str, int], int]:
+    out: dict[tuple[str, int], int] = {}
+    pending = list(keys)
+    for attempt in range(len(backoffs_s) + 1):
+        failed = _list_once(admin, pending, spec, topic_partition, timeout_s=timeout_s, out=out)
+        if not failed:
+            return out
+        retriable = [k for k, exc in failed.items() if _is_retriable(exc)]
+        if len(retriable) < len(failed) or attempt == len(backoffs_s):
+            # Name a partition that cannot heal if there is one: that is the error to act on.
+            topic, partition = next((k for k in failed if k not in retriable), next(iter(failed)))
+            exc = failed[(topic, partition)]
+            raise KafkaOffsetsError(
+                f"cannot read {type(spec).__name__} offset of {topic}[{partition}] "
+                f"({len(failed)} partition(s) failed, after {attempt + 1} attempt(s)): {exc}"
+            ) from exc
+        log.info("%d partition(s) answered a retriable error; asking again", len(retriable))
+        sleep(backoffs_s[attempt])
+        pending = retriable
+    return out  # pragma: no cover - the loop returns or raises
+
+
+def _list_once(
+    admin: OffsetsAdmin,
+    keys: list[tuple[str, int]],
+    spec: Any,
+    topic_partition: Any,
+    *,
+    timeout_s: float,
+    out: dict[tuple[str, int], int],
+) -> dict[tuple[str, int], BaseException]:
+    """One ``list_offsets`` request; fills `out`, returns the partitions that failed with their error."""
     request = {topic_partition(t, p): spec for t, p in keys}
     try:
         futures = admin.list_offsets(request, request_timeout=timeout_s)
     except Exception as exc:  # KafkaException / ValueError from the client
         raise KafkaOffsetsError(f"list_offsets({type(spec).__name__}) failed: {exc}") from exc
-    out: dict[tuple[str, int], int] = {}
+    failed: dict[tuple[str, int], BaseException] = {}
     for tp, future in futures.items():
         try:
-            info = future.result(timeout=timeout_s + 5)
-        except Exception as exc:
-            raise KafkaOffsetsError(
-                f"cannot read {type(spec).__name__} offset of {tp.topic}[{tp.partition}]: {exc}"
-            ) from exc
-        out[(tp.topic, tp.partition)] = int(info.offset)
-    absent = [k for k in keys if k not in out]
+            out[(tp.topic, tp.partition)] = int(future.result(timeout=timeout_s + 5).offset)
+        except Exception as exc:  # noqa: BLE001 - judged below: retried or raised
+            failed[(tp.topic, tp.partition)] = exc
+    absent = [k for k in keys if k not in out and k not in failed]
     if absent:
         raise KafkaOffsetsError(f"broker returned no {type(spec).__name__} offset for {absent[:5]}")
-    return out
+    return failed
+
+
+def _is_retriable(exc: BaseException) -> bool:
+    from confluent_kafka import KafkaError
+
+    error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    return error is not None and (
+        bool(error.retriable())
+        or error.code()
+        in {
+            KafkaError.NOT_LEADER_FOR_PARTITION,
+            KafkaError.LEADER_NOT_AVAILABLE,
+            KafkaError.UNKNOWN_LEADER_EPOCH,
+            KafkaError.FENCED_LEADER_EPOCH,
+            KafkaError.REQUEST_TIMED_OUT,
+            KafkaError._TIMED_OUT,
+        }
+    )
 
 
 def _is_unknown_topic(error: Any) -> bool:

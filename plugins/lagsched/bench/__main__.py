@@ -12,6 +12,7 @@ RESULTS = "bench/results"
 BENCHMARKS: list[tuple[str, list[str]]] = [
     ("lagsched.bench.assignment", []),
     ("lagsched.bench.claims", []),
+    ("lagsched.bench.lag", []),
     ("lagsched.sim.__main__", ["--keda-sweep", f"{RESULTS}/simulation_keda_sweep.json"]),
     (
         "lagsched.sim.__main__",

@@ -1,0 +1,63 @@
+"""list_offsets retries partitions whose leader is moving, and only those (a fake Admin client)."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from lagsched.adapters.kafka_admin import _list
+from lagsched.core.errors import KafkaOffsetsError
+
+
+class Info:
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+
+
+class FlakyAdmin:
+    """Answers each partition with the next scripted outcome: an offset, or a Kafka error code."""
+
+    def __init__(self, script: dict[tuple[str, int], list[int | str]]) -> None:
+        self.script = script
+        self.requests: list[list[tuple[str, int]]] = []
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        raise NotImplementedError
+
+    def list_offsets(self, request: dict[Any, Any], **kwargs: Any) -> dict[Any, Any]:
+        self.requests.append(sorted((tp.topic, tp.partition) for tp in request))
+        out = {}
+        for tp in request:
+            step = self.script[(tp.topic, tp.partition)].pop(0)
+            future: Future[Any] = Future()
+            if isinstance(step, int):
+                future.set_result(Info(step))
+            else:
+                future.set_exception(KafkaException(KafkaError(getattr(KafkaError, step))))
+            out[tp] = future
+        return out
+
+
+def test_only_the_partitions_that_failed_are_asked_again() -> None:
+    admin = FlakyAdmin({("t", 0): [10], ("t", 1): ["NOT_LEADER_FOR_PARTITION", "UNKNOWN_LEADER_EPOCH", 20]})
+    sleeps: list[float] = []
+    got = _list(admin, [("t", 0), ("t", 1)], "latest", TopicPartition, timeout_s=1, sleep=sleeps.append)
+    assert got == {("t", 0): 10, ("t", 1): 20}
+    assert admin.requests == [[("t", 0), ("t", 1)], [("t", 1)], [("t", 1)]]
+    assert sleeps == [0.2, 0.5]
+
+
+def test_a_leader_that_never_comes_back_fails_naming_the_partition() -> None:
+    admin = FlakyAdmin({("t", 0): ["NOT_LEADER_FOR_PARTITION"] * 4})
+    with pytest.raises(KafkaOffsetsError, match=r"t\[0\] .*after 4 attempt\(s\)"):
+        _list(admin, [("t", 0)], "latest", TopicPartition, timeout_s=1, sleep=lambda _s: None)
+
+
+def test_an_error_that_cannot_heal_is_not_retried() -> None:
+    admin = FlakyAdmin({("t", 0): ["TOPIC_AUTHORIZATION_FAILED"], ("t", 1): ["NOT_LEADER_FOR_PARTITION"]})
+    with pytest.raises(KafkaOffsetsError, match=r"t\[0\].*after 1 attempt"):
+        _list(admin, [("t", 0), ("t", 1)], "latest", TopicPartition, timeout_s=1, sleep=lambda _s: None)
+    assert len(admin.requests) == 1
