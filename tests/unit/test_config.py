@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pytest
 
-from lagsched.core.config import Settings, TopicPolicyConfig, parse_settings
+from lagsched.core.config import Settings, TopicPolicyConfig, parse_settings, unknown_topic_overrides
 from lagsched.core.errors import ConfigError
 
 
@@ -96,7 +97,7 @@ BAD_CASES: list[tuple[str, Any, str, str, str]] = [
         {"topics": {"orders": {"drain_target_s": 0}}},
         "topics.orders.drain_target_s",
         "0",
-        "greater than 0",
+        "a finite number from 1 to 2,592,000 (30 days)",
     ),
     (
         "override conflicts with defaults",
@@ -113,7 +114,7 @@ BAD_CASES: list[tuple[str, Any, str, str, str]] = [
         "unknown field",
     ),
     ("override not an object", {"topics": {"orders": 3}}, "topics.orders", "3", "valid dictionary"),
-    ("empty topic name", {"topics": {" ": {}}}, "topics", "", "non-empty"),
+    ("blank topic name", {"topics": {" ": {}}}, "topics. ", "' '", "not legal in Kafka"),
     ("window beyond the sample window", {"sample_window": 10}, "defaults.window", "15", "<= sample_window (10)"),
     (
         "keda threshold zero",
@@ -174,3 +175,297 @@ def test_every_field_is_documented(doc_path: str) -> None:
     doc = (Path(__file__).resolve().parents[2] / doc_path).read_text(encoding="utf-8")
     for name in [*Settings.model_fields, *TopicPolicyConfig.model_fields]:
         assert f"| `{name}` |" in doc, name
+
+
+# Issue 8, section 6: values that used to pass validation and then crashed a run (an OverflowError,
+# a Redis error after one topic's change was applied) or silently did nothing sensible.
+# (name, raw JSON text, field path named, value named, words about what is allowed)
+OUT_OF_RANGE: list[tuple[str, str, str, str, str]] = [
+    ("ttl Infinity token", '{"sample_ttl_s": Infinity}', "sample_ttl_s", "inf", "finite number from 1 to 31,536,000"),
+    ("ttl overflowing literal", '{"sample_ttl_s": 1e400}', "sample_ttl_s", "inf", "finite number"),
+    ("ttl 1e300", '{"sample_ttl_s": 1e300}', "sample_ttl_s", "1e+300", "from 1 to 31,536,000 (365 days)"),
+    ("ttl 1e-300", '{"sample_ttl_s": 1e-300}', "sample_ttl_s", "1e-300", "from 1 to 31,536,000"),
+    ("measure Infinity", '{"measure_every_s": Infinity}', "measure_every_s", "inf", "from 1 to 86,400 (1 day)"),
+    ("measure -Infinity", '{"measure_every_s": -Infinity}', "measure_every_s", "-inf", "from 1 to 86,400"),
+    ("measure 1e-9", '{"measure_every_s": 1e-9}', "measure_every_s", "1e-09", "from 1 to 86,400"),
+    ("NaN", '{"defaults": {"min_fit_r2": NaN}}', "defaults.min_fit_r2", "nan", "finite number from 0 to 1"),
+    ("drain Infinity", '{"defaults": {"drain_target_s": Infinity}}', "defaults.drain_target_s", "inf", "to 2,592,000"),
+    (
+        "evaluate_every 1e9",
+        '{"defaults": {"evaluate_every": 1000000000}}',
+        "defaults.evaluate_every",
+        "1000000000",
+        "an integer from 1 to 10,000",
+    ),
+    (
+        "min_workers 2**63",
+        '{"defaults": {"min_workers": 9223372036854775808}}',
+        "defaults.min_workers",
+        "9223372036854775808",
+        "an integer from 1 to 10,000",
+    ),
+    (
+        "max_workers 2**63",
+        '{"topics": {"t": {"max_workers": 9223372036854775808}}}',
+        "topics.t.max_workers",
+        "9223372036854775808",
+        "an integer from 1 to 10,000",
+    ),
+    ("min_workers 0", '{"defaults": {"min_workers": 0}}', "defaults.min_workers", "0", "an integer from 1 to 10,000"),
+    (
+        "max_lag 1e300 says value and range",
+        '{"defaults": {"max_lag": 1e300}}',
+        "defaults.max_lag",
+        "1e+300",
+        "an integer from 1 to 1,000,000,000,000",
+    ),
+    (
+        "keda threshold beyond bound",
+        '{"defaults": {"keda_lag_threshold": 1000000000001}}',
+        "defaults.keda_lag_threshold",
+        "1000000000001",
+        "from 1 to 1,000,000,000,000 or null",
+    ),
+    (
+        "per-worker rate Infinity",
+        '{"defaults": {"per_worker_rate": Infinity}}',
+        "defaults.per_worker_rate",
+        "inf",
+        "from 0.001 to 10,000,000",
+    ),
+    (
+        "cooldown a year",
+        '{"defaults": {"cooldown_s": 31536000}}',
+        "defaults.cooldown_s",
+        "31536000",
+        "from 0 to 2,592,000 (30 days)",
+    ),
+    ("hysteresis NaN", '{"defaults": {"hysteresis": NaN}}', "defaults.hysteresis", "nan", ">= 0 and < 1"),
+    (
+        "data-loss fraction 0",
+        '{"defaults": {"data_loss_fraction": 0}}',
+        "defaults.data_loss_fraction",
+        "0",
+        "> 0 and <= 1",
+    ),
+    (
+        "long retention Infinity",
+        '{"defaults": {"long_retention_s": Infinity}}',
+        "defaults.long_retention_s",
+        "inf",
+        "to 315,360,000 (3650 days)",
+    ),
+]
+
+# Where the docs say int, only a JSON integer is one.
+LOOSE_INTS: list[tuple[str, str, str, str]] = [
+    ("true", '{"defaults": {"min_workers": true}}', "defaults.min_workers", "True"),
+    ("false", '{"defaults": {"min_lag": false}}', "defaults.min_lag", "False"),
+    ("digit string", '{"defaults": {"max_lag": "50000"}}', "defaults.max_lag", "'50000'"),
+    ("underscored string", '{"defaults": {"max_lag": "1_000"}}', "defaults.max_lag", "'1_000'"),
+    ("integral float", '{"defaults": {"max_workers": 4.0}}', "defaults.max_workers", "4.0"),
+    ("integral float in an override", '{"topics": {"t": {"window": 20.0}}}', "topics.t.window", "20.0"),
+    ("string threshold", '{"defaults": {"keda_lag_threshold": "500"}}', "defaults.keda_lag_threshold", "'500'"),
+    ("global int", '{"sample_window": 120.0}', "sample_window", "120.0"),
+]
+
+
+@pytest.mark.parametrize(
+    ("raw", "field", "value", "allowed"), [c[1:] for c in OUT_OF_RANGE], ids=[c[0] for c in OUT_OF_RANGE]
+)
+def test_every_number_is_finite_and_bounded(raw: str, field: str, value: str, allowed: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_settings(raw)
+    err = caught.value
+    assert err.field == field
+    assert f"{field} = {value}:" in str(err)
+    assert allowed in str(err)
+    assert allowed in err.allowed
+
+
+@pytest.mark.parametrize(("raw", "field", "value"), [c[1:] for c in LOOSE_INTS], ids=[c[0] for c in LOOSE_INTS])
+def test_integers_are_strict(raw: str, field: str, value: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_settings(raw)
+    assert caught.value.field == field
+    assert f"{field} = {value}: Input should be a valid integer (allowed: an integer " in str(caught.value)
+
+
+def test_non_finite_numbers_are_rejected_in_a_decoded_mapping_too() -> None:
+    with pytest.raises(ConfigError, match=r"sample_ttl_s = inf: Input should be a finite number"):
+        parse_settings({"sample_ttl_s": math.inf})
+    with pytest.raises(ConfigError, match=r"topics\.t\.cooldown_s = nan"):
+        parse_settings({"topics": {"t": {"cooldown_s": math.nan}}})
+
+
+def test_floats_accept_integers_and_bools_are_not_numbers() -> None:
+    s = parse_settings('{"measure_every_s": 30, "defaults": {"cooldown_s": 0, "hysteresis": 0}}')
+    assert (s.measure_every_s, s.defaults.cooldown_s, s.defaults.hysteresis) == (30.0, 0.0, 0.0)
+    assert isinstance(s.measure_every_s, float)
+    with pytest.raises(ConfigError, match=r"defaults\.cooldown_s = True: Input should be a valid number"):
+        parse_settings('{"defaults": {"cooldown_s": true}}')
+
+
+def test_every_number_field_has_both_bounds() -> None:
+    for model in (Settings, TopicPolicyConfig):
+        for name, info in model.model_fields.items():
+            if info.annotation not in (int, float, int | None):
+                continue
+            kinds = {type(m).__name__ for m in info.metadata}
+            assert kinds & {"Ge", "Gt"}, f"{name} has no lower bound"
+            assert kinds & {"Le", "Lt"}, f"{name} has no upper bound"
+
+
+def test_the_bounds_themselves_are_accepted() -> None:
+    top = {
+        "measure_every_s": 86_400,
+        "sample_window": 10_000,
+        "sample_ttl_s": 365 * 86_400,
+        "defaults": {
+            "min_lag": 10**12 - 1,
+            "max_lag": 10**12,
+            "window": 10_000,
+            "min_samples": 365,  # one a day, kept for sample_ttl_s (a year)
+            "evaluate_every": 1,
+            "cooldown_s": 30 * 86_400,
+            "scale_up_cooldown_s": 30 * 86_400,
+            "min_workers": 10_000,
+            "max_workers": 10_000,
+            "drain_target_s": 30 * 86_400,
+            "keda_lag_threshold": 10**12,
+            "per_worker_rate": 1e7,
+            "short_retention_s": 3649 * 86_400,
+            "long_retention_s": 3650 * 86_400,
+            "max_step": 10_000,
+        },
+    }
+    low = {
+        "measure_every_s": 1,
+        "sample_window": 3,
+        "sample_ttl_s": 3,
+        "defaults": {
+            "min_lag": 0,
+            "max_lag": 1,
+            "window": 3,
+            "min_samples": 3,
+            "evaluate_every": 1,
+            "min_workers": 1,
+            "max_workers": 1,
+            "drain_target_s": 1,
+            "keda_lag_threshold": 1,
+            "per_worker_rate": 0.001,
+            "short_retention_s": 1,
+            "long_retention_s": 1.5,
+            "max_step": 1,
+        },
+    }
+    assert parse_settings(json.dumps(top)).defaults.max_workers == 10_000
+    assert parse_settings(json.dumps(low)).defaults.per_worker_rate == 0.001
+
+
+@pytest.mark.parametrize(
+    ("raw", "fields"),
+    [
+        ('{"defaults": {"max_lag": 5000, "max_lag": 7000}}', ["defaults.max_lag"]),
+        ('{"sample_window": 100, "sample_window": 100}', ["sample_window"]),
+        ('{"topics": {"orders": {"policy": "keda"}, "orders": {"policy": "capacity"}}}', ["topics.orders"]),
+        (
+            '{"topics": {"orders": {"cooldown_s": 1, "policy": "keda", "cooldown_s": 2}}, "topics": {}}',
+            ["topics", "topics.orders.cooldown_s"],
+        ),
+    ],
+)
+def test_a_duplicate_key_is_rejected_with_its_path(raw: str, fields: list[str]) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_settings(raw)
+    err = caught.value
+    assert err.field == fields[0]
+    for field in fields:
+        assert f"{field}: duplicate key" in str(err)
+    assert "each key at most once per object" in err.allowed
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["a b", ".", "..", "x" * 250, "orders/eu", "orders\n", "", "naïve", "t:1"],
+)
+def test_an_illegal_topic_name_as_override_key_is_rejected(name: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_settings({"topics": {name: {"max_workers": 4}}})
+    err = caught.value
+    assert err.field == f"topics.{name}"
+    assert err.value == name
+    assert "not legal in Kafka" in str(err)
+    assert "[a-zA-Z0-9._-]" in err.allowed
+
+
+def test_legal_topic_names_are_accepted_as_keys() -> None:
+    names = ["orders", "Orders.v2", "a-b_c", "x" * 249, "..."]
+    s = parse_settings({"topics": {n: {"max_workers": 4} for n in names}})
+    assert [s.for_topic(n).max_workers for n in names] == [4] * len(names)
+
+
+def test_unknown_topic_overrides_name_each_key_that_matches_no_topic_with_a_hint() -> None:
+    s = parse_settings(
+        {"topics": {"orders": {}, "Clicks": {}, "paymnets": {}, "zzz": {}, "ORDERS": {}, "views": {"max_workers": 2}}}
+    )
+    registered = ["orders", "clicks", "payments", "views", "clicks"]
+    assert unknown_topic_overrides(s, registered) == [
+        ("Clicks", "clicks"),  # wrong case: Kafka's names are case-sensitive, so it does nothing
+        ("paymnets", "payments"),
+        ("zzz", None),
+        ("ORDERS", "orders"),
+    ]
+    assert unknown_topic_overrides(s, iter(["orders", "Clicks", "paymnets", "zzz", "ORDERS", "views"])) == []
+    assert unknown_topic_overrides(parse_settings({}), []) == []
+
+
+def test_case_hint_prefers_an_exact_case_insensitive_match_over_a_close_one() -> None:
+    s = parse_settings({"topics": {"Order": {}}})
+    assert unknown_topic_overrides(s, ["orders", "order"]) == [("Order", "order")]
+
+
+@pytest.mark.parametrize(
+    ("raw", "field", "allowed"),
+    [
+        # Only sample_window records are stored: a larger evaluate_every would never be reached again.
+        (
+            {"sample_window": 10, "defaults": {"window": 5, "evaluate_every": 11}},
+            "defaults.evaluate_every",
+            "<= sample_window (10)",
+        ),
+        (
+            {"sample_window": 10, "defaults": {"window": 5}, "topics": {"t": {"evaluate_every": 20}}},
+            "topics.t.evaluate_every",
+            "<= sample_window (10)",
+        ),
+        # Samples expire after sample_ttl_s: fewer than min_samples would ever be stored.
+        ({"sample_ttl_s": 60}, "sample_ttl_s", ">= measure_every_s x defaults.min_samples (60 x 5 = 300)"),
+        (
+            {"sample_window": 300, "topics": {"t": {"window": 200, "min_samples": 200}}},
+            "sample_ttl_s",
+            ">= measure_every_s x topics.t.min_samples (60 x 200 = 12,000)",
+        ),
+        (
+            {"measure_every_s": 600, "defaults": {"evaluate_every": 20}},
+            "sample_ttl_s",
+            ">= measure_every_s x defaults.evaluate_every (600 x 20 = 12,000)",
+        ),
+    ],
+)
+def test_settings_that_would_never_evaluate_a_topic_are_rejected(raw: Any, field: str, allowed: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_settings(raw)
+    assert caught.value.field == field
+    assert allowed in caught.value.allowed
+
+
+def test_a_relation_is_reported_once_not_for_every_topic_that_inherits_it() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_settings({"sample_ttl_s": 60, "topics": {"a": {"max_workers": 3}, "b": {"max_workers": 4}}})
+    assert str(caught.value).count("sample_ttl_s = ") == 1
+
+
+def test_min_workers_below_one_is_rejected_as_the_registry_requires() -> None:
+    with pytest.raises(ConfigError, match=r"topics\.t\.min_workers = 0"):
+        parse_settings({"topics": {"t": {"min_workers": 0}}})

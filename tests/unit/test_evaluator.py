@@ -415,6 +415,20 @@ def test_fit_trend(points: list[tuple[float, int]], slope: float, r2: float) -> 
     assert t.samples == len(points)
 
 
-def test_is_evaluation_due_every_n_runs() -> None:
-    cfg = TopicPolicyConfig(evaluate_every=3)
-    assert [n for n in range(10) if is_evaluation_due(n, cfg)] == [0, 3, 6, 9]
+@pytest.mark.parametrize(
+    ("since", "every", "due"),
+    [
+        (None, 3, True),  # never evaluated: due at once
+        (None, 10_000, True),
+        (0, 1, False),  # nothing new since the last evaluation
+        (1, 1, True),
+        (2, 3, False),
+        (3, 3, True),
+        (7, 3, True),  # the monitor ran more often than the evaluator: still due, once
+    ],
+)
+def test_is_evaluation_due_counts_measurements_since_the_last_evaluation(
+    since: int | None, every: int, due: bool
+) -> None:
+    """The rule the scaling workflow applies to the stored lag records, and the simulator models."""
+    assert is_evaluation_due(since, TopicPolicyConfig(evaluate_every=every)) is due

@@ -6,6 +6,11 @@ is allowed. Per-topic overrides are merged over ``defaults`` and validated as a 
 so a bad combination (an override ``min_workers`` above the default ``max_workers``) is caught then
 too, not when the topic is first evaluated.
 
+Every number has a lower and an upper bound (NaN and infinities are never accepted), integers are
+strict (``true``, ``"50000"`` and ``4.0`` are not integers), a duplicate JSON key is an error, and
+every override key must be a legal Kafka topic name. Whether an override names a topic that exists is
+something only the registry knows: `unknown_topic_overrides` lists those keys for a warning.
+
 Example Variable (``lagsched_settings``)::
 
     {
@@ -13,60 +18,104 @@ Example Variable (``lagsched_settings``)::
       "topics": {"orders": {"policy": "capacity", "drain_target_s": 300}}
     }
 
-Every default is listed, with what it means, in docs/configuration.md.
+Every default and bound is listed, with what it means, in docs/configuration.md.
 
 Example:
     >>> s = parse_settings('{"topics": {"orders": {"max_workers": 4}}}')
     >>> (s.for_topic("orders").max_workers, s.for_topic("other").max_workers)
     (4, 32)
+    >>> unknown_topic_overrides(s, ["Orders", "clicks"])
+    [('orders', 'Orders')]
 """
 
 from __future__ import annotations
 
+import difflib
 import json
-from collections.abc import Mapping
-from typing import Any, Literal
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+import annotated_types
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+from pydantic.fields import FieldInfo
 
 from lagsched.core.errors import ConfigError
+from lagsched.core.names import validate_topic_name
 
-__all__ = ["PolicyName", "Settings", "TopicPolicyConfig", "parse_settings"]
+__all__ = ["PolicyName", "Settings", "TopicPolicyConfig", "parse_settings", "unknown_topic_overrides"]
 
 PolicyName = Literal["hevo", "keda", "capacity"]
 
 _WORKER_HOUR = 50_000 / 3600  # Hevo's figure: one job ingests 50k records an hour
 
+# Upper bounds: far beyond any deployment we can imagine wanting, yet small enough that every value
+# stays finite and usable by what consumes it (Redis EXPIRE, worker counts stored in INT columns,
+# arithmetic in the policies), so a typo of a few extra zeros is caught here, not by a crash later.
+DAY = 86_400.0
+MAX_RECORDS = 10**12  # lag thresholds: a trillion records
+MAX_COUNT = 10_000  # samples, measurements and workers
+MAX_DURATION_S = 30 * DAY  # cooldowns and drain targets
+MAX_MEASURE_EVERY_S = DAY
+MAX_TTL_S = 365 * DAY
+MAX_RETENTION_S = 3650 * DAY  # retention thresholds; a longer retention counts as infinite anyway
+MAX_WORKER_RATE = 10.0**7  # records/s of one worker
 
-class TopicPolicyConfig(BaseModel):
+
+class _Model(BaseModel):
+    # strict: an int field takes only a JSON integer (not true, "50000" or 4.0); a float field takes
+    # a JSON number (integers included). allow_inf_nan: NaN and ±Infinity (which Python's json
+    # accepts, as the tokens or as an overflowing literal like 1e400) are never a setting.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+class TopicPolicyConfig(_Model):
     """How one topic is measured and scaled. All fields have defaults; see docs/configuration.md."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     policy: PolicyName = Field(
         default="hevo",
         description="Scaling policy: 'hevo' (regression + thresholds), 'keda' (ceil(lag/threshold)), "
         "'capacity' (ingress + drain rate over observed per-worker rate).",
     )
-    min_lag: int = Field(default=10_000, ge=0, description="Records; below this the topic may scale down.")
+    min_lag: int = Field(
+        default=10_000, ge=0, le=MAX_RECORDS, description="Records; below this the topic may scale down."
+    )
     max_lag: int = Field(
         default=100_000,
         ge=1,
+        le=MAX_RECORDS,
         description="Records; above this the topic may scale up. Also the simulator's lag target.",
     )
-    window: int = Field(default=15, ge=3, description="Most recent lag samples fitted by the regression.")
+    window: int = Field(default=15, ge=3, le=MAX_COUNT, description="Most recent lag samples fitted by the regression.")
     min_samples: int = Field(
-        default=5, ge=3, description="Fewer lag samples than this (since the last change) means no change."
+        default=5,
+        ge=3,
+        le=MAX_COUNT,
+        description="Fewer lag samples than this (since the last change) means no change.",
     )
-    evaluate_every: int = Field(default=3, ge=1, description="Evaluate once every this many measurement runs.")
+    evaluate_every: int = Field(
+        default=3,
+        ge=1,
+        le=MAX_COUNT,
+        description="A topic is evaluated once this many measurements arrived since its last evaluation.",
+    )
     cooldown_s: float = Field(
         default=300.0,
         ge=0,
+        le=MAX_DURATION_S,
         description="Seconds after a change before a scale-down (the data-loss override excepted).",
     )
     scale_up_cooldown_s: float = Field(
         default=180.0,
         ge=0,
+        le=MAX_DURATION_S,
         description="Seconds after a change before a scale-up (the data-loss override excepted); short, because "
         "a lag that outruns the workers costs more than one change too many.",
     )
@@ -77,34 +126,47 @@ class TopicPolicyConfig(BaseModel):
         description="For the keda policy: ignore a change of at most this fraction of the current workers. "
         "The hevo and capacity policies' min/max lag band is their hysteresis.",
     )
-    min_workers: int = Field(default=1, ge=0, description="Never fewer workers than this.")
-    max_workers: int = Field(default=32, ge=1, description="Never more workers than this (also capped by partitions).")
-    drain_target_s: float = Field(default=900.0, gt=0, description="Seconds in which a backlog should be drained.")
+    # >= 1 as the topics table's CHECK requires: a topic with 0 workers would never be consumed.
+    min_workers: int = Field(default=1, ge=1, le=MAX_COUNT, description="Never fewer workers than this.")
+    max_workers: int = Field(
+        default=32, ge=1, le=MAX_COUNT, description="Never more workers than this (also capped by partitions)."
+    )
+    drain_target_s: float = Field(
+        default=900.0, ge=1, le=MAX_DURATION_S, description="Seconds in which a backlog should be drained."
+    )
     no_offset_policy: Literal["earliest", "latest"] = Field(
         default="earliest", description="Start of a partition with no committed offset."
     )
     keda_lag_threshold: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_RECORDS,
         description="Records of lag per worker for the 'keda' policy; null means per_worker_rate x drain_target_s "
         "(the backlog one worker drains within the drain target).",
     )
     per_worker_rate: float = Field(
-        default=_WORKER_HOUR, gt=0, description="Records/s one worker consumes, used until one has been observed."
+        default=_WORKER_HOUR,
+        ge=0.001,
+        le=MAX_WORKER_RATE,
+        description="Records/s one worker consumes, used until one has been observed.",
     )
     min_fit_r2: float = Field(default=0.5, ge=0, le=1, description="r² a trend needs to count as steady.")
     data_loss_fraction: float = Field(
         default=0.5, gt=0, le=1, description="Time lag above this fraction of retention forces a scale-up."
     )
     short_retention_s: float = Field(
-        default=6 * 3600.0, gt=0, description="Retention at or below this gets the largest step up, smallest down."
+        default=6 * 3600.0,
+        ge=1,
+        le=MAX_RETENTION_S,
+        description="Retention at or below this gets the largest step up, smallest down.",
     )
     long_retention_s: float = Field(
-        default=7 * 86400.0,
-        gt=0,
+        default=7 * DAY,
+        ge=1,
+        le=MAX_RETENTION_S,
         description="Retention at or above this (or infinite) gets the smallest step up, largest down.",
     )
-    max_step: int = Field(default=4, ge=1, description="Largest step, in workers, of the 'hevo' policy.")
+    max_step: int = Field(default=4, ge=1, le=MAX_COUNT, description="Largest step, in workers, of the 'hevo' policy.")
 
     @field_validator("max_lag")
     @classmethod
@@ -135,7 +197,7 @@ class TopicPolicyConfig(BaseModel):
     def _long_above_short(cls, v: float, info: ValidationInfo) -> float:
         short = info.data.get("short_retention_s")
         if short is not None and v <= short:
-            raise ValueError(f"must be greater than short_retention_s ({short})")
+            raise ValueError(f"must be greater than short_retention_s ({short:g})")
         return v
 
     @property
@@ -148,28 +210,24 @@ class TopicPolicyConfig(BaseModel):
         return max(1, round(self.per_worker_rate * self.drain_target_s))
 
 
-class Settings(BaseModel):
+TopicName = Annotated[str, AfterValidator(validate_topic_name)]
+"""An override key: a legal Kafka topic name (`lagsched.core.names.validate_topic_name`)."""
+
+
+class Settings(_Model):
     """The whole Variable: global settings, topic defaults and per-topic overrides."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    measure_every_s: float = Field(default=60.0, gt=0, description="Seconds between lag measurements.")
-    sample_window: int = Field(
-        default=120, ge=2, description="Offset and lag samples kept per partition/topic (in Redis)."
+    measure_every_s: float = Field(
+        default=60.0, ge=1, le=MAX_MEASURE_EVERY_S, description="Seconds between lag measurements."
     )
-    sample_ttl_s: float = Field(default=7200.0, gt=0, description="Seconds before stored samples expire.")
+    sample_window: int = Field(
+        default=120, ge=2, le=MAX_COUNT, description="Offset and lag samples kept per partition/topic (in Redis)."
+    )
+    sample_ttl_s: float = Field(default=7200.0, ge=1, le=MAX_TTL_S, description="Seconds before stored samples expire.")
     defaults: TopicPolicyConfig = Field(default_factory=TopicPolicyConfig, description="Settings of every topic.")
-    topics: dict[str, dict[str, Any]] = Field(
+    topics: dict[TopicName, dict[str, Any]] = Field(
         default_factory=dict, description="Per-topic overrides of 'defaults', keyed by topic name."
     )
-
-    @field_validator("topics")
-    @classmethod
-    def _topic_names_non_empty(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        for name in v:
-            if not name.strip():
-                raise ValueError("topic names must be non-empty")
-        return v
 
     def for_topic(self, name: str) -> TopicPolicyConfig:
         """The settings of topic `name`: its overrides merged over ``defaults``.
@@ -185,14 +243,16 @@ class Settings(BaseModel):
         try:
             return TopicPolicyConfig.model_validate(merged)
         except ValidationError as exc:
-            raise _config_error(exc, prefix=("topics", name)) from None
+            raise _config_error(exc, TopicPolicyConfig, prefix=("topics", name)) from None
 
 
 def parse_settings(raw: str | bytes | Mapping[str, Any]) -> Settings:
     """Validate the settings Variable (a JSON string or an already decoded mapping).
 
-    Every topic override is merged and validated, and the sample window must hold at least every
-    topic's regression window, so a `Settings` returned here never fails later.
+    Every topic override is merged and validated, and the relations between the global settings and
+    every topic's (the sample window holds the regression window and ``evaluate_every``
+    measurements; samples live long enough to be evaluated) are checked, so a `Settings` returned
+    here never fails later.
 
     Raises:
         ConfigError: naming each bad field path, the value found and what is allowed.
@@ -204,19 +264,7 @@ def parse_settings(raw: str | bytes | Mapping[str, Any]) -> Settings:
         lagsched.core.errors.ConfigError: invalid lagsched settings: defaults.policy = 'magic': \
 Input should be 'hevo', 'keda' or 'capacity'
     """
-    if isinstance(raw, str | bytes):
-        try:
-            data: object = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(
-                f"invalid lagsched settings: (root) = {_short_repr(raw)}: not valid JSON ({exc.msg} at line "
-                f"{exc.lineno} column {exc.colno}); expected a JSON object",
-                field="(root)",
-                value=raw[:80],
-                allowed="a JSON object",
-            ) from None
-    else:
-        data = raw
+    data = _decode(raw) if isinstance(raw, str | bytes) else raw
     if not isinstance(data, Mapping):
         raise ConfigError(
             f"invalid lagsched settings: (root) = {_short_repr(data)}: expected a JSON object, "
@@ -228,32 +276,16 @@ Input should be 'hevo', 'keda' or 'capacity'
     try:
         settings = Settings.model_validate(dict(data))
     except ValidationError as exc:
-        raise _config_error(exc, prefix=()) from None
+        raise _config_error(exc, Settings, prefix=()) from None
     errors: list[ConfigError] = []
-    for name, override in settings.topics.items():
+    checked: list[tuple[str, TopicPolicyConfig, Mapping[str, Any]]] = [("defaults", settings.defaults, {})]
+    for name, fields in settings.topics.items():
         try:
-            cfg = settings.for_topic(name)
+            checked.append((f"topics.{name}", settings.for_topic(name), fields))
         except ConfigError as exc:
             errors.append(exc)
-            continue
-        if cfg.window > settings.sample_window and "window" in override:
-            errors.append(
-                ConfigError(
-                    f"topics.{name}.window = {cfg.window}: must be <= sample_window ({settings.sample_window})",
-                    field=f"topics.{name}.window",
-                    value=cfg.window,
-                    allowed=f"<= sample_window ({settings.sample_window})",
-                )
-            )
-    if settings.defaults.window > settings.sample_window:
-        errors.append(
-            ConfigError(
-                f"defaults.window = {settings.defaults.window}: must be <= sample_window ({settings.sample_window})",
-                field="defaults.window",
-                value=settings.defaults.window,
-                allowed=f"<= sample_window ({settings.sample_window})",
-            )
-        )
+    for path, cfg, own_fields in checked:
+        errors.extend(_global_relations(settings, path, cfg, own_fields))
     if errors:
         first = errors[0]
         detail = "; ".join(str(e).removeprefix("invalid lagsched settings: ") for e in errors)
@@ -263,18 +295,150 @@ Input should be 'hevo', 'keda' or 'capacity'
     return settings
 
 
-def _config_error(exc: ValidationError, prefix: tuple[str, ...]) -> ConfigError:
+def unknown_topic_overrides(settings: Settings, registered: Iterable[str]) -> list[tuple[str, str | None]]:
+    """Each ``topics`` override key that names no registered topic, with the closest registered name.
+
+    Topic names are case-sensitive in Kafka, so ``Orders`` does not override ``orders``: such a key
+    silently does nothing, which is worth a warning in the task log. The hint is a registered name
+    equal but for case, else the closest by `difflib` (None when nothing is close).
+
+    Example:
+        >>> s = parse_settings({"topics": {"ordres": {}, "Clicks": {}, "zzz": {}, "views": {}}})
+        >>> unknown_topic_overrides(s, ["orders", "clicks", "views"])
+        [('ordres', 'orders'), ('Clicks', 'clicks'), ('zzz', None)]
+    """
+    names = list(dict.fromkeys(registered))
+    known = set(names)
+    unknown = [key for key in settings.topics if key not in known]
+    if not unknown:
+        return []
+    by_lower: dict[str, str] = {}
+    for name in sorted(names):
+        by_lower.setdefault(name.lower(), name)
+    out: list[tuple[str, str | None]] = []
+    for key in unknown:
+        hint = by_lower.get(key.lower())
+        if hint is None:
+            close = difflib.get_close_matches(key, names, n=1, cutoff=0.75)
+            hint = close[0] if close else None
+        out.append((key, hint))
+    return out
+
+
+def _decode(raw: str | bytes) -> object:
+    """``json.loads`` that also rejects a key given twice in one object (json keeps the last one
+    silently, so a pasted-in second value would win without a word)."""
+    duplicates: dict[int, list[tuple[str, object, object]]] = {}
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                duplicates.setdefault(id(out), []).append((key, out[key], value))
+            out[key] = value
+        return out
+
+    try:
+        data: object = json.loads(raw, object_pairs_hook=pairs)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"invalid lagsched settings: (root) = {_short_repr(raw)}: not valid JSON ({exc.msg} at line "
+            f"{exc.lineno} column {exc.colno}); expected a JSON object",
+            field="(root)",
+            value=raw[:80],
+            allowed="a JSON object",
+        ) from None
+    if duplicates:
+        found = list(_duplicate_paths(data, (), duplicates))
+        allowed = "each key at most once per object"
+        detail = "; ".join(
+            f"{path}: duplicate key (values {_short_repr(a, 30)} and {_short_repr(b, 30)}); {allowed}"
+            for path, a, b in found
+        )
+        path, _, last = found[0]
+        raise ConfigError(f"invalid lagsched settings: {detail}", field=path, value=last, allowed=allowed)
+    return data
+
+
+def _duplicate_paths(
+    node: object, path: tuple[str, ...], duplicates: Mapping[int, list[tuple[str, object, object]]]
+) -> Iterable[tuple[str, object, object]]:
+    if isinstance(node, dict):
+        for key, first, second in duplicates.get(id(node), ()):
+            yield ".".join((*path, key)), first, second
+            yield from _duplicate_paths(first, (*path, key), duplicates)  # the value json dropped
+        for key, value in node.items():
+            yield from _duplicate_paths(value, (*path, key), duplicates)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _duplicate_paths(value, (*path, str(i)), duplicates)
+
+
+def _global_relations(
+    settings: Settings, path: str, cfg: TopicPolicyConfig, override: Mapping[str, Any]
+) -> list[ConfigError]:
+    """A topic's settings against the global ones. Each is reported once: at ``defaults``, or at a
+    topic that sets one of the fields involved itself."""
+    errors: list[ConfigError] = []
+    own = path == "defaults"
+
+    def check(field: str, ok: bool, allowed: str, involved: tuple[str, ...] = ()) -> None:
+        if ok or not (own or field in override or any(f in override for f in involved)):
+            return
+        value = getattr(cfg, field)
+        errors.append(
+            ConfigError(
+                f"{path}.{field} = {value!r}: must be {allowed}", field=f"{path}.{field}", value=value, allowed=allowed
+            )
+        )
+
+    window = settings.sample_window
+    check("window", cfg.window <= window, f"<= sample_window ({window})")
+    # The evaluator counts the measurements stored since its last evaluation, and at most
+    # sample_window are stored: a larger evaluate_every would never be reached again.
+    check("evaluate_every", cfg.evaluate_every <= window, f"<= sample_window ({window})")
+    # Samples older than sample_ttl_s are dropped, so with a shorter TTL fewer than min_samples (or
+    # evaluate_every) measurements are ever stored at once and the topic would never be scaled.
+    count, which = max((cfg.min_samples, "min_samples"), (cfg.evaluate_every, "evaluate_every"))
+    least = count * settings.measure_every_s
+    if settings.sample_ttl_s < least and (own or "min_samples" in override or "evaluate_every" in override):
+        allowed = (
+            f">= measure_every_s x {path}.{which} ({_number(settings.measure_every_s)} x {count} = {_number(least)}): "
+            "samples would expire before that many measurements are stored, and the topic would never be scaled"
+        )
+        errors.append(
+            ConfigError(
+                f"sample_ttl_s = {settings.sample_ttl_s!r}: must be {allowed}",
+                field="sample_ttl_s",
+                value=settings.sample_ttl_s,
+                allowed=allowed,
+            )
+        )
+    return errors
+
+
+def _config_error(exc: ValidationError, model: type[BaseModel], prefix: tuple[str, ...]) -> ConfigError:
     """One `ConfigError` for all of pydantic's errors, each as ``path = value: what is allowed``."""
     parts: list[str] = []
     first_field, first_value, first_allowed = "", None, ""
     for i, err in enumerate(exc.errors(include_url=False)):
-        path = ".".join(str(p) for p in (*prefix, *err["loc"])) or "(root)"
+        loc = tuple(str(p) for p in err["loc"])
+        is_key = bool(loc) and loc[-1] == "[key]"  # a bad dict key, e.g. an illegal topic name
+        if is_key:
+            loc = loc[:-1]
+        path = ".".join((*prefix, *loc)) or "(root)"
         allowed = str(err["msg"]).removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             allowed = "unknown field; remove it or fix its spelling (see docs/configuration.md)"
+        elif err["type"] != "value_error":  # a relation's message already says what is allowed
+            field = _field_at(model, loc)
+            if field is not None and (bounds := _bounds_text(field, loc[-1])):
+                allowed = f"{allowed} (allowed: {bounds})"
         value = err.get("input")
         if err["type"] == "missing":
             parts.append(f"{path}: {allowed}")
+        elif is_key:
+            parts.append(f"{path}: key {_short_repr(value)}: {allowed}")
         else:
             parts.append(f"{path} = {_short_repr(value)}: {allowed}")
         if i == 0:
@@ -282,6 +446,52 @@ def _config_error(exc: ValidationError, prefix: tuple[str, ...]) -> ConfigError:
     return ConfigError(
         "invalid lagsched settings: " + "; ".join(parts), field=first_field, value=first_value, allowed=first_allowed
     )
+
+
+def _field_at(model: type[BaseModel], loc: tuple[str, ...]) -> FieldInfo | None:
+    """The model field `loc` points at (through nested models), or None."""
+    current: Any = model
+    info: FieldInfo | None = None
+    for part in loc:
+        if not (isinstance(current, type) and issubclass(current, BaseModel)) or part not in current.model_fields:
+            return None
+        info = current.model_fields[part]
+        current = info.annotation
+    return info
+
+
+def _bounds_text(field: FieldInfo, name: str) -> str:
+    """``an integer from 1 to 10,000`` for a bounded number field, ``""`` for any other field."""
+    annotation = field.annotation
+    if annotation in (int, int | None):
+        kind = "an integer"
+    elif annotation is float:
+        kind = "a finite number"
+    else:
+        return ""
+    low = high = ""
+    for meta in field.metadata:
+        if isinstance(meta, annotated_types.Ge):
+            low = f">= {_number(meta.ge, name)}"
+        elif isinstance(meta, annotated_types.Gt):
+            low = f"> {_number(meta.gt, name)}"
+        elif isinstance(meta, annotated_types.Le):
+            high = f"<= {_number(meta.le, name)}"
+        elif isinstance(meta, annotated_types.Lt):
+            high = f"< {_number(meta.lt, name)}"
+    if low.startswith(">=") and high.startswith("<="):
+        text = f"{kind} from {low[3:]} to {high[3:]}"
+    else:
+        text = " and ".join(part for part in (f"{kind} {low}".rstrip(), high) if part)
+    return text + (" or null" if annotation == int | None else "")
+
+
+def _number(value: Any, name: str = "") -> str:
+    text = f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+    if name.endswith("_s") and value >= DAY:
+        days = value / DAY
+        text += f" ({days:g} day{'s' if days != 1 else ''})"
+    return text
 
 
 def _short_repr(value: object, limit: int = 80) -> str:

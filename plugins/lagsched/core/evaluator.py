@@ -92,14 +92,21 @@ class Decision:
         return datetime.fromtimestamp(self.at, tz=UTC)
 
 
-def is_evaluation_due(run_number: int, config: TopicPolicyConfig) -> bool:
-    """True on every ``evaluate_every``-th measurement run (run numbers count from 0).
+def is_evaluation_due(records_since_last: int | None, config: TopicPolicyConfig) -> bool:
+    """True when the topic was never evaluated (None) or at least ``evaluate_every`` lag
+    measurements arrived since its last evaluation.
+
+    The one rule: the scaling workflow counts the stored lag records newer than the topic's last
+    evaluation, and the simulator counts its measurements the same way, so both decide alike.
+    Counting records rather than scheduler runs keeps it right when the evaluator's schedule and
+    the monitor's differ, or when the monitor missed runs (no new records, no evaluation).
 
     Example:
-        >>> [is_evaluation_due(n, TopicPolicyConfig(evaluate_every=3)) for n in range(4)]
-        [True, False, False, True]
+        >>> cfg = TopicPolicyConfig(evaluate_every=3)
+        >>> [is_evaluation_due(n, cfg) for n in (None, 0, 2, 3, 7)]
+        [True, False, False, True, True]
     """
-    return run_number % config.evaluate_every == 0
+    return records_since_last is None or records_since_last >= config.evaluate_every
 
 
 def points_for_fit(snapshot: TopicSnapshot, config: TopicPolicyConfig) -> tuple[LagPoint, ...]:
