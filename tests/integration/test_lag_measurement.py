@@ -254,10 +254,10 @@ def test_store_bounds_samples_by_count_age_and_ttl(redis_client: Any, cluster: s
     for i in range(8):
         store.add_samples({key: OffsetSample(T0 + 10 * i, 100 * i)})
         store.add_lag_records({"orders": LagRecord(T0 + 10 * i, lag=i)})
-    assert redis_client.zcard(key) == 5
     assert [s.offset for s in store.read_windows([key])[0].samples] == [300, 400, 500, 600, 700]
+    assert redis_client.hlen(f"lagsched:{cluster}:latest:orders") == 1  # one hash per topic
     assert [r.lag for r in store.read_lag_records(["orders"])["orders"]] == [3, 4, 5, 6, 7]
-    assert 0 < redis_client.ttl(key) <= 100
+    assert 0 < redis_client.ttl(f"lagsched:{cluster}:latest:orders") <= 100
     assert 0 < redis_client.ttl(store.lag_key("orders")) <= 100
     # The age bound: a sample 200 s later leaves only the samples within 100 s of it (>= 2 kept).
     store.add_lag_records({"orders": LagRecord(T0 + 270, lag=9)})
