@@ -5,10 +5,11 @@ id in three requests however many topics there are (metadata, ``DescribeTopics``
 ``DescribeConfigs``).
 
 Every partition of every requested topic is read in exactly two Admin ``list_offsets`` requests,
-one per `OffsetSpec` (``latest()`` and ``earliest()``), plus one metadata request for the partition
-counts. librdkafka groups one request per partition leader, so the cost of a measurement grows
-with the number of brokers, not with the number of partitions (one call per partition is what
-made naive lag checkers slow on clusters with thousands of partitions).
+one per `OffsetSpec` (``latest()`` and ``earliest()``), in flight at the same time, plus one
+metadata request for the partition counts. librdkafka groups one request per partition leader,
+so the cost of a measurement grows with the number of brokers, not with the number of
+partitions (one call per partition is what made naive lag checkers slow on clusters with
+thousands of partitions).
 
 ``list_offsets`` takes a dict keyed by `TopicPartition`, so a partition can appear only once per
 call: hence one call per spec, not a single call for both.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -152,8 +154,11 @@ def read_offsets(
     keys = [(validate_topic_name(t), p) for t, n in partitions.items() for p in range(n)]
     if not keys:
         return {t: () for t in partitions}
-    latest = _list(admin, keys, spec.latest(), TopicPartition, timeout_s=timeout_s)
-    earliest = _list(admin, keys, spec.earliest(), TopicPartition, timeout_s=timeout_s)
+    # Both requests in flight at once: each waits on the broker, not on this process.
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="list-offsets") as pool:
+        latest_f = pool.submit(_list, admin, keys, spec.latest(), TopicPartition, timeout_s=timeout_s)
+        earliest_f = pool.submit(_list, admin, keys, spec.earliest(), TopicPartition, timeout_s=timeout_s)
+        latest, earliest = latest_f.result(), earliest_f.result()
     result: dict[str, list[BrokerOffsets]] = {t: [] for t in partitions}
     for topic, p in keys:
         result[topic].append(BrokerOffsets(topic, p, latest=latest[(topic, p)], log_start=earliest[(topic, p)]))
