@@ -10,9 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lagsched.core import evaluator as core_evaluator
 from lagsched.core.config import TopicPolicyConfig
+from lagsched.core.evaluator import is_evaluation_due
+from lagsched.sim import engine
 from lagsched.sim.cli import add_arguments, plot_path, run
-from lagsched.sim.engine import DEFAULT_REBALANCE_PAUSE_S, Run, simulate
+from lagsched.sim.engine import DEFAULT_REBALANCE_PAUSE_S, Figures, Run, simulate
 from lagsched.sim.keda import KedaHpa
 from lagsched.sim.report import is_lag_stable, judge, results_json, run_grid
 from lagsched.sim.traces import HOUR, TRACES, WORKER_RATE, Rates, Trace
@@ -175,3 +178,71 @@ def test_runtime_pause_stops_only_started_workers_equal_pause_stops_all() -> Non
     # The tick after a scale-up: 'equal' stops all `new` workers for 30 s, 'runtime' the started ones.
     lost = equal.lag[change + 1] - runtime.lag[change + 1]
     assert lost == pytest.approx(old * DEFAULT_REBALANCE_PAUSE_S * WORKER_RATE, abs=2)
+
+
+@pytest.mark.parametrize("every", [1, 3, 5])
+def test_the_simulator_evaluates_exactly_when_production_would(every: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One rule: replay the scaling workflow's rule (count the lag records newer than the last
+    evaluation, `is_evaluation_due`) over the simulated measurements; the simulator must have called
+    the evaluator at exactly those times."""
+    called: list[float] = []
+
+    def spy(snapshot: core_evaluator.TopicSnapshot, config: TopicPolicyConfig, now: float) -> core_evaluator.Decision:
+        called.append(now)
+        return core_evaluator.evaluate(snapshot, config, now)
+
+    monkeypatch.setattr(engine, "evaluate", spy)
+    trace = small_trace(rate=40.0, retention_s=HOUR, hours=2.0, partitions=8)
+    run_ = simulate(trace, TopicPolicyConfig(policy="capacity", evaluate_every=every))
+
+    expected: list[float] = []
+    last_eval: float | None = None
+    for i, now in enumerate(run_.times.tolist()):
+        measured_at = run_.times[: i + 1]
+        since = None if last_eval is None else int(np.count_nonzero(measured_at > last_eval))
+        if is_evaluation_due(since, TopicPolicyConfig(evaluate_every=every)):
+            expected.append(now)
+            last_eval = now
+    assert called == expected
+    assert called[0] == run_.times[0]  # never evaluated: at once
+    assert len(called) == 1 + (run_.times.size - 1) // every
+
+
+def _run(lag: list[float] | np.ndarray, tick_s: float = 60.0) -> Run:
+    lag_arr = np.asarray(lag, dtype=np.float64)
+    times = tick_s * np.arange(1, lag_arr.size + 1, dtype=np.float64)
+    figures = Figures(int(lag_arr.max()), 0.0, 0, 0.0, 0, 0, int(lag_arr[-1]))
+    zeros = np.zeros(lag_arr.size)
+    return Run("synthetic", "hevo", figures, times, lag_arr, zeros, zeros, zeros)
+
+
+THREE_DAYS = 3 * 24 * 60  # one-minute ticks
+
+
+def test_a_linear_lag_ramp_is_not_stable() -> None:
+    # The issue's case: 0 -> 4.3M over the run. Its last quarter peaks only 4/3 above the third's.
+    assert not is_lag_stable(_run(np.linspace(0.0, 4_300_000.0, THREE_DAYS)), 100_000)
+    # A slow ramp that stays below max_lag throughout is still a growing lag.
+    assert not is_lag_stable(_run(np.linspace(0.0, 90_000.0, THREE_DAYS)), 100_000)
+
+
+def test_a_lag_parked_far_above_its_target_is_not_stable() -> None:
+    assert not is_lag_stable(_run(np.full(THREE_DAYS, 4_300_000.0)), 100_000)
+
+
+def test_a_lag_held_around_its_target_is_stable() -> None:
+    rng = np.random.default_rng(0)
+    sawtooth = 95_000.0 * (np.arange(THREE_DAYS) % 97) / 96  # 0 -> 95k every 97 min, like hevo's cycle
+    assert is_lag_stable(_run(sawtooth), 100_000)
+    assert is_lag_stable(_run(30_000.0 + 20_000.0 * rng.standard_normal(THREE_DAYS).clip(-1.5, 1.5)), 100_000)
+    assert is_lag_stable(_run(np.linspace(80_000.0, 10_000.0, THREE_DAYS)), 100_000)  # draining
+    assert is_lag_stable(_run([0.0]), 100_000)
+
+
+def test_keda_lag_on_the_ramp_is_not_stable_the_others_are(ramp_runs: dict[str, Run]) -> None:
+    max_lag = TopicPolicyConfig().max_lag
+    assert {p: is_lag_stable(r, max_lag) for p, r in ramp_runs.items()} == {
+        "hevo": True,
+        "keda": False,  # ceil(lag / threshold): its lag grows with its workers
+        "capacity": True,
+    }

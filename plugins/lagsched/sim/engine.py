@@ -11,9 +11,11 @@ Each tick (one measurement run, a minute by default):
 4. the monitor measures: lag (real `measure_partition_lag`), time lag (real `estimate_time_lag`
    over a real `SampleWindow` of high-watermark samples), ingress rate (real `ingress_rate`) and the
    per-worker rate observed while the workers had a backlog throughout;
-5. every ``evaluate_every`` ticks the real `lagsched.core.evaluator.evaluate` decides (or, for the
-   KEDA baseline, `lagsched.sim.keda.KedaHpa` every tick), and a change takes effect from the next
-   tick.
+5. the real `lagsched.core.evaluator.evaluate` decides when `is_evaluation_due` says so, the rule
+   production applies: at the first tick, then once ``evaluate_every`` measurements were taken
+   since the last evaluation (or, for the KEDA baseline, `lagsched.sim.keda.KedaHpa` every tick);
+   a change takes effect from the next tick. The evaluator is assumed to run after every
+   measurement; a slower evaluator schedule (the DAG's 5 minutes) would evaluate less often.
 
 The topic is modelled as one aggregate partition for offsets (FIFO by production time), so the
 *true* time lag of the oldest unread record is known exactly; it, not the estimate, is what the
@@ -162,6 +164,7 @@ def simulate(
     lag_history: deque[LagPoint] = deque(maxlen=sample_window)
     consumed_log: deque[tuple[float, int, int, bool]] = deque(maxlen=config.window)  # (t, consumed, workers, busy)
     observed_rate: float | None = None
+    since_evaluation: int | None = None  # measurements since the last evaluation; None: never evaluated
 
     lag_series = np.zeros(n)
     time_lag_series = np.zeros(n)
@@ -198,10 +201,13 @@ def simulate(
         lag_history.append(LagPoint(now, lag))
         consumed_log.append((now, consumed_total, active, lag > 0))
         observed_rate = _observe_worker_rate(consumed_log, observed_rate)
+        if since_evaluation is not None:
+            since_evaluation += 1
 
         if keda is not None:
             new_workers = keda.decide(lag, workers, now)
-        elif is_evaluation_due(i + 1, config):
+        elif is_evaluation_due(since_evaluation, config):
+            since_evaluation = 0
             recent = window.samples[-config.window :]
             snapshot = TopicSnapshot(
                 topic=trace.name,
