@@ -30,6 +30,11 @@ Settings: the Variable `lagsched_settings` (JSON, see docs/configuration.md; abs
 read when the task runs. A malformed Variable fails the run at once, naming the field, the value
 and what is allowed; nothing is measured or stored.
 
+Failures name the Connection to fix (Admin > Connections) and where it points. What a retry
+cannot fix fails the run at once, without retries: a wrong password or database, a missing or
+malformed Connection, an invalid Kafka setting, a bad `cluster` param, a malformed Variable. A
+broker or database that is down, unreachable or timing out is retried (twice, 10 s apart).
+
 The schedule is fixed in this file (every minute): a schedule cannot read a Variable at parse
 time. If you change `measure_every_s`, change the schedule to match. See docs/lag.md.
 """
@@ -56,26 +61,22 @@ def lagsched_lag_monitor() -> None:
     def sync_registry() -> dict[str, Any]:
         from airflow.sdk import get_current_context
 
-        from lagsched.tasks import run_registry_sync
+        from lagsched.tasks import fail_fast, run_registry_sync
 
-        return run_registry_sync(str(get_current_context()["params"]["cluster"]))
+        with fail_fast():
+            return run_registry_sync(str(get_current_context()["params"]["cluster"]))
 
     @task(execution_timeout=timedelta(seconds=50))
     def measure_lag() -> dict[str, Any]:
         from airflow.sdk import Variable, get_current_context
-        from airflow.sdk.exceptions import AirflowFailException
 
-        from lagsched.core.errors import ConfigError
-        from lagsched.tasks import run_monitor
+        from lagsched.tasks import fail_fast, run_monitor
 
         params = get_current_context()["params"]
-        try:
+        with fail_fast():
             return run_monitor(
                 str(params["cluster"]), Variable.get("lagsched_settings", default=None), top=int(params["top"])
             )
-        except ConfigError as exc:
-            # Retrying cannot fix a bad Variable: fail now, with the field, value and what is allowed.
-            raise AirflowFailException(str(exc)) from exc
 
     sync_registry() >> measure_lag()
 

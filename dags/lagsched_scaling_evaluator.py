@@ -28,6 +28,9 @@ Scale-ups are capped at the live worker slots when workers heartbeat (slot timeo
 
 A retry never applies a step twice: decisions are keyed by the run id. A malformed Variable fails
 the run at once with the field, the value and what is allowed, and changes nothing.
+Failures name the Connection to fix (Admin > Connections); what a retry cannot fix (a wrong
+password, a missing or malformed Connection, a bad `cluster` param) fails the run at once, and a
+database or Redis that is down or timing out is retried.
 See docs/lag.md for the table and the message format.
 """
 
@@ -54,14 +57,12 @@ def lagsched_scaling_evaluator() -> None:
     @task(execution_timeout=timedelta(minutes=4))
     def evaluate_and_apply() -> dict[str, Any]:
         from airflow.sdk import Variable, get_current_context
-        from airflow.sdk.exceptions import AirflowFailException
 
-        from lagsched.core.errors import ConfigError
-        from lagsched.tasks import run_evaluation
+        from lagsched.tasks import fail_fast, run_evaluation
 
         context = get_current_context()
         params = context["params"]
-        try:
+        with fail_fast():
             return run_evaluation(
                 str(params["cluster"]),
                 Variable.get("lagsched_settings", default=None),
@@ -69,9 +70,6 @@ def lagsched_scaling_evaluator() -> None:
                 evaluation_id=str(context["run_id"]),
                 slot_timeout_s=float(params["slot_timeout_s"]),
             )
-        except ConfigError as exc:
-            # Retrying cannot fix a bad Variable: fail now, with the field, value and what is allowed.
-            raise AirflowFailException(str(exc)) from exc
 
     evaluate_and_apply()
 

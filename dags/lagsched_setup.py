@@ -17,7 +17,11 @@ Run this once after installing lagsched, and again after upgrading it. It
 2. applies the pending schema migrations from `sql/` to the `lagsched_mysql` database.
    Re-running is safe: applied migrations are recorded and skipped.
 
-A failing check names the Connection to fix (Admin > Connections).
+A failing check names the Connection to fix (Admin > Connections), where it points (host and
+port, user; never a password) and what failed. What a retry cannot fix fails at once: a wrong
+password or database, a missing or malformed Connection, an invalid Kafka setting, and a Redis
+password that the server ignores (it has none set: is this the Redis you meant?). A service that
+is down or unreachable is retried twice, 10 s apart.
 """
 
 
@@ -33,36 +37,24 @@ A failing check names the Connection to fix (Admin > Connections).
 def lagsched_setup() -> None:
     @task
     def check_kafka() -> dict[str, Any]:
-        from lagsched.adapters.health import check_kafka
-        from lagsched.connections import kafka_config
+        from lagsched.tasks import fail_fast, run_check_kafka
 
-        return check_kafka(kafka_config())
+        with fail_fast():
+            return run_check_kafka()
 
     @task
     def check_redis() -> dict[str, Any]:
-        from lagsched.adapters.health import check_redis
-        from lagsched.connections import redis_params
+        from lagsched.tasks import fail_fast, run_check_redis
 
-        return check_redis(redis_params())
+        with fail_fast():
+            return run_check_redis()
 
     @task
     def migrate_schema() -> list[str]:
-        import logging
+        from lagsched.tasks import fail_fast, run_migrations
 
-        from lagsched.adapters.health import check_mysql
-        from lagsched.adapters.migrations import migrate
-        from lagsched.adapters.mysql import connect
-        from lagsched.connections import mysql_params
-
-        params = mysql_params()
-        logging.getLogger(__name__).info("MySQL: %s", check_mysql(params))
-        conn = connect(params)
-        try:
-            applied = migrate(conn)
-        finally:
-            conn.close()
-        logging.getLogger(__name__).info("applied %d migration(s): %s", len(applied), applied or "none pending")
-        return applied
+        with fail_fast():
+            return run_migrations()
 
     [check_kafka(), check_redis()] >> migrate_schema()
 

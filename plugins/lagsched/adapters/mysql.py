@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+
 import pymysql
 import pymysql.cursors
 
+from lagsched.adapters.failures import mysql_target, naming_connections
 from lagsched.connections import MySQLParams
 
 
@@ -15,20 +19,35 @@ def connect(
 
     READ COMMITTED so a claimer inside a transaction sees other claimers' commits (under MariaDB's
     default REPEATABLE READ it would not), which the claim protocol relies on.
+
+    Raises:
+        ConnectionFailure: the server refused the login or database (permanent), or could not be
+            reached (transient); the message names the Connection (``params.conn_id``), host,
+            port, user and database, never the password.
     """
-    conn = pymysql.connect(
-        host=params.host,
-        port=params.port,
-        user=params.user,
-        password=params.password,
-        database=database if database is not None else params.database,
-        autocommit=False,
-        charset="utf8mb4",
-        connect_timeout=10,
-        init_command="SET time_zone = '+00:00'",
-    )
-    with conn.cursor() as cur:
-        # Portable spelling: MariaDB calls the variable tx_isolation, MySQL 8 transaction_isolation.
-        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-    conn.commit()
+    if database is not None:
+        params = dataclasses.replace(params, database=database)
+    with naming_connections(mysql_target(params)):
+        conn = pymysql.connect(
+            host=params.host,
+            port=params.port,
+            user=params.user,
+            password=params.password,
+            database=params.database,
+            autocommit=False,
+            charset="utf8mb4",
+            connect_timeout=10,
+            init_command="SET time_zone = '+00:00'",
+        )
+        try:
+            with conn.cursor() as cur:
+                # Portable spelling: MariaDB calls the variable tx_isolation, MySQL 8 transaction_isolation.
+                cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            conn.commit()
+        except BaseException:
+            # A half-set-up session is no use to the caller: do not leak it, and let a failing
+            # close (the socket is likely gone) not hide the error that matters.
+            with contextlib.suppress(Exception):
+                conn.close()
+            raise
     return conn

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "ConnectionFailure",
+    "ConnectionInvalid",
+    "ConnectionNotFound",
     "KafkaOffsetsError",
     "LagschedError",
     "StaleClaimError",
@@ -67,3 +70,42 @@ class KafkaOffsetsError(LagschedError):
     Usually transient (a leader election, a broker restart): the task's retries cover it. The
     message names the partition and the broker's error.
     """
+
+
+class ConnectionNotFound(LagschedError, LookupError):
+    """No Connection with this id is defined in Airflow or the environment.
+
+    A retry cannot fix it: someone has to add the Connection (Admin > Connections) or set
+    ``AIRFLOW_CONN_<ID>``. `conn_id` is the Connection's id.
+    """
+
+    def __init__(self, message: str, *, conn_id: str = "") -> None:
+        super().__init__(message)
+        self.conn_id = conn_id
+
+
+class ConnectionInvalid(LagschedError, ValueError):
+    """A Connection is defined but unusable as written: malformed JSON or URI, a required field
+    missing, a field of the wrong type. The message names the Connection and the field; a retry
+    cannot fix it.
+    """
+
+    def __init__(self, message: str, *, conn_id: str = "") -> None:
+        super().__init__(message)
+        self.conn_id = conn_id
+
+
+class ConnectionFailure(LagschedError):
+    """A service reached through a Connection failed: it refused the credentials, is unreachable,
+    timed out, or answered an error.
+
+    The message names the Connection, where it points (host and port, user; never a password),
+    what failed, and where to fix it. `permanent` says whether a retry can help: a wrong
+    password, an unknown database or an invalid client setting cannot heal (the task fails at
+    once); a server that is down, unreachable or timing out can (the task's retries cover it).
+    """
+
+    def __init__(self, message: str, *, conn_id: str, permanent: bool) -> None:
+        super().__init__(message)
+        self.conn_id = conn_id
+        self.permanent = permanent
