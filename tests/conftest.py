@@ -1,12 +1,14 @@
 """Shared fixtures: the real local stack, started once per session, and per-test isolation.
 
 The environment that points Airflow at the local stack is set here, at import, because Airflow
-reads it when first imported.
+reads it when first imported; only the metadata DB and AIRFLOW_HOME are the session's own.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,7 +22,20 @@ from lagsched.stack.environment import stack_environment
 CFG = load()
 os.environ.update(stack_environment(CFG))
 
+# The tests' in-process Airflow (DagBag, dag.test()) gets a home and a metadata DB of its own, never
+# the stack's: a scheduler running on the stack's DB would take over the runs dag.test() creates
+# (and their task logs would land in the stack's). One per session, so concurrent runs do not
+# share a SQLite file either; tests/dags/conftest.py migrates it. The stack's services still get
+# the stack's environment (lagsched.stack applies stack_environment over os.environ).
+AIRFLOW_TEST_HOME = Path(tempfile.mkdtemp(prefix="lagsched-test-airflow-"))
+os.environ["AIRFLOW_HOME"] = str(AIRFLOW_TEST_HOME)
+os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{AIRFLOW_TEST_HOME / 'airflow.db'}"
+
 TIERS = ("unit", "integration", "dags", "e2e")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(AIRFLOW_TEST_HOME, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -236,7 +236,9 @@ def mysql_params(conn_id: str = MYSQL_CONN_ID) -> MySQLParams:
 def redis_params(conn_id: str = REDIS_CONN_ID) -> RedisParams:
     """Host (default 127.0.0.1), port (default 6379), password and extra ``db`` of a Redis Connection."""
     info = get_connection(conn_id)
-    db = info.extra.get("db", 0)
+    db = info.extra.get("db")
+    if db is None or db == "":
+        db = 0  # unset: Redis's default database
     try:
         number = int(db)
     except (TypeError, ValueError):
