@@ -18,6 +18,7 @@ __all__ = [
     "KEDA_SWEEP",
     "POLICY_NAMES",
     "STABLE_GROWTH_PER_HOUR",
+    "STABLE_PEAK_RISE",
     "Verdict",
     "format_sweep",
     "format_table",
@@ -88,30 +89,35 @@ STABLE_GROWTH_PER_HOUR = 0.01
 """`is_lag_stable`: the largest trend, as a fraction of ``max_lag`` per hour, a held lag may show
 (at 1 %/h it would take 100 hours to grow by ``max_lag``)."""
 
+STABLE_PEAK_RISE = 0.1
+"""`is_lag_stable`: how far, as a fraction of ``max_lag``, the last third's peak may exceed the
+middle third's before rising peaks count as growth."""
+
 
 def is_lag_stable(run: Run, max_lag: int) -> bool:
-    """True when the policy holds the lag: over the last third of the run, the least-squares trend
-    of the lag grows by at most `STABLE_GROWTH_PER_HOUR` x ``max_lag`` per hour, and the mean lag is
-    at most ``max_lag``.
+    """True when the policy holds the lag: over the last third of the run the mean lag is at most
+    ``max_lag``, and the lag is not growing. Growing means both signs of it: the least-squares trend
+    rises by more than `STABLE_GROWTH_PER_HOUR` x ``max_lag`` per hour, *and* the peak rises more
+    than `STABLE_PEAK_RISE` x ``max_lag`` above the middle third's.
 
-    The trend, not peaks, decides: a lag rising steadily is growing however its quarters compare (a
-    0 -> 4.3M ramp's last quarter peaks only 4/3 above the third's), while a lag oscillating around
-    its target has a flat trend however it wiggles. The level bound rejects a lag that stopped
-    growing only far above the target. A third, not a quarter, of the run spans enough of a
-    policy's oscillations that their phase does not pass for a trend.
+    Trend, not peak ratios: a 0 -> 4.3M ramp's last quarter peaks only 4/3 above the third's, yet
+    it shows both signs. Both signs are required because a policy's slow oscillation (hevo's cycles
+    last hours) gives a trend from its phase alone, while its peaks do not rise. The level bound
+    rejects a lag that stopped growing only far above its target.
     """
     n = run.lag.size
-    if n == 0:
-        return True
-    tail = slice(n - max(2, n // 3), n)
-    hours = run.times[tail] / 3600.0
-    lag = run.lag[tail].astype(np.float64)
-    if float(lag.mean()) > max_lag:
+    third = n // 3
+    if third < 2:
+        return bool(n == 0 or float(run.lag.mean()) <= max_lag)
+    hours = run.times[n - third :] / 3600.0
+    last = run.lag[n - third :].astype(np.float64)
+    middle = run.lag[n - 2 * third : n - third]
+    if float(last.mean()) > max_lag:
         return False
-    if hours.size < 2 or float(np.ptp(hours)) <= 0:
-        return True
-    slope = float(np.polyfit(hours, lag, 1)[0])  # records per hour
-    return slope <= STABLE_GROWTH_PER_HOUR * max_lag
+    slope = float(np.polyfit(hours, last, 1)[0]) if float(np.ptp(hours)) > 0 else 0.0  # records per hour
+    rising_trend = slope > STABLE_GROWTH_PER_HOUR * max_lag
+    rising_peaks = float(last.max()) - float(middle.max()) > STABLE_PEAK_RISE * max_lag
+    return not (rising_trend and rising_peaks)
 
 
 @dataclass(frozen=True, slots=True)
