@@ -469,3 +469,23 @@ def test_a_relation_is_reported_once_not_for_every_topic_that_inherits_it() -> N
 def test_min_workers_below_one_is_rejected_as_the_registry_requires() -> None:
     with pytest.raises(ConfigError, match=r"topics\.t\.min_workers = 0"):
         parse_settings({"topics": {"t": {"min_workers": 0}}})
+
+
+@pytest.mark.parametrize("doc_path", ["docs/configuration.md", "README.md"])
+def test_every_upper_bound_is_documented(doc_path: str) -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / doc_path).read_text(encoding="utf-8")
+    rows = {line.split("`")[1]: line for line in doc.splitlines() if line.startswith("| `")}
+    for model in (Settings, TopicPolicyConfig):
+        for name, info in model.model_fields.items():
+            for meta in info.metadata:
+                bound = getattr(meta, "le", None)
+                if bound is None:
+                    bound = getattr(meta, "lt", None)
+                if bound is None:
+                    continue
+                spelled = {f"{int(bound):,}" if float(bound).is_integer() else f"{bound:g}"}
+                if bound >= 10**6 and math.log10(bound).is_integer():
+                    spelled.add(f"10^{round(math.log10(bound))}")
+                assert any(s in rows[name].split("|")[2] for s in spelled), (name, spelled)
