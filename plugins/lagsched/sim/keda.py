@@ -54,8 +54,10 @@ class KedaHpa:
 
         Example:
             >>> hpa = KedaHpa(lag_threshold=1_000, min_replicas=1, max_replicas=12)
-            >>> [hpa.decide(lag, 1, 60.0 * i) for i, lag in enumerate((500, 3_000, 40_000))]
-            [1, 3, 8]
+            >>> hpa.decide(500, 1, 0.0), hpa.decide(3_000, 1, 60.0)
+            (1, 3)
+            >>> hpa.decide(40_000, 3, 120.0)  # wants 40; +4 pods or +100 % per poll: 7
+            7
         """
         usage = lag / (self.lag_threshold * replicas) if replicas > 0 else math.inf
         wanted = replicas if abs(usage - 1.0) <= HPA_TOLERANCE else math.ceil(lag / self.lag_threshold)
