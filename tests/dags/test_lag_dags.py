@@ -32,7 +32,7 @@ def state(run: Any) -> str:
 
 @pytest.fixture
 def env(mysql_db: Any, redis_client: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """The DAGs' MySQL Connection points at this test's database, Redis at DB 15 (flushed)."""
+    """The DAGs' MySQL Connection points at this test's database, Redis at the test DB (flushed)."""
     monkeypatch.setenv(
         "AIRFLOW_CONN_LAGSCHED_MYSQL",
         json.dumps({"conn_type": "mysql", "host": mysql_db.host, "port": mysql_db.port,
@@ -41,7 +41,7 @@ def env(mysql_db: Any, redis_client: Any, monkeypatch: pytest.MonkeyPatch) -> An
     p = redis_client.connection_pool.connection_kwargs
     monkeypatch.setenv(
         "AIRFLOW_CONN_LAGSCHED_REDIS",
-        json.dumps({"conn_type": "redis", "host": p["host"], "port": p["port"], "extra": {"db": 15}}),
+        json.dumps({"conn_type": "redis", "host": p["host"], "port": p["port"], "extra": {"db": p["db"]}}),
     )
     monkeypatch.delenv("AIRFLOW_VAR_LAGSCHED_SETTINGS", raising=False)
     conn = connect(mysql_db)
