@@ -18,7 +18,8 @@ schema       the lagsched tables are missing or older than the code        no
 unreachable  down, refused, unresolvable, timed out, connection lost       yes
              (MySQL 2002, 2003, 2006, 2013, 1040, 1053; Redis
              ConnectionError/TimeoutError; Kafka ``_TRANSPORT``,
-             ``_ALL_BROKERS_DOWN``, ``_RESOLVE``, ``_TIMED_OUT``, retriable)
+             ``_ALL_BROKERS_DOWN``, ``_RESOLVE``, ``_TIMED_OUT``, retriable;
+             a ``KafkaOffsetsError`` not raised from a client error)
 busy         lock wait timeout, deadlock (MySQL 1205, 1213)                yes
 other        any other error of these clients                            yes
 ===========  ==========================================================  =========
