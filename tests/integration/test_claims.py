@@ -4,23 +4,30 @@ The soak (``LAGSCHED_CLAIM_SOAK_S`` seconds, default 60) runs 8 claimer processe
 all three modes at once, each mode in its own database: they claim, commit, renew, stall past
 their lease and release in loops. Two independent checkers (a process polling the table and a
 post-run check of every claimer's log) must see no row held twice and no commit with a stale epoch.
+
+Everything else is deterministic: a lease "runs out" because the test sets ``lease_expires_at`` in
+the past by the database's clock (the only clock leases are judged by), lock waits end when the
+test lets go of the lock, and faults are injected at a named statement (``Hooked``, ``FaultOn``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import os
 import signal
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pymysql
 import pytest
 
-from lagsched.adapters.claims import ClaimStore, server_lock_mode
+from lagsched.adapters.claims import ClaimStore, open_claim_store, server_lock_mode
 from lagsched.adapters.mysql import connect
 from lagsched.adapters.ownership import current_assignment, wants_for
 from lagsched.bench.claims import (
@@ -34,7 +41,7 @@ from lagsched.bench.claims import (
     seed_topics,
 )
 from lagsched.connections import MySQLParams, mysql_params
-from lagsched.core.claims import LockMode
+from lagsched.core.claims import ClaimLostError, ClaimStatus, LockMode, RetryPolicy, StaleReason
 from lagsched.core.errors import StaleClaimError
 
 MODES = ["skip_locked", "optimistic", "for_update"]
@@ -66,6 +73,128 @@ def add_topic(params: MySQLParams, partitions: int, linker_workers: int = 1) -> 
     finally:
         conn.close()
     return tid
+
+
+def set_linker_workers(params: MySQLParams, topic_id: str, n: int) -> None:
+    conn = connect(params)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("UPDATE topics SET linker_workers = %s WHERE topic_id = %s", (n, topic_id))
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def expire(params: MySQLParams, topic_id: str, partition_id: int) -> datetime:
+    """Make the row's lease run out now, by the database's clock; returns the expiry set."""
+    conn = connect(params)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "UPDATE topic_partitions SET lease_expires_at = CURRENT_TIMESTAMP(6) - INTERVAL 1 SECOND"
+                " WHERE topic_id = %s AND partition_id = %s",
+                (topic_id, partition_id),
+            )
+            cur.execute(
+                "SELECT lease_expires_at FROM topic_partitions WHERE topic_id = %s AND partition_id = %s",
+                (topic_id, partition_id),
+            )
+            (expires,) = cur.fetchone() or (None,)
+        conn.commit()
+    finally:
+        conn.close()
+    assert isinstance(expires, datetime)
+    return expires.replace(tzinfo=UTC)
+
+
+def db_now(conn: Any) -> datetime:
+    with conn.cursor() as cur:
+        cur.execute("SELECT CURRENT_TIMESTAMP(6)")
+        (now,) = cur.fetchone()
+    conn.commit()
+    assert isinstance(now, datetime)
+    return now
+
+
+def wait_for_db_clock(conn: Any, moment: datetime, bound_s: float) -> None:
+    """Wait until the database's clock is past ``moment`` (naive UTC, as the table stores it)."""
+    deadline = time.monotonic() + bound_s
+    while (now := db_now(conn)) <= moment:
+        assert time.monotonic() < deadline, f"database clock still at {now}, waiting for {moment}"
+        time.sleep(min(0.05, (moment - now).total_seconds() + 0.001))
+
+
+def wait_until_waiting_for_a_lock(conn: Any, connection_id: int, bound_s: float = 60) -> None:
+    """Wait until that connection's locking read is blocked on a row lock."""
+    deadline = time.monotonic() + bound_s
+    while True:
+        with conn.cursor() as cur:
+            cur.execute("SELECT INFO FROM information_schema.PROCESSLIST WHERE ID = %s", (connection_id,))
+            row = cur.fetchone()
+            cur.execute("SHOW GLOBAL STATUS LIKE 'Innodb_row_lock_current_waits'")
+            waits = int((cur.fetchone() or (None, 0))[1])
+        conn.commit()
+        if row is not None and row[0] and "FOR UPDATE" in row[0] and waits > 0:
+            return
+        assert time.monotonic() < deadline, "the claimer never blocked on a row lock"
+        time.sleep(0.01)
+
+
+def hooked(conn: Any, hook: Callable[[str, str], None]) -> Any:
+    """``conn``, with every statement passed through ``hook(sql, "before"|"after")`` (a fault, a pause)."""
+    return Hooked(conn, hook)
+
+
+class Hooked:
+    """A pymysql connection whose statements pass through ``hook(sql, "before"|"after")``."""
+
+    def __init__(self, conn: Any, hook: Callable[[str, str], None]) -> None:
+        self._conn = conn
+        self._hook = hook
+
+    def cursor(self) -> _HookedCursor:
+        return _HookedCursor(self._conn.cursor(), self._hook)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+class _HookedCursor:
+    def __init__(self, cur: Any, hook: Callable[[str, str], None]) -> None:
+        self._cur = cur
+        self._hook = hook
+
+    def execute(self, sql: str, args: Any = None) -> int:
+        self._hook(sql, "before")
+        n = int(self._cur.execute(sql, args))
+        self._hook(sql, "after")
+        return n
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cur, name)
+
+    def __enter__(self) -> _HookedCursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._cur.close()
+
+
+class FaultOn:
+    """A hook that makes statements containing ``fragment`` fail with a deadlock (1213): the
+    ``fail_calls``-th ones (counted from 1), or all of them with ``None``."""
+
+    def __init__(self, fragment: str, fail_calls: set[int] | None) -> None:
+        self.fragment = fragment
+        self.fail_calls = fail_calls
+        self.calls = 0
+
+    def __call__(self, sql: str, when: str) -> None:
+        if when != "before" or self.fragment not in sql:
+            return
+        self.calls += 1
+        if self.fail_calls is None or self.calls in self.fail_calls:
+            raise pymysql.err.OperationalError(1213, "Deadlock found when trying to get lock (injected)")
 
 
 def rows(params: MySQLParams, topic_id: str) -> dict[int, tuple[Any, ...]]:
@@ -149,10 +278,13 @@ def test_soak_never_holds_a_row_twice_nor_commits_stale(soaks: dict[str, Any], m
         f"\n[soak {mode}] {SOAK_S:.0f}s x {WORKERS} processes: rows claimed {h.claims} in {h.claim_calls} calls, "
         f"commits {h.commits}, refused stale commits {h.refused}, renews {h.renews}, releases {h.releases}, "
         f"double claims {h.double_claims}+{poll.double_claims}, stale commits {h.stale_commits}+{poll.stale_commits} "
-        f"(log+poller, {poll.polls} polls), cas conflicts {h.cas_conflicts}, lock retries {h.transient_retries}"
+        f"(log+poller, {poll.polls} polls), cas conflicts {h.cas_conflicts}, retries {h.retries}, "
+        f"deadlocks {h.deadlocks}, refused by reason {h.refused_reasons}"
     )
     assert h.double_claims == 0 and poll.double_claims == 0
     assert h.stale_commits == 0 and poll.stale_commits == 0
+    # Every transaction that waits for row locks takes them in key order: no deadlock, in any mode.
+    assert h.deadlocks == 0
     # The soak did exercise the dangerous paths.
     assert h.claims > 100 * WORKERS and h.commits > 100 * WORKERS
     assert h.refused > 0, "no stall led to a refused commit: takeovers were not exercised"
@@ -182,7 +314,7 @@ def test_soak_never_holds_a_row_twice_nor_commits_stale(soaks: dict[str, Any], m
 
 @pytest.mark.parametrize("mode", MODES)
 def test_killed_slot_rows_are_reclaimed_after_its_lease(mysql_db: MySQLParams, conn: Any, mode: str) -> None:
-    lease_s = 2.0
+    lease_s = 2.0  # the victim's; the survivors hold theirs for a minute, so nothing else expires
     topic = add_topic(mysql_db, 7, linker_workers=3)
     a, b, c = new_slot(), new_slot(), new_slot()
     view = current_assignment(conn, [a, b, c])
@@ -197,29 +329,32 @@ def test_killed_slot_rows_are_reclaimed_after_its_lease(mysql_db: MySQLParams, c
     assert len(a_rows) == wants[a][topic]
 
     store = ClaimStore(conn, LockMode(mode))
-    held = {s: store.claim(s, wants[s], lease_s) for s in (b, c)}
-    assert [len(held[s]) for s in (b, c)] == [wants[b][topic], wants[c][topic]]
-    assert not {x.key for s in (b, c) for x in held[s]} & set(a_rows)
+    held = {s: store.claim(s, wants[s], 60) for s in (b, c)}
+    assert [len(held[s].claims) for s in (b, c)] == [wants[b][topic], wants[c][topic]]
+    assert not {x.key for s in (b, c) for x in held[s].claims} & set(a_rows)
 
     os.kill(victim.pid or 0, signal.SIGKILL)
     victim.join(timeout=10)
-    killed_at = time.monotonic()
     a_lease = {p: r[3] for p, r in rows(mysql_db, topic).items() if (topic, p) in a_rows}
     view = current_assignment(conn, [b, c])  # the live set without the dead slot
     assert view.recomputed
     new_wants = {s: wants_for(s, view) for s in (b, c)}
     assert sorted(w[topic] for w in new_wants.values()) == [3, 4]
+    # While the dead slot's lease runs, its rows are not free.
+    early = {s: store.claim(s, new_wants[s], 60) for s in (b, c)}
+    if db_now(conn) < min(a_lease.values()):
+        assert all(r.new == () and r.status is ClaimStatus.NONE_FREE for r in early.values())
+    wait_for_db_clock(conn, max(a_lease.values()), bound_s=lease_s + 30)
 
     taken: dict[tuple[str, int], str] = {}
-    while len(taken) < len(a_rows) and time.monotonic() - killed_at < lease_s + 10:
-        for s in (b, c):
-            for x in store.claim(s, new_wants[s], lease_s):
-                assert x.key in a_rows, "only the dead slot's rows are free"
-                assert x.claim_epoch == a_rows[x.key] + 1
-                taken[x.key] = s
-            store.renew(s, store.held(s), lease_s)  # b and c stay alive
-        time.sleep(0.1)
-    assert set(taken) == set(a_rows), f"dead slot's rows not re-claimed within lease + 10 s: {taken}"
+    for s in (b, c):
+        result = store.claim(s, new_wants[s], 60)
+        assert result.status is ClaimStatus.COMPLETE
+        for x in result.new:
+            assert x.key in a_rows, "only the dead slot's rows are free"
+            assert x.claim_epoch == a_rows[x.key] + 1
+            taken[x.key] = s
+    assert set(taken) == set(a_rows)
     after = rows(mysql_db, topic)
     for (_t, p), s in taken.items():
         claimed_by, _epoch, _offset, _lease, last_picked = after[p]
@@ -238,28 +373,49 @@ def test_a_slot_that_lost_its_row_cannot_commit_or_release(mysql_db: MySQLParams
     topic = add_topic(mysql_db, 1)
     a, b = new_slot(), new_slot()
     store = ClaimStore(conn, LockMode(mode))
-    [ca] = store.claim(a, {topic: 1}, 0.5)
+    got = store.claim(a, {topic: 1}, 30)
+    [ca] = got.claims
+    assert got.new == (ca,) and got.status is ClaimStatus.COMPLETE
     assert ca.claim_epoch == 1 and ca.committed_offset is None
-    store.commit_offset(a, topic, 0, ca.claim_epoch, 100)
-    store.commit_offset(a, topic, 0, ca.claim_epoch, 100)  # the same offset again is fine
-    assert store.claim(b, {topic: 1}, 5) == []  # a's lease is live
-    time.sleep(0.6)
-    with pytest.raises(StaleClaimError, match="lease ran out"):
-        store.commit_offset(a, topic, 0, ca.claim_epoch, 150)
-    [cb] = store.claim(b, {topic: 1}, 5)
+    ca = store.commit_offset(a, ca, 100)
+    assert ca.committed_offset == 100
+    assert store.commit_offset(a, ca, 100) == ca  # the same offset again is fine
+    none = store.claim(b, {topic: 1}, 30)  # a's lease is live
+    assert none.claims == () and none.short == {topic: 1} and none.status is ClaimStatus.NONE_FREE
+
+    ran_out = expire(mysql_db, topic, 0)  # a's lease runs out, by the database's clock
+    ca = dataclasses.replace(ca, lease_expires_at=ran_out)  # as a knew it, had the time passed
+    with pytest.raises(ClaimLostError, match="lease ran out") as info:
+        store.commit_offset(a, ca, 150)
+    assert info.value.reason is StaleReason.LEASE_EXPIRED and info.value.holder == a
+
+    [cb] = store.claim(b, {topic: 1}, 30).claims
     assert cb.claim_epoch == 2 and cb.committed_offset == 100
-    with pytest.raises(StaleClaimError, match=f"held by {b} at epoch 2") as info:
-        store.commit_offset(a, topic, 0, ca.claim_epoch, 200)
-    assert (info.value.topic_id, info.value.partition_id, info.value.epoch) == (topic, 0, 1)
+    with pytest.raises(
+        StaleClaimError, match=f"slot {b} claimed it under epoch 2 .*after the lease of epoch 1 ran out"
+    ):
+        store.commit_offset(a, ca, 200)
+    with pytest.raises(ClaimLostError) as lost:
+        store.commit_offset(a, ca, 200)
+    assert (lost.value.reason, lost.value.holder, lost.value.current_epoch) == (StaleReason.TAKEN_OVER, b, 2)
+    assert (lost.value.topic_id, lost.value.partition_id, lost.value.epoch) == (topic, 0, 1)
+    assert "the row is" not in str(lost.value)  # the old "the row is lease ran out"
     assert store.renew(a, [ca], 5) == []
     assert store.release(a, [ca]) == []
     assert rows(mysql_db, topic)[0][:3] == (b, 2, 100)
-    store.commit_offset(b, topic, 0, 2, 300)
+
+    cb = store.commit_offset(b, cb, 300)
     assert store.release(b, [cb]) == [cb]
     claimed_by, epoch, offset, lease, _picked = rows(mysql_db, topic)[0]
     assert (claimed_by, epoch, offset, lease) == (None, 2, 300, None)  # disown keeps the offset
-    with pytest.raises(StaleClaimError, match="released"):
-        store.commit_offset(b, topic, 0, 2, 400)
+    with pytest.raises(ClaimLostError, match="this slot released it at epoch 2") as released:
+        store.commit_offset(b, cb, 400)
+    assert released.value.reason is StaleReason.RELEASED
+    # a's claim was taken over, and that claim was then released: said as such, not "released".
+    with pytest.raises(ClaimLostError, match=r"claimed it under epoch 2 .*, and that claim was released since") as gone:
+        store.commit_offset(a, ca, 500)
+    assert (gone.value.reason, gone.value.holder) == (StaleReason.TAKEN_OVER, None)
+    assert rows(mysql_db, topic)[0][2] == 300
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -268,24 +424,244 @@ def test_claims_oldest_first_and_tops_up_to_the_target(mysql_db: MySQLParams, co
     s = new_slot()
     store = ClaimStore(conn, LockMode(mode))
     first = store.claim(s, {topic: 2}, 30)
-    assert [x.partition_id for x in first] == [0, 1]  # never-picked rows first, then by partition
-    assert store.claim(s, {topic: 2}, 30) == []  # already holds its target
+    assert [x.partition_id for x in first.new] == [0, 1]  # never-picked rows first, then by partition
+    again = store.claim(s, {topic: 2}, 30)  # already holds its target
+    assert again.new == () and again.claims == first.claims and again.status is ClaimStatus.COMPLETE
     more = store.claim(s, {topic: 3}, 30)
-    assert [x.partition_id for x in more] == [2]
-    store.release(s, first + more)
-    again = store.claim(s, {topic: 4}, 30)
+    assert [x.partition_id for x in more.new] == [2]
+    assert [x.partition_id for x in more.claims] == [0, 1, 2]  # everything held, not only the new row
+    assert store.release(s, more.claims) == list(more.claims)
+    after = store.claim(s, {topic: 4}, 30)
     # 3, 4, 5 were never picked, so they come before the rows just released; then 0 (0 and 1 were
     # picked at the same instant, ties go by partition)
-    assert [x.partition_id for x in again] == [0, 3, 4, 5]
-    assert store.held(s) == again
-    renewed = store.renew(s, again, 60)
-    assert [x.key for x in renewed] == [x.key for x in again]
-    assert all(r.lease_expires_at > x.lease_expires_at for r, x in zip(renewed, again, strict=True))
+    assert [x.partition_id for x in after.new] == [0, 3, 4, 5]
+    assert store.held(s) == list(after.claims)
+    renewed = store.renew(s, after.claims, 60)
+    assert [x.key for x in renewed] == [x.key for x in after.claims]
+    assert all(r.lease_expires_at > x.lease_expires_at for r, x in zip(renewed, after.claims, strict=True))
 
 
-def test_lock_mode_comes_from_the_server(conn: Any) -> None:
-    assert server_lock_mode(conn) is LockMode.SKIP_LOCKED  # the stack runs MariaDB 10.11
-    assert server_lock_mode(conn, "optimistic") is LockMode.OPTIMISTIC
+# ----------------------------------------------------------------- what a worker gets back
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_claim_returns_the_whole_holding_and_flags_an_own_row_reclaimed(
+    mysql_db: MySQLParams, conn: Any, mode: str
+) -> None:
+    topic, other = add_topic(mysql_db, 2), add_topic(mysql_db, 2)
+    s = new_slot()
+    store = ClaimStore(conn, LockMode(mode))
+    [o0] = store.claim(s, {other: 1}, 60).claims
+    first = store.claim(s, {topic: 2}, 60)
+    assert {x.key for x in first.claims} == {o0.key, (topic, 0), (topic, 1)}  # other topics included
+    assert [x.key for x in first.new] == [(topic, 0), (topic, 1)]
+    stale = next(x for x in first.claims if x.key == (topic, 0))
+    store.commit_offset(s, stale, 42)
+    expire(mysql_db, topic, 0)  # the slot's own lease on p0 ran out; nobody took it
+
+    second = store.claim(s, {topic: 2}, 60)
+    [again] = second.new
+    assert again.key == (topic, 0) and again.claim_epoch == stale.claim_epoch + 1 and again.committed_offset == 42
+    assert second.is_new(again) and not second.is_new(stale)
+    assert {(x.key, x.claim_epoch) for x in second.claims} == {(o0.key, 1), ((topic, 0), 2), ((topic, 1), 1)}
+    with pytest.raises(ClaimLostError, match="this slot claimed it under epoch 2") as info:
+        store.commit_offset(s, stale, 43)
+    assert (info.value.reason, info.value.holder) == (StaleReason.TAKEN_OVER, s)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_renew_and_commit_return_the_row_as_it_is_now(mysql_db: MySQLParams, conn: Any, mode: str) -> None:
+    topic = add_topic(mysql_db, 2)
+    s = new_slot()
+    store = ClaimStore(conn, LockMode(mode))
+    [c0, c1] = store.claim(s, {topic: 2}, 30).claims
+    committed = store.commit_offset(s, c0, 500)
+    assert committed == dataclasses.replace(c0, committed_offset=500)
+    # Renewing the claims as they were at claim time still reports the offset committed since.
+    [r0, r1] = store.renew(s, [c1, c0], 60)  # any order in, key order out
+    assert (r0.key, r0.committed_offset, r1.committed_offset) == (c0.key, 500, None)
+    assert r0.lease_expires_at == r1.lease_expires_at > c0.lease_expires_at
+    assert store.held(s) == [r0, r1]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_rebalance_hands_rows_above_the_share_to_the_new_owner(mysql_db: MySQLParams, conn: Any, mode: str) -> None:
+    from lagsched.adapters.slots import slot_id_for
+
+    topic = add_topic(mysql_db, 8, linker_workers=1)
+    slots = [slot_id_for(f"rebalance-{i}") for i in range(2)]
+    view = current_assignment(conn, slots)
+    [hot] = [s for s in slots if wants_for(s, view).get(topic) == 8]
+    [cold] = [s for s in slots if s != hot]
+    store = ClaimStore(conn, LockMode(mode))
+    held = store.claim(hot, wants_for(hot, view), 60).claims
+    held = tuple(store.commit_offset(hot, c, 1000 + c.partition_id) for c in held)
+    assert store.rebalance(hot, wants_for(hot, view)) == []  # at its share: nothing to hand over
+
+    set_linker_workers(mysql_db, topic, 2)  # the evaluator scales the hot topic up
+    view = current_assignment(conn, slots)
+    assert view.recomputed and wants_for(hot, view) == {topic: 4} and wants_for(cold, view) == {topic: 4}
+    handed = store.rebalance(hot, wants_for(hot, view))
+    assert [c.partition_id for c in handed] == [4, 5, 6, 7]  # keeps its lowest partitions
+    assert store.rebalance(hot, wants_for(hot, view)) == []
+
+    taken = store.claim(cold, wants_for(cold, view), 60)
+    assert taken.status is ClaimStatus.COMPLETE
+    # Moved within one call each, committed offsets intact.
+    assert [(c.partition_id, c.committed_offset) for c in taken.new] == [(p, 1000 + p) for p in range(4, 8)]
+    kept = store.claim(hot, wants_for(hot, view), 60)
+    assert [c.partition_id for c in kept.claims] == [0, 1, 2, 3] and kept.new == ()
+    # The old holder's late commit on a handed-over row is fenced, and says why.
+    with pytest.raises(ClaimLostError, match=f"slot {cold} claimed it under epoch 2 .*so it had been released") as info:
+        store.commit_offset(hot, held[5], 9999)
+    assert info.value.reason is StaleReason.TAKEN_OVER
+    assert rows(mysql_db, topic)[5][2] == 1005
+    # A topic the slot no longer owns is handed over whole.
+    assert [c.partition_id for c in store.rebalance(hot, {})] == [0, 1, 2, 3]
+    assert store.held(hot) == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_short_claims_say_whether_rows_were_free(mysql_db: MySQLParams, conn: Any, mode: str) -> None:
+    topic = add_topic(mysql_db, 2)
+    a, b = new_slot(), new_slot()
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION innodb_lock_wait_timeout = 1")
+    conn.commit()
+    store = ClaimStore(conn, LockMode(mode), retry=RetryPolicy(max_attempts=2), sleep=lambda _s: None)
+    store.claim(a, {topic: 1}, 60)
+    blocker = connect(mysql_db)
+    try:
+        # Another transaction sits on the free row (a claimer between its read and its commit).
+        with blocker.cursor() as cur:
+            cur.execute("SELECT * FROM topic_partitions WHERE topic_id = %s AND partition_id = 1 FOR UPDATE", (topic,))
+        busy = store.claim(b, {topic: 1}, 60)
+    finally:
+        blocker.rollback()
+        blocker.close()
+    assert busy.claims == () and busy.short == {topic: 1}
+    assert busy.status is ClaimStatus.CONTENDED and busy.contended
+    done = store.claim(b, {topic: 1}, 60)
+    assert done.status is ClaimStatus.COMPLETE and [c.partition_id for c in done.new] == [1]
+    assert store.claim(b, {topic: 2}, 60).status is ClaimStatus.NONE_FREE
+
+
+# ----------------------------------------------------------------- optimistic claims never strand rows
+
+
+def test_optimistic_claim_reports_a_row_committed_before_a_lock_wait_timeout(mysql_db: MySQLParams, conn: Any) -> None:
+    topic = add_topic(mysql_db, 2)
+    s = new_slot()
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION innodb_lock_wait_timeout = 1")
+    conn.commit()
+    sleeps: list[float] = []
+    store = ClaimStore(conn, LockMode.OPTIMISTIC, retry=RetryPolicy(max_attempts=2), sleep=sleeps.append)
+    blocker = connect(mysql_db)
+    try:
+        with blocker.cursor() as cur:  # holds the second candidate for the whole claim
+            cur.execute("SELECT * FROM topic_partitions WHERE topic_id = %s AND partition_id = 1 FOR UPDATE", (topic,))
+        result = store.claim(s, {topic: 2}, 30)
+    finally:
+        blocker.rollback()
+        blocker.close()
+    # Partition 0 was committed before partition 1 timed out: the slot holds it, and is told so.
+    assert rows(mysql_db, topic)[0][0] == s
+    assert [c.partition_id for c in result.claims] == [0] and result.new == result.claims
+    assert result.status is ClaimStatus.CONTENDED and result.short == {topic: 1}
+    assert store.lock_wait_timeouts == 2 and len(sleeps) == 1  # two attempts in all, one backoff
+
+
+def test_optimistic_claim_reports_a_row_committed_before_a_deadlock(mysql_db: MySQLParams, conn: Any) -> None:
+    topic = add_topic(mysql_db, 2)
+    s = new_slot()
+    cas = FaultOn("claim_epoch = claim_epoch + 1", fail_calls={2})  # the second row's CAS
+    store = ClaimStore(hooked(conn, cas), LockMode.OPTIMISTIC, sleep=lambda _s: None)
+    result = store.claim(s, {topic: 2}, 30)
+    assert [c.partition_id for c in result.claims] == [0, 1] and result.new == result.claims
+    assert all(c.claim_epoch == 1 for c in result.claims)
+    assert result.status is ClaimStatus.COMPLETE and store.deadlocks == 1
+    assert {p: r[0] for p, r in rows(mysql_db, topic).items()} == {0: s, 1: s}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_one_retry_budget_bounds_every_attempt(mysql_db: MySQLParams, conn: Any, mode: str) -> None:
+    topic = add_topic(mysql_db, 2)
+    s = new_slot()
+    always = FaultOn("claim_epoch = claim_epoch + 1", fail_calls=None)  # every claiming UPDATE deadlocks
+    sleeps: list[float] = []
+    store = ClaimStore(hooked(conn, always), LockMode(mode), retry=RetryPolicy(max_attempts=4), sleep=sleeps.append)
+    result = store.claim(s, {topic: 2}, 30)
+    assert result.claims == () and result.status is ClaimStatus.CONTENDED
+    # Four attempts in all (the old nested loops made 4 x 4), three backoffs between them.
+    assert always.calls == 4 and len(sleeps) == 3 and store.deadlocks == 4
+    assert all(r[0] is None and r[1] == 0 for r in rows(mysql_db, topic).values())  # rolled back
+
+
+def test_a_deadlocked_locked_claim_is_retried_whole(mysql_db: MySQLParams, conn: Any) -> None:
+    topic = add_topic(mysql_db, 3)
+    s = new_slot()
+    once = FaultOn("claim_epoch = claim_epoch + 1", fail_calls={1})
+    store = ClaimStore(hooked(conn, once), LockMode.SKIP_LOCKED, sleep=lambda _s: None)
+    result = store.claim(s, {topic: 3}, 30)
+    assert [(c.partition_id, c.claim_epoch) for c in result.new] == [(0, 1), (1, 1), (2, 1)]
+    assert store.deadlocks == 1 and store.retries == 1
+
+
+# ----------------------------------------------------------------- lock order
+
+
+def test_for_update_claim_and_release_do_not_deadlock(mysql_db: MySQLParams, conn: Any) -> None:
+    """The cycle seen at 24 claimers: a release locking p0 then p1 (key order) against a plain
+    FOR UPDATE claim locking p1 then p0 (claim order, p1 picked earlier). Claims now lock by key."""
+    topic = add_topic(mysql_db, 2)
+    r_slot, c_slot = new_slot(), new_slot()
+    claims = ClaimStore(conn, LockMode.FOR_UPDATE).claim(r_slot, {topic: 2}, 60).claims
+    with conn.cursor() as cur:
+        # p1 comes first in claim order, and both leases have run out (the holder stalled).
+        cur.execute(
+            "UPDATE topic_partitions SET lease_expires_at = CURRENT_TIMESTAMP(6) - INTERVAL 1 SECOND,"
+            " last_picked_at = last_picked_at - INTERVAL partition_id SECOND WHERE topic_id = %s",
+            (topic,),
+        )
+    conn.commit()
+
+    holds_p0, go_on = threading.Event(), threading.Event()
+
+    def pause_after_first_release(sql: str, when: str) -> None:
+        if (
+            when == "after"
+            and sql.startswith("UPDATE topic_partitions SET claimed_by = NULL")
+            and not holds_p0.is_set()
+        ):
+            holds_p0.set()
+            assert go_on.wait(60), "the claimer never blocked"
+
+    r_conn, c_conn = connect(mysql_db), connect(mysql_db)
+    releaser = ClaimStore(hooked(r_conn, pause_after_first_release), LockMode.FOR_UPDATE)
+    claimer = ClaimStore(c_conn, LockMode.FOR_UPDATE)
+    out: dict[str, Any] = {}
+    try:
+        with c_conn.cursor() as cur:
+            cur.execute("SELECT CONNECTION_ID()")
+            (c_id,) = cur.fetchone() or (0,)
+        c_conn.commit()
+        r = threading.Thread(target=lambda: out.setdefault("released", releaser.release(r_slot, claims)))
+        r.start()
+        assert holds_p0.wait(60)
+        c = threading.Thread(target=lambda: out.setdefault("claimed", claimer.claim(c_slot, {topic: 2}, 60)))
+        c.start()
+        wait_until_waiting_for_a_lock(conn, c_id)
+        go_on.set()
+        r.join(60)
+        c.join(60)
+    finally:
+        go_on.set()
+        r_conn.close()
+        c_conn.close()
+    assert out["released"] == list(claims)
+    assert [x.partition_id for x in out["claimed"].new] == [0, 1]
+    assert releaser.deadlocks == claimer.deadlocks == 0 and releaser.retries == claimer.retries == 0
 
 
 def test_lock_wait_timeout_is_retried_not_raised(mysql_db: MySQLParams, conn: Any) -> None:
@@ -294,20 +670,39 @@ def test_lock_wait_timeout_is_retried_not_raised(mysql_db: MySQLParams, conn: An
     with conn.cursor() as cur:
         cur.execute("SET SESSION innodb_lock_wait_timeout = 1")
     conn.commit()
-    sleeps: list[float] = []
-    store = ClaimStore(conn, LockMode.SKIP_LOCKED, sleep=sleeps.append)
-    [x] = store.claim(s, {topic: 1}, 30)
     blocker = connect(mysql_db)
+    sleeps: list[float] = []
+
+    def backoff(seconds: float) -> None:
+        # The first attempt has timed out by now: let go of the row before the second.
+        sleeps.append(seconds)
+        blocker.rollback()
+
+    store = ClaimStore(conn, LockMode.SKIP_LOCKED, sleep=backoff)
+    [x] = store.claim(s, {topic: 1}, 30).claims
     try:
         with blocker.cursor() as cur:
             cur.execute("SELECT * FROM topic_partitions WHERE topic_id = %s FOR UPDATE", (topic,))
-        threading.Timer(1.5, blocker.rollback).start()  # let go after the first attempt timed out
-        store.commit_offset(s, topic, 0, x.claim_epoch, 42)
+        committed = store.commit_offset(s, x, 42)
     finally:
-        time.sleep(1.6)
         blocker.close()
-    assert store.transient_retries >= 1 and len(sleeps) == store.transient_retries
+    assert committed.committed_offset == 42
+    assert store.lock_wait_timeouts == 1 and store.retries == 1 and len(sleeps) == 1
     assert rows(mysql_db, topic)[0][2] == 42
+
+
+def test_store_closes_its_connection(mysql_db: MySQLParams) -> None:
+    s = new_slot()
+    with open_claim_store(mysql_db) as store:
+        assert store.mode is LockMode.SKIP_LOCKED
+        assert store.claim(s, {}, 30).claims == ()
+    assert not store.conn.open
+    store.close()  # twice is fine
+
+
+def test_lock_mode_comes_from_the_server(conn: Any) -> None:
+    assert server_lock_mode(conn) is LockMode.SKIP_LOCKED  # the stack runs MariaDB 10.11
+    assert server_lock_mode(conn, "optimistic") is LockMode.OPTIMISTIC
 
 
 def test_stored_assignment_is_reused_and_sticky(mysql_db: MySQLParams, conn: Any) -> None:

@@ -1,14 +1,17 @@
-"""The claim table over MySQL/MariaDB: claim, renew, commit an offset, release.
+"""The claim table over MySQL/MariaDB: claim, renew, commit an offset, rebalance, release.
 
 Protocol (docs/claims.md has the full argument):
 
 * A slot *holds* a row while ``claimed_by`` is its id, ``claim_epoch`` is the epoch its claim set,
   and ``lease_expires_at`` is in the future. Every claim bumps ``claim_epoch`` (a fencing token).
 * ``claim`` takes rows that are unclaimed or whose lease ran out, oldest ``last_picked_at`` first,
-  up to the slot's target per topic minus what it already holds.
+  up to the slot's target per topic minus what it already holds, and returns everything the slot
+  holds afterwards (``ClaimResult``), with the new rows flagged and the reason for any shortfall.
 * ``commit_offset`` and ``renew`` are compare-and-set updates on (``claimed_by``, ``claim_epoch``,
-  live lease): a slot that lost a row gets ``StaleClaimError`` and writes nothing.
-* ``release`` (Hevo's "disown") clears the holder and the lease and keeps the committed offset.
+  live lease) that return the row as it is now; a commit by a slot that lost the row raises
+  ``ClaimLostError`` (a ``StaleClaimError``) saying what happened to it, and writes nothing.
+* ``rebalance`` hands over the rows above the slot's share; ``release`` (Hevo's "disown") hands
+  over given rows. Both clear the holder and the lease and keep the committed offset.
 
 Clock: every lease is judged by the database's clock (``CURRENT_TIMESTAMP(6)``, sessions in UTC),
 never a worker's. Workers run on many hosts; one clock that every compare-and-set reads inside the
@@ -17,19 +20,29 @@ A claim reads the database's ``now`` once and derives the new expiry from it wit
 ``lease_expiry`` (so the arithmetic is unit-tested and the returned ``Claim`` carries the exact value
 written); the guards of commit, renew and release use ``CURRENT_TIMESTAMP(6)`` in the statement.
 
-Lock-wait timeouts (1205) and deadlocks (1213) roll back and retry the whole operation with
-full-jitter backoff (tenacity); a claim that still cannot get through returns no rows, the other
-operations raise ``ClaimContentionError``.
+Retries: one budget per call (``RetryPolicy.max_attempts``), spent by lock-wait timeouts (1205),
+deadlocks (1213) and, for a claim, by rounds that lost every race they ran; full-jitter backoff
+between attempts (tenacity). What a claim returns is read from committed state, never rebuilt from
+an attempt that failed half-way, so a row committed before an error is always reported.
+
+Lock order: every transaction that can wait for a row lock takes its locks in ascending
+(``topic_id``, ``partition_id``) order, so no two of them can wait for each other in a cycle. A
+``skip_locked`` claim takes its rows in claim order instead, but it never waits, so it cannot close a
+cycle either.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from functools import partial
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import pymysql
 import pymysql.cursors
@@ -39,13 +52,19 @@ from lagsched.adapters.mysql import connect
 from lagsched.connections import MySQLParams
 from lagsched.core.claims import (
     Claim,
+    ClaimLostError,
+    ClaimResult,
     LockMode,
     RetryPolicy,
+    RowState,
+    claim_status,
+    judge_claim,
     lease_expiry,
-    rows_to_claim,
+    rows_to_release,
     select_lock_mode,
+    shortfall,
 )
-from lagsched.core.errors import LagschedError, StaleClaimError
+from lagsched.core.errors import LagschedError
 
 __all__ = ["ClaimContentionError", "ClaimStore", "open_claim_store", "server_lock_mode"]
 
@@ -65,28 +84,36 @@ _TRANSIENT = frozenset({LOCK_WAIT_TIMEOUT, DEADLOCK})
 
 _MAX_ID_LEN = 36  # CHAR(36) columns
 
-_CLAIMABLE = "topic_id = %s AND (claimed_by IS NULL OR lease_expires_at <= %s)"
+_CLAIMABLE = "(claimed_by IS NULL OR lease_expires_at <= %s)"
 # FORCE INDEX: the optimiser sometimes prefers ix_topic_partitions_claim for the OR, which then
 # needs a filesort over (and, with FOR UPDATE, locks on) every claimable row of the topic.
 # Only constants are interpolated into SQL here and below; values always go as parameters.
 _PICK = (
     "SELECT partition_id, committed_offset, claim_epoch FROM topic_partitions"  # noqa: S608
     " FORCE INDEX (ix_topic_partitions_pick)"
-    f" WHERE {_CLAIMABLE} ORDER BY last_picked_at, partition_id LIMIT %s"
+    f" WHERE topic_id = %s AND {_CLAIMABLE} ORDER BY last_picked_at, partition_id LIMIT %s"
 )
-_LOCKING_SUFFIX = {
-    LockMode.SKIP_LOCKED: " FOR UPDATE SKIP LOCKED",
-    LockMode.FOR_UPDATE: " FOR UPDATE",
-    LockMode.OPTIMISTIC: "",
-}
+_SET_CLAIMED = (
+    "UPDATE topic_partitions SET claimed_by = %s, claim_epoch = claim_epoch + 1,"
+    " lease_expires_at = %s, last_picked_at = %s"
+)
+_HOLDING = (
+    "SELECT topic_id, partition_id, committed_offset, claim_epoch, lease_expires_at FROM topic_partitions"
+    " WHERE claimed_by = %s AND lease_expires_at > COALESCE(%s, CURRENT_TIMESTAMP(6))"
+    " ORDER BY topic_id, partition_id"
+)
+_RELEASE = (
+    "UPDATE topic_partitions SET claimed_by = NULL, lease_expires_at = NULL"
+    " WHERE topic_id = %s AND partition_id = %s AND claimed_by = %s AND claim_epoch = %s"
+)
 
 
 class ClaimContentionError(LagschedError):
-    """An operation on the claim table kept hitting lock-wait timeouts or deadlocks.
+    """A renew, commit, release or rebalance kept hitting lock-wait timeouts or deadlocks.
 
     Nothing was written. It means the table is overloaded (or a long transaction holds its rows);
     the operation can be retried later, and ``innodb_lock_wait_timeout`` and the retry policy bound
-    how long it waited.
+    how long it waited. A claim never raises it: it reports ``ClaimStatus.CONTENDED`` instead.
     """
 
 
@@ -107,9 +134,24 @@ def _from_db(value: Any) -> datetime:
     return value.replace(tzinfo=UTC)
 
 
+def _maybe_from_db(value: Any) -> datetime | None:
+    return None if value is None else _from_db(value)
+
+
+def _offset(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
 def _check_id(kind: str, value: str) -> None:
     if not value or len(value) > _MAX_ID_LEN:
         raise ValueError(f"{kind}={value!r}; must be 1 to {_MAX_ID_LEN} characters (a UUID)")
+
+
+def _check_wants(wants: Mapping[str, int]) -> None:
+    for topic_id, n in wants.items():
+        _check_id("topic_id", topic_id)
+        if n < 0:
+            raise ValueError(f"wants[{topic_id!r}]={n}; must be >= 0")
 
 
 def server_lock_mode(conn: Connection, setting: str = "auto") -> LockMode:
@@ -123,16 +165,43 @@ def server_lock_mode(conn: Connection, setting: str = "auto") -> LockMode:
     return select_lock_mode(setting, str(row[0]))
 
 
+@dataclass(frozen=True, slots=True)
+class _Pass:
+    """One claim pass: what the slot held after it, and the races it ran."""
+
+    holding: list[Claim]
+    won: int
+    lost: int
+
+
+class _GaveUp:
+    """Returned by a claim's retrying when its budget ran out."""
+
+
+_GAVE_UP = _GaveUp()
+
+
 class ClaimStore:
-    """Claim, renew, commit and release rows of ``topic_partitions`` for worker slots.
+    """Claim, renew, commit, rebalance and release rows of ``topic_partitions`` for worker slots.
 
     One store wraps one connection and is not thread-safe (pymysql connections are not); give every
-    worker process or thread its own.
+    worker process or thread its own. Close it (``close()``, or use it as a context manager).
+
+    A worker's loop, with no book-keeping of its own::
+
+        with open_claim_store(params) as store:
+            while running:
+                wants = wants_for(slot, current_assignment(conn, live_slots))
+                store.rebalance(slot, wants)              # at a batch boundary: hand over the excess
+                held = store.claim(slot, wants, lease_s)  # everything it holds now, new rows flagged
+                for c in held.claims:
+                    ...consume from c.committed_offset...
+                    c = store.commit_offset(slot, c, next_offset)  # ClaimLostError: drop c
 
     Args:
         conn: from ``lagsched.adapters.mysql.connect`` (UTC, READ COMMITTED, autocommit off).
         mode: the lock mode (``server_lock_mode`` picks it from the server version).
-        retry: retry budget for lock-wait timeouts, deadlocks and optimistic CAS losses.
+        retry: the retry budget of every call: lock-wait timeouts, deadlocks and lost races.
         rng: jitter source; seed it for reproducible runs.
         sleep: how to wait between retries (tests pass a recorder).
     """
@@ -151,41 +220,76 @@ class ClaimStore:
         self.retry = retry or RetryPolicy()
         self._rng = rng or random.Random()
         self._sleep = sleep
-        #: Optimistic CAS updates that lost their race since the store was made (for benchmarks).
+        #: Candidate rows another claimer took first (optimistic CAS losses, and for_update rows
+        #: gone by the time they were locked) since the store was made (for benchmarks).
         self.cas_conflicts = 0
-        #: Operations retried after a 1205/1213 since the store was made.
-        self.transient_retries = 0
+        #: Attempts retried (after a 1205/1213, or a claim round that lost every race).
+        self.retries = 0
+        #: Deadlocks (1213) this store's transactions were chosen as the victim of.
+        self.deadlocks = 0
+        #: Lock-wait timeouts (1205) this store's statements hit.
+        self.lock_wait_timeouts = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        if self.conn.open:
+            self.conn.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
 
     # ------------------------------------------------------------------ plumbing
 
-    def _run(self, what: str, op: Callable[[Cursor], T]) -> T:
-        """Run ``op`` in one transaction, retrying it whole after a lock-wait timeout or deadlock."""
-
-        def attempt() -> T:
-            try:
-                with self.conn.cursor() as cur:
-                    result = op(cur)
-                self.conn.commit()
-                return result
-            except BaseException:
+    def _transaction(self, op: Callable[[Cursor], T]) -> T:
+        """Run ``op`` in one transaction: commit, or roll back and re-raise."""
+        try:
+            with self.conn.cursor() as cur:
+                result = op(cur)
+            self.conn.commit()
+            return result
+        except BaseException as exc:
+            if _is_transient(exc):
+                self.deadlocks += exc.args[0] == DEADLOCK
+                self.lock_wait_timeouts += exc.args[0] == LOCK_WAIT_TIMEOUT
+            # A rollback on a broken connection fails too; the first error is the one to see.
+            with contextlib.suppress(pymysql.MySQLError):
                 self.conn.rollback()
-                raise
+            raise
+
+    def _retrying(self, what: str, *, retry_result: Callable[[Any], bool] | None = None) -> tenacity.Retrying:
+        """The one retry policy: transient errors (and, for claims, fruitless rounds) retried with
+        full-jitter backoff, ``max_attempts`` attempts in all."""
+        retry: Any = tenacity.retry_if_exception(_is_transient)
+        if retry_result is not None:
+            retry = retry | tenacity.retry_if_result(retry_result)
 
         def before_sleep(state: tenacity.RetryCallState) -> None:
-            self.transient_retries += 1
+            self.retries += 1
             exc = state.outcome.exception() if state.outcome else None
-            log.info("%s: %s, retry %d", what, exc, state.attempt_number)
+            log.info("%s: %s, retry %d", what, exc or "lost every race", state.attempt_number)
 
-        retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception(_is_transient),
+        return tenacity.Retrying(
+            retry=retry,
             stop=tenacity.stop_after_attempt(self.retry.max_attempts),
             wait=lambda state: self.retry.backoff_s(state.attempt_number, self._rng),
             sleep=self._sleep,
             before_sleep=before_sleep,
             reraise=True,
+            # A claim that runs out of attempts reports it in its result instead of raising.
+            retry_error_callback=(lambda _state: _GAVE_UP) if retry_result is not None else None,
         )
+
+    def _run(self, what: str, op: Callable[[Cursor], T]) -> T:
+        """Run ``op`` in one transaction, retrying it whole after a lock-wait timeout or deadlock."""
         try:
-            return retrying(attempt)
+            result: T = self._retrying(what)(self._transaction, op)
         except pymysql.MySQLError as exc:
             if _is_transient(exc):
                 raise ClaimContentionError(
@@ -193,6 +297,7 @@ class ClaimStore:
                     f"attempts ({exc}); nothing was written, try again later"
                 ) from exc
             raise
+        return result
 
     @staticmethod
     def _db_now(cur: Cursor) -> datetime:
@@ -202,152 +307,215 @@ class ClaimStore:
         return _from_db(row[0])
 
     @staticmethod
-    def _held_counts(cur: Cursor, slot_id: str, now: datetime) -> dict[str, int]:
-        cur.execute(
-            "SELECT topic_id, COUNT(*) FROM topic_partitions"
-            " WHERE claimed_by = %s AND lease_expires_at > %s GROUP BY topic_id",
-            (slot_id, _to_db(now)),
-        )
-        return {str(t): int(n) for t, n in cur.fetchall()}
+    def _holding(cur: Cursor, slot_id: str, now: datetime | None) -> list[Claim]:
+        """Rows the slot holds at ``now`` (the database's current time if ``None``), by key."""
+        cur.execute(_HOLDING, (slot_id, None if now is None else _to_db(now)))
+        return [Claim(str(t), int(p), _offset(o), int(e), _from_db(x)) for t, p, o, e, x in cur.fetchall()]
 
     # ------------------------------------------------------------------ claim
 
-    def claim(self, slot_id: str, wants: Mapping[str, int], lease_s: float) -> list[Claim]:
+    def claim(self, slot_id: str, wants: Mapping[str, int], lease_s: float) -> ClaimResult:
         """Claim rows so the slot holds ``wants[topic]`` rows of each topic (its fair share).
 
         Takes, per topic, ``wants[topic]`` minus the rows the slot already holds, from rows that
         are unclaimed or whose lease ran out, oldest ``last_picked_at`` first (never-picked rows
-        first). May return fewer rows than asked when the others are held. Each row gets
-        ``claimed_by = slot_id``, ``claim_epoch + 1``, a fresh lease and ``last_picked_at = now``.
+        first). Each row gets ``claimed_by = slot_id``, ``claim_epoch + 1``, a fresh lease and
+        ``last_picked_at = now``. A lost race moves on to the next-oldest rows; a round that lost
+        every race backs off and counts against the retry budget, as lock-wait timeouts and
+        deadlocks do.
 
         Returns:
-            The newly claimed rows, sorted by (topic_id, partition_id); rows already held are not
-            repeated (``held`` lists them).
+            ``ClaimResult``: ``claims`` = everything the slot holds now in every topic (rows held
+            before, with their current offsets and leases, and the new ones), ``new`` = the rows this
+            call claimed, ``short`` = rows still missing per topic, and ``status``: ``complete``,
+            ``none_free`` (wait for leases or hand-overs) or ``contended`` (claim again soon).
         """
         _check_id("slot_id", slot_id)
-        for topic_id, n in wants.items():
-            _check_id("topic_id", topic_id)
-            if n < 0:
-                raise ValueError(f"wants[{topic_id!r}]={n}; must be >= 0")
+        _check_wants(wants)
         lease_expiry(datetime.now(UTC), lease_s)  # validates lease_s before any I/O
-        if not any(wants.values()):
-            return []
-        try:
-            if self.mode is LockMode.OPTIMISTIC:
-                return self._claim_optimistic(slot_id, wants, lease_s)
-            return self._run("claim", lambda cur: self._claim_locked(cur, slot_id, wants, lease_s))
-        except ClaimContentionError as exc:
-            # A claim that cannot get through is not an error for the caller: it holds what it
-            # held, and the next round tries again.
-            log.warning("slot %s claimed nothing: %s", slot_id, exc)
-            return []
+        won: dict[tuple[str, int], int] = {}  # key -> epoch, recorded as soon as it is committed
+        last: list[_Pass | None] = [None]
 
-    def _claim_locked(self, cur: Cursor, slot_id: str, wants: Mapping[str, int], lease_s: float) -> list[Claim]:
+        def attempt() -> bool:
+            """Passes until done; True asks for a backoff and another attempt."""
+            while True:
+                last[0] = None  # a pass that fails leaves no trustworthy holding behind
+                done = self._claim_pass(slot_id, wants, lease_s, won)
+                last[0] = done
+                if done.lost == 0 or not shortfall(wants, done.holding):
+                    return False
+                if done.won == 0:
+                    return True  # every race lost: back off before the next round
+                # Some races won, some lost: go on to the next-oldest rows at once.
+
+        outcome: object = self._retrying("claim", retry_result=bool)(attempt)
+        gave_up = outcome is _GAVE_UP
+        final = last[0]
+        # After a failed pass, read what is committed: rows won before the failure are in it.
+        holding = final.holding if final is not None else self.held(slot_id)
+        short = shortfall(wants, holding)
+        status = claim_status(short, free_left=bool(short) and self._any_free(short), gave_up=gave_up)
+        if short:
+            log.info("slot %s is short of %s: %s", slot_id, short, status)
+        return ClaimResult(
+            claims=tuple(holding),
+            new=tuple(c for c in holding if won.get(c.key) == c.claim_epoch),
+            short=short,
+            status=status,
+        )
+
+    def _claim_pass(
+        self, slot_id: str, wants: Mapping[str, int], lease_s: float, won: dict[tuple[str, int], int]
+    ) -> _Pass:
+        if self.mode is LockMode.OPTIMISTIC:
+            return self._optimistic_pass(slot_id, wants, lease_s, won)
+        got: list[Claim] = []
+        done = self._transaction(lambda cur: self._locked_pass(cur, slot_id, wants, lease_s, got))
+        won.update((c.key, c.claim_epoch) for c in got)  # only now are they committed
+        return done
+
+    def _locked_pass(
+        self, cur: Cursor, slot_id: str, wants: Mapping[str, int], lease_s: float, got: list[Claim]
+    ) -> _Pass:
+        """One transaction: pick and lock the oldest claimable rows, claim them."""
         now = self._db_now(cur)
         expires = lease_expiry(now, lease_s)
-        held = self._held_counts(cur, slot_id, now)
-        pick = _PICK + _LOCKING_SUFFIX[self.mode]
-        claims: list[Claim] = []
-        # Topics in a fixed order, so two claimers of the same topics lock in the same order.
-        for topic_id in sorted(wants):
-            n = rows_to_claim(wants[topic_id], held.get(topic_id, 0))
-            if n == 0:
-                continue
-            cur.execute(pick, (topic_id, _to_db(now), n))
-            rows = cur.fetchall()
+        holding = self._holding(cur, slot_id, now)
+        lost = 0
+        # Topics in a fixed order, so that locks are taken in (topic, partition) order throughout.
+        for topic_id, n in shortfall(wants, holding).items():
+            if self.mode is LockMode.SKIP_LOCKED:
+                # Rows in claim order; SKIP LOCKED passes over rows others hold and never waits.
+                cur.execute(_PICK + " FOR UPDATE SKIP LOCKED", (topic_id, _to_db(now), n))
+                rows = [(int(p), _offset(o), int(e)) for p, o, e in cur.fetchall()]
+            else:
+                rows, lost_here = self._lock_in_key_order(cur, topic_id, now, n)
+                lost += lost_here
             if not rows:
                 continue
-            ids = [int(r[0]) for r in rows]
-            marks = ", ".join(["%s"] * len(ids))
+            marks = ", ".join(["%s"] * len(rows))
             cur.execute(
-                "UPDATE topic_partitions SET claimed_by = %s, claim_epoch = claim_epoch + 1,"  # noqa: S608
-                " lease_expires_at = %s, last_picked_at = %s"
-                f" WHERE topic_id = %s AND partition_id IN ({marks})",
-                (slot_id, _to_db(expires), _to_db(now), topic_id, *ids),
+                _SET_CLAIMED + f" WHERE topic_id = %s AND partition_id IN ({marks})",
+                (slot_id, _to_db(expires), _to_db(now), topic_id, *(p for p, _, _ in rows)),
             )
             # The rows are locked by this transaction, so the epoch read is the one incremented.
-            claims.extend(
-                Claim(topic_id, int(p), None if off is None else int(off), int(epoch) + 1, expires)
-                for p, off, epoch in rows
-            )
-        return sorted(claims, key=lambda c: c.key)
+            got.extend(Claim(topic_id, p, off, epoch + 1, expires) for p, off, epoch in rows)
+        self.cas_conflicts += lost
+        return _Pass(sorted(holding + got, key=lambda c: c.key), len(got), lost)
 
-    def _claim_optimistic(self, slot_id: str, wants: Mapping[str, int], lease_s: float) -> list[Claim]:
-        won: list[Claim] = []
-        for attempt in range(1, self.retry.max_attempts + 1):
-            got, lost = self._run("claim", lambda cur: self._cas_round(cur, slot_id, wants, lease_s))
-            won.extend(got)
-            if not lost or attempt == self.retry.max_attempts:
-                break
-            # Someone took rows we had read; back off with jitter so the losers spread out.
-            self._sleep(self.retry.backoff_s(attempt, self._rng))
-        return sorted(won, key=lambda c: c.key)
+    @staticmethod
+    def _lock_in_key_order(
+        cur: Cursor, topic_id: str, now: datetime, n: int
+    ) -> tuple[list[tuple[int, int | None, int]], int]:
+        """``for_update``: choose the oldest claimable rows without locks, then lock them by key.
 
-    def _cas_round(
-        self, cur: Cursor, slot_id: str, wants: Mapping[str, int], lease_s: float
-    ) -> tuple[list[Claim], int]:
-        """One optimistic round: read candidates unlocked, then CAS each on its epoch.
+        Locking in the claim order (``last_picked_at``) would wait for rows in an order that a
+        release or renew, which lock by key, can cross: the deadlock seen at 24 claimers. So the
+        ``2n`` oldest candidates are read without locks, locked in key order with their claimable
+        check repeated, and the ``n`` oldest still claimable are taken. Returns the rows taken and
+        how many of the ``n`` were lost to other claimers in between.
+        """
+        cur.execute(_PICK, (topic_id, _to_db(now), 2 * n))
+        candidates = sorted(int(r[0]) for r in cur.fetchall())
+        if not candidates:
+            return [], 0
+        marks = ", ".join(["%s"] * len(candidates))
+        cur.execute(
+            "SELECT partition_id, committed_offset, claim_epoch, last_picked_at"  # noqa: S608
+            " FROM topic_partitions FORCE INDEX (PRIMARY)"
+            f" WHERE topic_id = %s AND partition_id IN ({marks}) AND {_CLAIMABLE}"
+            " ORDER BY partition_id FOR UPDATE",
+            (topic_id, *candidates, _to_db(now)),
+        )
+        locked = cur.fetchall()
+        # Never-picked rows (NULL) first, as in the claim order of _PICK.
+        locked_in_claim_order = sorted(locked, key=lambda r: (r[3] is not None, r[3] or datetime.min, int(r[0])))
+        rows = [(int(p), _offset(o), int(e)) for p, o, e, _ in locked_in_claim_order[:n]]
+        return rows, min(n, len(candidates)) - len(rows)
+
+    def _optimistic_pass(
+        self, slot_id: str, wants: Mapping[str, int], lease_s: float, won: dict[tuple[str, int], int]
+    ) -> _Pass:
+        """Read candidates unlocked, then compare-and-set each on its epoch, one commit per row.
 
         Each CAS commits on its own, so a won row is never locked while later ones are tried and a
-        concurrent claimer waits at most one single-row update.
+        concurrent claimer waits at most one single-row update. A row is recorded in ``won`` right
+        after its commit: an error on a later row cannot lose it.
         """
-        now = self._db_now(cur)
+
+        def start(cur: Cursor) -> tuple[datetime, list[Claim]]:
+            now = self._db_now(cur)
+            return now, self._holding(cur, slot_id, now)
+
+        now, holding = self._transaction(start)
         expires = lease_expiry(now, lease_s)
-        held = self._held_counts(cur, slot_id, now)
-        self.conn.commit()
-        won: list[Claim] = []
-        short = 0
-        for topic_id in sorted(wants):
-            n = rows_to_claim(wants[topic_id], held.get(topic_id, 0))
-            if n == 0:
-                continue
+        got: list[Claim] = []
+        lost = conflicts = 0
+        for topic_id, n in shortfall(wants, holding).items():
             # Read twice what is needed, so one lost race moves on to the next-oldest row instead
             # of a full retry (Hevo: "retry with n different Topic Partitions").
-            cur.execute(_PICK, (topic_id, _to_db(now), 2 * n))
-            candidates = cur.fetchall()
-            self.conn.commit()
-            taken = lost = 0
+            candidates = self._transaction(partial(self._fetch, sql=_PICK, args=(topic_id, _to_db(now), 2 * n)))
+            taken = lost_here = 0
             for p, off, epoch in candidates:
                 if taken == n:
                     break
-                cur.execute(
-                    "UPDATE topic_partitions SET claimed_by = %s, claim_epoch = claim_epoch + 1,"
-                    " lease_expires_at = %s, last_picked_at = %s"
-                    " WHERE topic_id = %s AND partition_id = %s AND claim_epoch = %s"
-                    " AND (claimed_by IS NULL OR lease_expires_at <= %s)",
-                    (slot_id, _to_db(expires), _to_db(now), topic_id, p, epoch, _to_db(now)),
-                )
-                self.conn.commit()
-                if cur.rowcount == 1:
-                    won.append(Claim(topic_id, int(p), None if off is None else int(off), int(epoch) + 1, expires))
+                c = Claim(topic_id, int(p), _offset(off), int(epoch) + 1, expires)
+                if self._transaction(partial(self._cas, slot_id=slot_id, claim=c, now=now)):
+                    won[c.key] = c.claim_epoch
+                    got.append(c)
                     taken += 1
                 else:
-                    lost += 1
-            self.cas_conflicts += lost
-            # Retry only when races were lost: too few candidates and no race means nothing is free.
-            if taken < n and lost:
-                short += n - taken
-        return won, short
+                    lost_here += 1
+            conflicts += lost_here
+            if taken < n:  # races lost in a topic still short are what call for another round
+                lost += lost_here
+        self.cas_conflicts += conflicts
+        return _Pass(sorted(holding + got, key=lambda c: c.key), len(got), lost)
+
+    @staticmethod
+    def _fetch(cur: Cursor, *, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        cur.execute(sql, args)
+        return list(cur.fetchall())
+
+    @staticmethod
+    def _cas(cur: Cursor, *, slot_id: str, claim: Claim, now: datetime) -> bool:
+        """Make ``claim`` (the row at its next epoch) true, if the row is still at the epoch before."""
+        cur.execute(
+            _SET_CLAIMED + f" WHERE topic_id = %s AND partition_id = %s AND claim_epoch = %s AND {_CLAIMABLE}",
+            (
+                slot_id,
+                _to_db(claim.lease_expires_at),
+                _to_db(now),
+                claim.topic_id,
+                claim.partition_id,
+                claim.claim_epoch - 1,
+                _to_db(now),
+            ),
+        )
+        return cur.rowcount == 1
+
+    def _any_free(self, topics: Iterable[str]) -> bool:
+        """Whether any row of ``topics`` is claimable now (a short claim is then contention)."""
+
+        def op(cur: Cursor) -> bool:
+            for topic_id in sorted(topics):
+                cur.execute(
+                    "SELECT 1 FROM topic_partitions WHERE topic_id = %s"
+                    " AND (claimed_by IS NULL OR lease_expires_at <= CURRENT_TIMESTAMP(6)) LIMIT 1",
+                    (topic_id,),
+                )
+                if cur.fetchone() is not None:
+                    return True
+            return False
+
+        return self._run("claim", op)
 
     # ------------------------------------------------------------------ held rows
 
     def held(self, slot_id: str) -> list[Claim]:
         """Rows the slot holds now (live lease), e.g. for a restarted worker with a stable slot id."""
         _check_id("slot_id", slot_id)
-
-        def op(cur: Cursor) -> list[Claim]:
-            cur.execute(
-                "SELECT topic_id, partition_id, committed_offset, claim_epoch, lease_expires_at"
-                " FROM topic_partitions WHERE claimed_by = %s AND lease_expires_at > CURRENT_TIMESTAMP(6)"
-                " ORDER BY topic_id, partition_id",
-                (slot_id,),
-            )
-            return [
-                Claim(str(t), int(p), None if o is None else int(o), int(e), _from_db(x))
-                for t, p, o, e, x in cur.fetchall()
-            ]
-
-        return self._run("held", op)
+        return self._run("held", lambda cur: self._holding(cur, slot_id, None))
 
     # ------------------------------------------------------------------ renew, commit, release
 
@@ -355,17 +523,20 @@ class ClaimStore:
         """Extend the leases of rows the slot still holds.
 
         Returns:
-            The renewed claims with their new ``lease_expires_at``. A claim missing from the result
-            was lost (taken over, released, or its lease had run out): stop consuming it.
+            The renewed rows as the table has them now (committed offset and new
+            ``lease_expires_at``), sorted by key. A claim missing from the result was lost (taken
+            over, released, or its lease had run out): stop consuming it.
         """
         _check_id("slot_id", slot_id)
-        todo = list(claims)
+        # Key order: the order every waiting transaction locks rows in.
+        todo = sorted({(c.key, c.claim_epoch): c for c in claims}.values(), key=lambda c: (c.key, c.claim_epoch))
         lease_expiry(datetime.now(UTC), lease_s)
+        if not todo:
+            return []
 
         def op(cur: Cursor) -> list[Claim]:
             now = self._db_now(cur)
             expires = lease_expiry(now, lease_s)
-            renewed: list[Claim] = []
             for c in todo:
                 cur.execute(
                     "UPDATE topic_partitions SET lease_expires_at = %s"
@@ -373,81 +544,90 @@ class ClaimStore:
                     " AND lease_expires_at > CURRENT_TIMESTAMP(6)",
                     (_to_db(expires), c.topic_id, c.partition_id, slot_id, c.claim_epoch),
                 )
-                # rowcount counts changed rows; an unchanged expiry (same microsecond) is held too.
-                if cur.rowcount == 1 or self._is_held(cur, slot_id, c, expires):
-                    renewed.append(Claim(c.topic_id, c.partition_id, c.committed_offset, c.claim_epoch, expires))
-                else:
+            # Read back rather than trust rowcount: it counts changed rows, and an expiry equal to
+            # the old one (same microsecond) changes nothing yet is renewed.
+            cur.execute(
+                "SELECT topic_id, partition_id, committed_offset, claim_epoch, lease_expires_at"
+                " FROM topic_partitions WHERE claimed_by = %s AND lease_expires_at = %s",
+                (slot_id, _to_db(expires)),
+            )
+            fresh = {
+                ((str(t), int(p)), int(e)): Claim(str(t), int(p), _offset(o), int(e), _from_db(x))
+                for t, p, o, e, x in cur.fetchall()
+            }
+            renewed = [fresh[(c.key, c.claim_epoch)] for c in todo if (c.key, c.claim_epoch) in fresh]
+            for c in todo:
+                if (c.key, c.claim_epoch) not in fresh:
                     log.warning("slot %s lost %s[%d] epoch %d", slot_id, c.topic_id, c.partition_id, c.claim_epoch)
             return renewed
 
         return self._run("renew", op)
 
-    @staticmethod
-    def _is_held(cur: Cursor, slot_id: str, c: Claim, expires: datetime) -> bool:
-        cur.execute(
-            "SELECT 1 FROM topic_partitions WHERE topic_id = %s AND partition_id = %s"
-            " AND claimed_by = %s AND claim_epoch = %s AND lease_expires_at = %s",
-            (c.topic_id, c.partition_id, slot_id, c.claim_epoch, _to_db(expires)),
-        )
-        return cur.fetchone() is not None
-
-    def commit_offset(self, slot_id: str, topic_id: str, partition_id: int, epoch: int, offset: int) -> None:
+    def commit_offset(self, slot_id: str, claim: Claim, offset: int) -> Claim:
         """Store ``offset`` as the next offset to consume, only while the slot still holds the row.
 
+        Returns:
+            The claim as the table has it now: ``committed_offset = offset`` and the current lease.
+
         Raises:
-            StaleClaimError: the row is held by another slot or epoch, was released, or its lease
-                ran out. Nothing was written.
+            ClaimLostError: (a ``StaleClaimError``) the slot no longer holds the row under this
+                epoch; ``reason`` says whether its lease ran out, it was released, or another claim
+                took it over (``holder``, ``current_epoch``). Nothing was written.
         """
         _check_id("slot_id", slot_id)
-        _check_id("topic_id", topic_id)
+        _check_id("topic_id", claim.topic_id)
         if offset < 0:
             raise ValueError(f"offset={offset}; Kafka offsets are >= 0")
+        topic_id, partition_id, epoch = claim.topic_id, claim.partition_id, claim.claim_epoch
 
-        def op(cur: Cursor) -> None:
+        def op(cur: Cursor) -> Claim:
             cur.execute(
                 "UPDATE topic_partitions SET committed_offset = %s"
                 " WHERE topic_id = %s AND partition_id = %s AND claimed_by = %s AND claim_epoch = %s"
                 " AND lease_expires_at > CURRENT_TIMESTAMP(6)",
                 (offset, topic_id, partition_id, slot_id, epoch),
             )
-            if cur.rowcount == 1:
-                return
-            # rowcount is 0 both when the guard failed and when the offset was already this
-            # value (pymysql counts changed rows): tell them apart by reading the row.
+            changed = cur.rowcount == 1
+            # After a write the row is locked by this transaction, so this reads what was written.
             cur.execute(
-                "SELECT claimed_by, claim_epoch, lease_expires_at, committed_offset, CURRENT_TIMESTAMP(6)"
-                " FROM topic_partitions WHERE topic_id = %s AND partition_id = %s",
+                "SELECT claimed_by, claim_epoch, lease_expires_at, last_picked_at, committed_offset,"
+                " CURRENT_TIMESTAMP(6) FROM topic_partitions WHERE topic_id = %s AND partition_id = %s",
                 (topic_id, partition_id),
             )
             row = cur.fetchone()
-            if row is None:
-                raise StaleClaimError(
-                    f"commit of offset {offset} to {topic_id}[{partition_id}] refused: no such row",
-                    topic_id=topic_id,
-                    partition_id=partition_id,
-                    epoch=epoch,
+            if changed and row is not None:
+                return Claim(topic_id, partition_id, offset, epoch, _from_db(row[2]))
+            state = (
+                None
+                if row is None
+                else RowState(
+                    None if row[0] is None else str(row[0]),
+                    int(row[1]),
+                    _maybe_from_db(row[2]),
+                    _maybe_from_db(row[3]),
+                    _from_db(row[5]),
                 )
-            holder, cur_epoch, lease, committed, now = row
-            live = lease is not None and lease > now
-            if holder == slot_id and int(cur_epoch) == epoch and live and committed == offset:
-                return  # an idempotent re-commit of the same offset
-            reason = (
-                f"held by {holder} at epoch {cur_epoch}"
-                if holder is not None and int(cur_epoch) != epoch
-                else "released"
-                if holder is None
-                else f"lease ran out at {lease}"
             )
-            raise StaleClaimError(
-                f"slot {slot_id} may not commit offset {offset} to {topic_id}[{partition_id}] with epoch "
-                f"{epoch}: the row is {reason} (database time {now}); nothing was written. Stop "
-                "consuming this partition and claim again.",
+            verdict = judge_claim(slot_id, claim, state)
+            if verdict is None and row is not None and _offset(row[4]) == offset:
+                # rowcount is 0 when the offset already had this value: an idempotent re-commit.
+                return Claim(topic_id, partition_id, offset, epoch, _from_db(row[2]))
+            if verdict is None:
+                # Held and live now, yet the guarded update matched nothing a moment ago.
+                raise RuntimeError(f"commit to {topic_id}[{partition_id}] matched no row although it is held")
+            raise ClaimLostError(
+                f"slot {slot_id} lost the claim on {topic_id}[{partition_id}] (epoch {epoch}): {verdict.detail}. "
+                f"Offset {offset} was not committed; stop consuming this partition, drop its output not yet "
+                "committed, and claim again.",
+                reason=verdict.reason,
                 topic_id=topic_id,
                 partition_id=partition_id,
                 epoch=epoch,
+                holder=verdict.holder,
+                current_epoch=verdict.current_epoch,
             )
 
-        self._run("commit_offset", op)
+        return self._run("commit_offset", op)
 
     def release(self, slot_id: str, claims: Iterable[Claim]) -> list[Claim]:
         """Give rows back (Hevo's "disown"): clear holder and lease, keep offset and epoch.
@@ -459,22 +639,40 @@ class ClaimStore:
             The claims actually released; the others had already been taken over or released.
         """
         _check_id("slot_id", slot_id)
-        todo: Sequence[Claim] = list(claims)
+        todo: Sequence[Claim] = sorted(claims, key=lambda c: (c.key, c.claim_epoch))
+        return self._run("release", lambda cur: self._release(cur, slot_id, todo))
+
+    @staticmethod
+    def _release(cur: Cursor, slot_id: str, todo: Sequence[Claim]) -> list[Claim]:
+        released: list[Claim] = []
+        for c in todo:  # in key order, the order every waiting transaction locks rows in
+            # Setting claimed_by to NULL always changes the row, so rowcount is exact here.
+            cur.execute(_RELEASE, (c.topic_id, c.partition_id, slot_id, c.claim_epoch))
+            if cur.rowcount == 1:
+                released.append(c)
+        return released
+
+    def rebalance(self, slot_id: str, wants: Mapping[str, int]) -> list[Claim]:
+        """Hand over, now, the rows the slot holds above its share (``rows_to_release``).
+
+        Call it at a batch boundary, after committing: the rows go back with their committed
+        offsets, and the slots whose share grew claim them at their next ``claim``. A topic
+        missing from ``wants`` (no longer owned) is handed over whole.
+
+        Returns:
+            The rows released, as they were held (stop consuming them); sorted by key.
+        """
+        _check_id("slot_id", slot_id)
+        _check_wants(wants)
 
         def op(cur: Cursor) -> list[Claim]:
-            released: list[Claim] = []
-            for c in sorted(todo, key=lambda c: c.key):
-                # Setting claimed_by to NULL always changes the row, so rowcount is exact here.
-                cur.execute(
-                    "UPDATE topic_partitions SET claimed_by = NULL, lease_expires_at = NULL"
-                    " WHERE topic_id = %s AND partition_id = %s AND claimed_by = %s AND claim_epoch = %s",
-                    (c.topic_id, c.partition_id, slot_id, c.claim_epoch),
-                )
-                if cur.rowcount == 1:
-                    released.append(c)
-            return released
+            give = rows_to_release(wants, self._holding(cur, slot_id, None))
+            return self._release(cur, slot_id, give)
 
-        return self._run("release", op)
+        released = self._run("rebalance", op)
+        if released:
+            log.info("slot %s handed over %d rows above its share", slot_id, len(released))
+        return released
 
 
 def open_claim_store(
@@ -484,6 +682,13 @@ def open_claim_store(
     retry: RetryPolicy | None = None,
     rng: random.Random | None = None,
 ) -> ClaimStore:
-    """Connect and build a ``ClaimStore`` whose lock mode suits the server (or ``lock_mode``)."""
+    """Connect and build a ``ClaimStore`` whose lock mode suits the server (or ``lock_mode``).
+
+    The store owns the connection: close it, or use it as a context manager.
+    """
     conn = connect(params)
-    return ClaimStore(conn, server_lock_mode(conn, lock_mode), retry=retry, rng=rng)
+    try:
+        return ClaimStore(conn, server_lock_mode(conn, lock_mode), retry=retry, rng=rng)
+    except BaseException:
+        conn.close()
+        raise

@@ -7,14 +7,20 @@ from (Hevo, seed 003). What is decided here, so it can be tested without MySQL:
   it (MariaDB >= 10.6, MySQL >= 8.0.1), else an optimistic compare-and-set on ``claim_epoch``.
   ``for_update`` (plain ``FOR UPDATE``, Hevo's MySQL 5.7 query) is kept as a baseline and can be
   forced; so can the others.
-* **How many rows to take** (``slot_wants``, ``rows_to_claim``): the owner at lane position ``i``
-  of a topic with ``P`` partitions and ``k`` owners holds ``fair_share(P, k, i)`` rows; a claim
-  takes only what is missing from what the slot already holds.
+* **How many rows to take or give back** (``slot_wants``, ``rows_to_claim``, ``shortfall``,
+  ``rows_to_release``): the owner at lane position ``i`` of a topic with ``P`` partitions and ``k``
+  owners holds ``fair_share(P, k, i)`` rows; a claim takes only what is missing from what the slot
+  already holds, and a rebalance hands over what is above it.
+* **What a claim tells the caller** (``ClaimResult``, ``claim_status``): everything the slot holds
+  afterwards, which rows are new, and whether a shortfall means "nothing is free" or "gave up on
+  contention".
+* **Why a claim was lost** (``judge_claim``, ``ClaimLostError``): read from the row as it is now.
 * **Leases** (``lease_expiry``, ``is_lease_live``, ``is_renew_due``): pure arithmetic over an
   injected ``now``. The claim store feeds it the database's clock so every host judges a lease by
   the same clock; a worker uses ``is_renew_due`` with a safety margin for its own clock's skew.
 * **Retries** (``RetryPolicy``): bounded attempts with full-jitter exponential backoff from a
-  seeded ``random.Random``, used both for lock-wait/deadlock errors and optimistic CAS losses.
+  seeded ``random.Random``; one budget per operation covers lock-wait/deadlock errors and lost
+  races alike.
 """
 
 from __future__ import annotations
@@ -22,27 +28,37 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from lagsched.core.errors import ConfigError
+from lagsched.core.errors import ConfigError, StaleClaimError
 from lagsched.core.rendezvous import Assignment, TopicSpec, fair_share
 
 __all__ = [
     "DEFAULT_LEASE_S",
     "LOCK_MODE_SETTINGS",
     "Claim",
+    "ClaimLostError",
+    "ClaimResult",
+    "ClaimStatus",
     "LockMode",
     "RetryPolicy",
+    "RowState",
     "ServerVersion",
+    "StaleReason",
+    "Staleness",
+    "claim_status",
     "held_counts",
     "is_lease_live",
     "is_renew_due",
+    "judge_claim",
     "lease_expiry",
     "parse_server_version",
     "rows_to_claim",
+    "rows_to_release",
     "select_lock_mode",
+    "shortfall",
     "slot_wants",
     "supports_skip_locked",
 ]
@@ -185,7 +201,7 @@ def rows_to_claim(target: int, held: int) -> int:
     """How many more rows to claim to reach ``target`` when ``held`` are already held.
 
     A slot above its target (after a join shrank its share) claims nothing; giving rows back is
-    the caller's decision (release at the end of a run), never a side effect of claiming.
+    ``rows_to_release``'s rule (``ClaimStore.rebalance``), never a side effect of claiming.
 
     >>> rows_to_claim(4, 1), rows_to_claim(2, 3)
     (3, 0)
@@ -309,3 +325,264 @@ def held_counts(claims: Sequence[Claim]) -> Mapping[str, int]:
     for c in claims:
         counts[c.topic_id] = counts.get(c.topic_id, 0) + 1
     return counts
+
+
+def shortfall(wants: Mapping[str, int], held: Sequence[Claim]) -> dict[str, int]:
+    """Rows still missing per wanted topic; topics with nothing missing are absent.
+
+    >>> from datetime import timezone
+    >>> t = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    >>> shortfall({"a": 3, "b": 1, "c": 0}, [Claim("a", 0, None, 1, t), Claim("b", 0, None, 1, t)])
+    {'a': 2}
+    """
+    counts = held_counts(held)
+    missing = {t: rows_to_claim(n, counts.get(t, 0)) for t, n in wants.items()}
+    return {t: n for t, n in sorted(missing.items()) if n}
+
+
+# --------------------------------------------------------------------------- giving rows back
+
+
+def rows_to_release(wants: Mapping[str, int], held: Sequence[Claim]) -> list[Claim]:
+    """The rows a slot should hand over now: per topic, those held beyond ``wants[topic]``.
+
+    A topic absent from ``wants`` (the slot no longer owns it) is handed over whole. Within a topic
+    the slot keeps its lowest partitions and gives back the highest, so two calls from the same view
+    choose the same rows. The result is sorted by (topic, partition), the order rows are locked in.
+
+    >>> from datetime import timezone
+    >>> t = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    >>> held = [Claim("a", p, None, 1, t) for p in (3, 0, 2, 1)] + [Claim("b", 0, None, 1, t)]
+    >>> [c.key for c in rows_to_release({"a": 2}, held)]
+    [('a', 2), ('a', 3), ('b', 0)]
+    """
+    for topic_id, n in wants.items():
+        if n < 0:
+            raise ValueError(f"wants[{topic_id!r}]={n}; must be >= 0")
+    by_topic: dict[str, list[Claim]] = {}
+    for c in held:
+        by_topic.setdefault(c.topic_id, []).append(c)
+    give: list[Claim] = []
+    for topic_id, rows in by_topic.items():
+        rows.sort(key=lambda c: c.partition_id)
+        give.extend(rows[wants.get(topic_id, 0) :])
+    return sorted(give, key=lambda c: c.key)
+
+
+# --------------------------------------------------------------------------- what a claim returns
+
+
+class ClaimStatus(StrEnum):
+    """How a claim ended, so a worker knows whether to wait or to try again soon.
+
+    * ``complete``: the slot holds every row it wants.
+    * ``none_free``: short, and every other row of the short topics is held under a live lease:
+      wait for a lease to run out or a holder to hand rows over (``ClaimStore.rebalance``).
+    * ``contended``: short although rows were free: other claimers took them first, or lock waits
+      and deadlocks used up the retry budget. Claim again soon.
+    """
+
+    COMPLETE = "complete"
+    NONE_FREE = "none_free"
+    CONTENDED = "contended"
+
+
+def claim_status(short: Mapping[str, int], *, free_left: bool, gave_up: bool) -> ClaimStatus:
+    """The status of a claim from what is still missing, whether free rows remain, and whether
+    the retry budget ran out.
+
+    >>> claim_status({}, free_left=True, gave_up=True)
+    <ClaimStatus.COMPLETE: 'complete'>
+    >>> claim_status({"t": 1}, free_left=False, gave_up=False)
+    <ClaimStatus.NONE_FREE: 'none_free'>
+    >>> claim_status({"t": 1}, free_left=True, gave_up=False)
+    <ClaimStatus.CONTENDED: 'contended'>
+    """
+    if not any(short.values()):
+        return ClaimStatus.COMPLETE
+    return ClaimStatus.CONTENDED if gave_up or free_left else ClaimStatus.NONE_FREE
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    """What the slot holds after a claim, so a worker replaces its holding instead of merging.
+
+    Attributes:
+        claims: every row the slot holds after the call (live lease), in every topic, sorted by
+            (topic, partition): the rows it held before and the rows just claimed, each with the
+            committed offset and lease the table has now.
+        new: the rows this call claimed, a subset of ``claims``. Consume each from its
+            ``committed_offset``. A row the slot held before under an older epoch is new again when
+            its lease had run out and this call claimed it back: the old epoch is fenced, so drop
+            any output of it not yet committed.
+        short: rows wanted but not held, per topic; topics with nothing missing are absent.
+        status: why it is short, if it is (``ClaimStatus``).
+    """
+
+    claims: tuple[Claim, ...]
+    new: tuple[Claim, ...] = ()
+    short: Mapping[str, int] = field(default_factory=dict)
+    status: ClaimStatus = ClaimStatus.COMPLETE
+
+    @property
+    def contended(self) -> bool:
+        """Short because of contention (claim again soon), not because nothing is free."""
+        return self.status is ClaimStatus.CONTENDED
+
+    def is_new(self, claim: Claim) -> bool:
+        """Whether this call claimed ``claim`` (same row and epoch)."""
+        return claim in self.new
+
+
+# --------------------------------------------------------------------------- why a claim was lost
+
+
+class StaleReason(StrEnum):
+    """Why a slot no longer holds a row it presents a claim for.
+
+    * ``lease_expired``: the row is still the slot's at that epoch, but its lease ran out; nobody
+      has claimed it since (the slot may claim it again, under a new epoch).
+    * ``released``: the row was released at that epoch (by the slot itself: ``release`` or
+      ``rebalance``) and nobody has claimed it since.
+    * ``taken_over``: the row was claimed again under a newer epoch, after the slot's lease ran
+      out or the slot released it; ``holder`` holds it now (possibly this same slot, under the new
+      epoch), or is ``None`` if that claim was released in turn.
+    * ``unknown_epoch``: the epoch presented was never issued for the row.
+    * ``no_such_row``: the row does not exist.
+    """
+
+    LEASE_EXPIRED = "lease_expired"
+    RELEASED = "released"
+    TAKEN_OVER = "taken_over"
+    UNKNOWN_EPOCH = "unknown_epoch"
+    NO_SUCH_ROW = "no_such_row"
+
+
+@dataclass(frozen=True, slots=True)
+class RowState:
+    """A claim row as the table shows it, read together with the database's ``now``.
+
+    Attributes:
+        claimed_by: holder, ``None`` when unclaimed or released.
+        claim_epoch: the latest epoch issued for the row.
+        lease_expires_at: the holder's lease, ``None`` when released.
+        last_picked_at: when the latest claim (the one that set ``claim_epoch``) was made.
+        now: the database's time when the row was read.
+    """
+
+    claimed_by: str | None
+    claim_epoch: int
+    lease_expires_at: datetime | None
+    last_picked_at: datetime | None
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Staleness:
+    """Why a claim is no longer held: a ``StaleReason``, a sentence, and who holds the row now."""
+
+    reason: StaleReason
+    detail: str
+    holder: str | None = None
+    current_epoch: int | None = None
+
+
+def _ts(value: datetime | None) -> str:
+    return "never" if value is None else value.isoformat(sep=" ", timespec="microseconds")
+
+
+def judge_claim(slot_id: str, claim: Claim, row: RowState | None) -> Staleness | None:
+    """``None`` if the slot still holds ``claim`` at ``row.now``, else what happened to it.
+
+    Only what the row proves is said. The table keeps the latest claim's holder, epoch and time
+    (``last_picked_at``) but not how an earlier claim ended; a claim takes only a free or expired
+    row, so a takeover before the lease this slot knew of had run out proves it had been released.
+
+    >>> from datetime import timezone
+    >>> t = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    >>> mine = Claim("t", 0, 500, 3, t + timedelta(seconds=30))
+    >>> later = t + timedelta(seconds=45)
+    >>> b_row = RowState("b", 4, later + timedelta(seconds=30), later, later)
+    >>> judge_claim("a", mine, b_row).detail  # doctest: +ELLIPSIS
+    'slot b claimed it under epoch 4 at 2026-01-01 00:00:45..., after the lease of epoch 3 ran out at ...'
+    >>> judge_claim("a", mine, RowState(None, 4, None, later, later)).reason
+    <StaleReason.TAKEN_OVER: 'taken_over'>
+    """
+    e = claim.claim_epoch
+    if row is None:
+        return Staleness(StaleReason.NO_SUCH_ROW, "the row does not exist")
+    n, holder = row.claim_epoch, row.claimed_by
+    live = row.lease_expires_at is not None and row.now < row.lease_expires_at
+    if e > n:
+        return Staleness(
+            StaleReason.UNKNOWN_EPOCH, f"epoch {e} was never issued for the row (its latest is {n})", holder, n
+        )
+    if e == n:
+        if holder == slot_id:
+            if live:
+                return None
+            return Staleness(
+                StaleReason.LEASE_EXPIRED,
+                f"its lease ran out at {_ts(row.lease_expires_at)} (database time {_ts(row.now)}) "
+                "and nobody has claimed it since",
+                holder,
+                n,
+            )
+        if holder is None:
+            return Staleness(
+                StaleReason.RELEASED,
+                f"this slot released it at epoch {e} and nobody has claimed it since",
+                None,
+                n,
+            )
+        # Every claim bumps the epoch, so only a hand edit of the table gets here.
+        return Staleness(StaleReason.TAKEN_OVER, f"slot {holder} holds it at the same epoch {n}", holder, n)
+    who = "this slot" if holder == slot_id else f"slot {holder}" if holder is not None else "a slot"
+    picked = row.last_picked_at
+    if n == e + 1 and picked is not None:
+        # Epoch n's claim is the latest one, so last_picked_at is its time.
+        how = (
+            f"after the lease of epoch {e} ran out at {_ts(claim.lease_expires_at)}"
+            if picked >= claim.lease_expires_at
+            else f"before the lease of epoch {e} ran out at {_ts(claim.lease_expires_at)}, so it had been released"
+        )
+        detail = f"{who} claimed it under epoch {n} at {_ts(picked)}, {how}"
+    else:
+        detail = f"it was claimed {n - e} times since epoch {e}; the latest, epoch {n}, by {who} at {_ts(picked)}"
+    if holder is None:
+        detail += ", and that claim was released since"
+    elif not live:
+        detail += f", whose lease ran out too at {_ts(row.lease_expires_at)}"
+    return Staleness(StaleReason.TAKEN_OVER, detail, holder, n)
+
+
+class ClaimLostError(StaleClaimError):
+    """A commit presented a claim the slot no longer holds; nothing was written.
+
+    Raised for every lost claim, whatever happened to it, with the reason read from the row:
+
+    Attributes:
+        reason: a ``StaleReason``.
+        holder: who holds the row now (``None`` if nobody).
+        current_epoch: the row's latest epoch (``None`` if the row does not exist).
+        topic_id, partition_id, epoch: the claim presented.
+
+    The fix is the caller's: stop consuming the partition, drop its output not yet committed, and
+    claim again (the row comes back under a new epoch if it is still the slot's to take).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: StaleReason,
+        topic_id: str,
+        partition_id: int,
+        epoch: int,
+        holder: str | None = None,
+        current_epoch: int | None = None,
+    ) -> None:
+        super().__init__(message, topic_id=topic_id, partition_id=partition_id, epoch=epoch)
+        self.reason = reason
+        self.holder = holder
+        self.current_epoch = current_epoch
