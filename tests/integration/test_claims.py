@@ -140,7 +140,10 @@ def wait_until_waiting_for_a_lock(conn: Any, connection_id: int, bound_s: float 
         time.sleep(0.01)
 
 
-def hooked(conn: Any, hook: Callable[[str, str], None]) -> Any:
+Hook = Callable[[str, str], None]
+
+
+def hooked(conn: Any, hook: Hook) -> Any:
     """``conn``, with every statement passed through ``hook(sql, "before"|"after")`` (a fault, a pause)."""
     return Hooked(conn, hook)
 
@@ -148,7 +151,7 @@ def hooked(conn: Any, hook: Callable[[str, str], None]) -> Any:
 class Hooked:
     """A pymysql connection whose statements pass through ``hook(sql, "before"|"after")``."""
 
-    def __init__(self, conn: Any, hook: Callable[[str, str], None]) -> None:
+    def __init__(self, conn: Any, hook: Hook) -> None:
         self._conn = conn
         self._hook = hook
 
@@ -160,7 +163,7 @@ class Hooked:
 
 
 class _HookedCursor:
-    def __init__(self, cur: Any, hook: Callable[[str, str], None]) -> None:
+    def __init__(self, cur: Any, hook: Hook) -> None:
         self._cur = cur
         self._hook = hook
 
@@ -596,6 +599,38 @@ def test_one_retry_budget_bounds_every_attempt(mysql_db: MySQLParams, conn: Any,
     # Four attempts in all (the old nested loops made 4 x 4), three backoffs between them.
     assert always.calls == 4 and len(sleeps) == 3 and store.deadlocks == 4
     assert all(r[0] is None and r[1] == 0 for r in rows(mysql_db, topic).values())  # rolled back
+
+
+def test_one_retry_budget_covers_lock_errors_and_lost_races(mysql_db: MySQLParams, conn: Any) -> None:
+    """Each round first hits a deadlock, then loses every race. The old code ran tenacity (per round)
+    inside its own loop of rounds: 2 sleeps per round, 7 in all under max_attempts=4."""
+    topic = add_topic(mysql_db, 2)
+    s = new_slot()
+    rival = connect(mysql_db)
+    calls = 0
+
+    def deadlock_then_lose(sql: str, when: str) -> None:
+        nonlocal calls
+        if when != "before" or "claim_epoch = claim_epoch + 1" not in sql:
+            return
+        calls += 1
+        if calls % 3 == 1:
+            raise pymysql.err.OperationalError(1213, "Deadlock found when trying to get lock (injected)")
+        with rival.cursor() as cur:  # another claimer moves every row's epoch on first: the CAS loses
+            cur.execute("UPDATE topic_partitions SET claim_epoch = claim_epoch + 1 WHERE topic_id = %s", (topic,))
+        rival.commit()
+
+    sleeps: list[float] = []
+    store = ClaimStore(
+        hooked(conn, deadlock_then_lose), LockMode.OPTIMISTIC, retry=RetryPolicy(max_attempts=4), sleep=sleeps.append
+    )
+    try:
+        result = store.claim(s, {topic: 2}, 30)
+    finally:
+        rival.close()
+    assert result.claims == () and result.status is ClaimStatus.CONTENDED
+    assert len(sleeps) == 3 and store.retries == 3  # four attempts in all, whatever failed them
+    assert calls == 6  # deadlock, lose, lose; deadlock, lose, lose
 
 
 def test_a_deadlocked_locked_claim_is_retried_whole(mysql_db: MySQLParams, conn: Any) -> None:

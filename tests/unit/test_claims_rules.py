@@ -1,4 +1,5 @@
-"""The claim protocol's pure rules: lock mode, shares, leases, retries, and the history checker."""
+"""The claim protocol's pure rules: lock mode, shares, hand-overs, claim results, why a claim was
+lost, leases, retries, and the benchmark's history checker and summaries."""
 
 from __future__ import annotations
 
@@ -7,20 +8,30 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from lagsched.bench.claims import OFFSET_EPOCH, check_history
+from lagsched.bench.claims import OFFSET_EPOCH, check_history, summarize, targets
 from lagsched.core.claims import (
+    Claim,
+    ClaimLostError,
+    ClaimResult,
+    ClaimStatus,
     LockMode,
     RetryPolicy,
+    RowState,
+    StaleReason,
+    claim_status,
     is_lease_live,
     is_renew_due,
+    judge_claim,
     lease_expiry,
     parse_server_version,
     rows_to_claim,
+    rows_to_release,
     select_lock_mode,
+    shortfall,
     slot_wants,
     supports_skip_locked,
 )
-from lagsched.core.errors import ConfigError
+from lagsched.core.errors import ConfigError, StaleClaimError
 from lagsched.core.rendezvous import Assignment, TopicSpec
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
@@ -103,6 +114,141 @@ def test_rows_to_claim_accounts_for_held_rows(target: int, held: int, expected: 
 def test_rows_to_claim_refuses_negatives() -> None:
     with pytest.raises(ValueError, match=">= 0"):
         rows_to_claim(-1, 0)
+
+
+def held(*keys: tuple[str, int]) -> list[Claim]:
+    return [Claim(t, p, None, 1, T0) for t, p in keys]
+
+
+@pytest.mark.parametrize(
+    ("wants", "keys", "expected"),
+    [
+        ({"a": 2}, [("a", 0), ("a", 1)], []),  # at its share
+        ({"a": 3}, [("a", 0)], []),  # below: nothing to give (claim tops it up)
+        ({"a": 2}, [("a", 3), ("a", 0), ("a", 7), ("a", 1)], [("a", 3), ("a", 7)]),  # keeps its lowest
+        ({"a": 0}, [("a", 0)], [("a", 0)]),
+        ({}, [("b", 1), ("a", 0)], [("a", 0), ("b", 1)]),  # not owned any more: all of it, key order
+        ({"a": 1, "b": 5}, [("b", 0), ("a", 4), ("a", 2)], [("a", 4)]),
+        ({"a": 1}, [], []),
+    ],
+)
+def test_rows_to_release_hands_over_what_is_above_the_share(
+    wants: dict[str, int], keys: list[tuple[str, int]], expected: list[tuple[str, int]]
+) -> None:
+    assert [c.key for c in rows_to_release(wants, held(*keys))] == expected
+
+
+def test_rows_to_release_and_shortfall_are_complements() -> None:
+    rows = held(("a", 0), ("a", 1), ("a", 2), ("b", 0))
+    wants = {"a": 1, "b": 3, "c": 2}
+    assert shortfall(wants, rows) == {"b": 2, "c": 2}
+    assert [c.key for c in rows_to_release(wants, rows)] == [("a", 1), ("a", 2)]
+    with pytest.raises(ValueError, match=">= 0"):
+        rows_to_release({"a": -1}, rows)
+
+
+# ----------------------------------------------------------------- claim results
+
+
+@pytest.mark.parametrize(
+    ("short", "free_left", "gave_up", "expected"),
+    [
+        ({}, False, False, ClaimStatus.COMPLETE),
+        ({}, True, True, ClaimStatus.COMPLETE),  # holding everything wins over a spent budget
+        ({"t": 1}, False, False, ClaimStatus.NONE_FREE),
+        ({"t": 1}, True, False, ClaimStatus.CONTENDED),  # free rows it did not get: others raced it
+        ({"t": 1}, False, True, ClaimStatus.CONTENDED),  # gave up on lock errors
+    ],
+)
+def test_claim_status_tells_nothing_free_from_contention(
+    short: dict[str, int], free_left: bool, gave_up: bool, expected: ClaimStatus
+) -> None:
+    assert claim_status(short, free_left=free_left, gave_up=gave_up) is expected
+
+
+def test_claim_result_flags_new_rows_by_epoch() -> None:
+    old = Claim("t", 0, 7, 1, T0)
+    again = Claim("t", 0, 7, 2, T0)
+    other = Claim("t", 1, None, 1, T0)
+    result = ClaimResult(claims=(again, other), new=(again,), short={"t": 1}, status=ClaimStatus.CONTENDED)
+    assert result.is_new(again) and not result.is_new(old) and not result.is_new(other)
+    assert result.contended
+    assert not ClaimResult(claims=()).contended
+
+
+# ----------------------------------------------------------------- why a claim was lost
+
+L = T0 + timedelta(seconds=30)  # the lease the slot knows of
+MINE = Claim("t", 0, 100, 3, L)
+
+
+def at(s: float) -> datetime:
+    return T0 + timedelta(seconds=s)
+
+
+@pytest.mark.parametrize(
+    ("row", "reason", "holder", "detail"),
+    [
+        (RowState("me", 3, L, at(0), at(10)), None, None, None),
+        (RowState("me", 3, L, at(0), at(30)), StaleReason.LEASE_EXPIRED, "me", "its lease ran out at"),
+        (RowState(None, 3, None, at(0), at(10)), StaleReason.RELEASED, None, "this slot released it at epoch 3"),
+        (
+            RowState("b", 4, at(70), at(40), at(41)),
+            StaleReason.TAKEN_OVER,
+            "b",
+            "slot b claimed it under epoch 4 at 2026-11-01 12:00:40.000000+00:00, after the lease of epoch 3 ran out",
+        ),
+        (
+            RowState("b", 4, at(50), at(20), at(21)),
+            StaleReason.TAKEN_OVER,
+            "b",
+            "before the lease of epoch 3 ran out at 2026-11-01 12:00:30.000000+00:00, so it had been released",
+        ),
+        (
+            RowState(None, 4, None, at(40), at(41)),
+            StaleReason.TAKEN_OVER,
+            None,
+            "a slot claimed it under epoch 4 at 2026-11-01 12:00:40.000000+00:00, after the lease of epoch 3 ran "
+            "out at 2026-11-01 12:00:30.000000+00:00, and that claim was released since",
+        ),
+        (RowState("me", 4, at(70), at(40), at(41)), StaleReason.TAKEN_OVER, "me", "this slot claimed it under epoch 4"),
+        (RowState("b", 4, at(45), at(40), at(50)), StaleReason.TAKEN_OVER, "b", "whose lease ran out too"),
+        (
+            RowState("c", 6, at(99), at(90), at(91)),
+            StaleReason.TAKEN_OVER,
+            "c",
+            "it was claimed 3 times since epoch 3; the latest, epoch 6, by slot c at",
+        ),
+        (RowState("me", 2, L, at(0), at(10)), StaleReason.UNKNOWN_EPOCH, "me", "epoch 3 was never issued"),
+        (None, StaleReason.NO_SUCH_ROW, None, "does not exist"),
+    ],
+)
+def test_judge_claim_says_what_happened(
+    row: RowState | None, reason: StaleReason | None, holder: str | None, detail: str | None
+) -> None:
+    verdict = judge_claim("me", MINE, row)
+    if reason is None:
+        assert verdict is None
+        return
+    assert verdict is not None
+    assert (verdict.reason, verdict.holder) == (reason, holder)
+    assert detail is not None and detail in verdict.detail
+    assert "released" not in verdict.detail or reason is not StaleReason.LEASE_EXPIRED
+
+
+def test_claim_lost_error_is_the_one_stale_claim_error() -> None:
+    err = ClaimLostError(
+        "lost", reason=StaleReason.TAKEN_OVER, topic_id="t", partition_id=2, epoch=3, holder="b", current_epoch=4
+    )
+    assert isinstance(err, StaleClaimError)
+    assert (err.reason, err.holder, err.current_epoch, err.topic_id, err.partition_id, err.epoch) == (
+        StaleReason.TAKEN_OVER,
+        "b",
+        4,
+        "t",
+        2,
+        3,
+    )
 
 
 # ----------------------------------------------------------------- leases
@@ -193,3 +339,41 @@ def test_history_checker_flags_exactly_the_violations(
 ) -> None:
     result = check_history([*CLEAN, *extra])
     assert (result.double_claims, result.stale_commits) == (doubles, stales)
+
+
+def test_history_checker_counts_outcomes() -> None:
+    events = [
+        *CLEAN,
+        ev("a", "call", 1.0, 1.1, 1, "complete"),
+        ev("b", "call", 1.6, 1.7, 0, "contended"),
+        ev("a", "refused", "t", 0, 1, 2.0, 2.1, "taken_over"),
+        ev("a", "stats", 3, 2, 0.5, 1, 4),
+        ev("b", "stats", 1, 0, 0.5, 0, 0),
+    ]
+    result = check_history(events)
+    assert (result.claim_calls, result.contended_calls, result.refused) == (2, 1, 1)
+    assert result.refused_reasons == {"taken_over": 1}
+    assert (result.cas_conflicts, result.retries, result.deadlocks, result.lock_wait_timeouts) == (4, 2, 1, 4)
+
+
+# ----------------------------------------------------------------- benchmark summaries
+
+
+def draw(p99: float, rate: float = 1000.0, doubles: int = 0) -> dict[str, float]:
+    return {"p50_ms": p99 / 3, "p99_ms": p99, "max_ms": p99 * 2, "claims_per_s": rate, "double_claims": doubles}
+
+
+def test_summaries_report_the_worst_draw_and_targets_pair_draws() -> None:
+    skip = summarize("skip_locked", 16, 6.0, [draw(30.0), draw(45.0, rate=900.0), draw(20.0)])
+    assert (skip["p99_ms"], skip["claims_per_s"], skip["median"]["p99_ms"], skip["draws"]) == (45.0, 900.0, 30.0, 3)
+    assert len(skip["per_draw"]) == 3
+    plain = summarize("for_update", 16, 6.0, [draw(100.0), draw(95.0), draw(60.0)])
+    verdict = targets([skip, plain], 16)
+    assert verdict["skip_locked_p99_ms"] == 45.0 and verdict["for_update_over_skip_locked_p99"] == round(100 / 45, 2)
+    assert verdict["for_update_over_skip_locked_p99_paired_min"] == round(95 / 45, 2)
+    assert verdict["met"]
+    slow = summarize("skip_locked", 16, 6.0, [draw(55.0)])
+    assert not targets([slow, plain], 16)["met"]
+    unsafe = summarize("skip_locked", 16, 6.0, [draw(10.0, doubles=1)])
+    assert not targets([unsafe, plain], 16)["no_double_claims_no_stale_commits"]
+    assert targets([skip], 16) == {}
