@@ -64,6 +64,16 @@ def test_range_piles_small_topics_onto_application01() -> None:
     assert owners == {consumers[1]}
 
 
+@pytest.mark.parametrize("assignor", [range_assign, roundrobin_assign, ring_assign])
+@pytest.mark.parametrize(
+    ("ids", "message"), [(["c", ""], "id '' is empty"), (["c", "\ud800"], r"id '\\ud800' is not valid Unicode")]
+)
+def test_assignors_reject_unusable_ids_naming_them(assignor: object, ids: list[str], message: str) -> None:
+    assert callable(assignor)
+    with pytest.raises(AssignmentError, match=message):
+        assignor(T0_T1, ids)
+
+
 def test_assignors_reject_no_or_repeated_consumers() -> None:
     with pytest.raises(AssignmentError, match="no consumers"):
         range_assign(T0_T1, [])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from lagsched.core.rendezvous import (
     scores_matrix,
     slot_hash,
     split_partitions,
+    top_k_from_scores,
     top_k_matrix,
     topic_hash,
 )
@@ -107,11 +109,10 @@ def test_rank_matrix_and_top_k_match_rank_slots() -> None:
         assert [ordered[j] for j in top[i]] == expected[:3]
 
 
-def test_top_k_breaks_score_ties_by_slot_id(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_top_k_breaks_score_ties_by_slot_id() -> None:
     tied = np.array([[5, 9, 9, 9, 1], [9, 9, 1, 2, 3]], dtype=np.uint64)
-    monkeypatch.setattr(rendezvous, "scores_matrix", lambda t, s: tied)
-    top = top_k_matrix(["a", "b"], ["s0", "s1", "s2", "s3", "s4"], 2)
-    assert top.tolist() == [[1, 2], [0, 1]]
+    assert top_k_from_scores(tied, 2).tolist() == [[1, 2], [0, 1]]
+    assert top_k_from_scores(tied, 5).tolist() == [[1, 2, 3, 0, 4], [0, 1, 4, 3, 2]]
 
 
 def test_ranking_is_identical_in_another_process() -> None:
@@ -237,16 +238,60 @@ def test_assignment_lookups() -> None:
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: TopicSpec("", 1), "topic_id"),
+        (lambda: TopicSpec("", 1), "topic_id '' is empty"),
+        (lambda: TopicSpec("\ud800", 1), r"topic_id '\\ud800' is not valid Unicode"),
+        (lambda: TopicSpec(7, 1), "topic_id 7 is a int"),  # type: ignore[arg-type]
         (lambda: TopicSpec("t", -1), "partitions=-1"),
+        (lambda: TopicSpec("t", 2.5), r"partitions=2\.5; must be an int"),  # type: ignore[arg-type]
+        (lambda: TopicSpec("t", True), "partitions=True; must be an int"),
         (lambda: TopicSpec("t", 1, 0), "linker_workers=0"),
+        (lambda: TopicSpec("t", 1, True), "linker_workers=True; must be an int"),
+        (lambda: TopicSpec("t", 1, 2.0), r"linker_workers=2\.0; must be an int"),  # type: ignore[arg-type]
         (lambda: TopicSpec("t", 1, 1, 0.0), "weight=0.0"),
+        (lambda: TopicSpec("t", 1, 1, math.inf), "weight=inf; must be a finite number"),
+        (lambda: TopicSpec("t", 1, 1, math.nan), "weight=nan"),
+        (lambda: TopicSpec("t", 1, 1, True), "weight=True"),
+        (lambda: TopicSpec("t", 10, 1, 1e308), "overflows"),
         (lambda: rank_slots("t", ["a", "a"]), "'a' appears twice"),
+        (lambda: rank_slots("t", ["a", ""]), "slot id '' is empty"),
+        (lambda: owners("t", ["\udfff"], 1), r"slot id '\\udfff' is not valid Unicode"),
+        (lambda: owners("t", ["a"], True), "linker_workers=True"),
         (lambda: assign([TopicSpec("t", 1)], []), "no live slots"),
+        (lambda: assign([TopicSpec("t", 1)], ["ok", "x\ud800y"]), "is not valid Unicode"),
         (lambda: assign([TopicSpec("t", 1), TopicSpec("t", 2)], ["a"]), "'t' appears twice"),
         (lambda: owners("t", ["a"], 0), "linker_workers=0"),
+        (lambda: slot_hash(""), "slot id '' is empty"),
+        (lambda: topic_hash("\ud800"), "topic id"),
+        (lambda: scores_matrix(["t"], ["\ud800"]), "not valid Unicode"),
     ],
 )
 def test_bad_input_names_the_value(make: Callable[[], object], message: str) -> None:
     with pytest.raises(AssignmentError, match=message):
         make()
+
+
+def test_a_lone_surrogate_is_an_error_not_a_crash() -> None:
+    # mmh3 5.3.1 dies with SIGSEGV on a str holding a lone surrogate; the whole process (a worker
+    # slot, an Airflow task) went with it. Run where a crash cannot take the test run down.
+    code = (
+        "from lagsched.core.rendezvous import TopicSpec, assign\n"
+        "try:\n"
+        "    assign([TopicSpec('t', 1)], ['\\ud800'])\n"
+        "except ValueError as e:\n"
+        "    print(type(e).__name__, e)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(PLUGINS)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr)
+    assert done.stdout.startswith("AssignmentError slot id '\\ud800' is not valid Unicode")
+
+
+def test_ids_hash_as_their_utf8_bytes() -> None:
+    # Validation encodes ids before hashing; scores of non-ASCII ids must not change by it.
+    import mmh3
+
+    for text in ["topic-a", "café", "主题", "emoji-\U0001f600"]:
+        assert topic_hash(text) == mmh3.hash64(text, seed=rendezvous.TOPIC_SEED, signed=False)[0]
+        assert slot_hash(text) == mmh3.hash64(text, seed=rendezvous.SLOT_SEED, signed=False)[0]

@@ -28,6 +28,7 @@ from lagsched.core.rendezvous import (
     Assignment,
     AssignmentError,
     TopicSpec,
+    check_id,
     topic_hash,
 )
 
@@ -47,6 +48,10 @@ PartitionMap = dict[tuple[str, int], str]
 
 
 def _sorted_unique(ids: Sequence[str], what: str) -> list[str]:
+    # Ids are hashed (ring) or compared (range, roundrobin); check_id rejects what would crash
+    # mmh3 (a lone surrogate) or sort as nonsense (a non-str), naming the value.
+    for i in ids:
+        check_id(i, f"{what} id")
     ordered = sorted(ids)
     if not ordered:
         raise AssignmentError(f"no {what}s; at least one {what} is needed")

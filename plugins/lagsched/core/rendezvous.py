@@ -32,6 +32,7 @@ and is within its share, which is what the claim protocol does in practice.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -49,6 +50,8 @@ __all__ = [
     "AssignmentError",
     "TopicSpec",
     "assign",
+    "check_id",
+    "check_slot_ids",
     "fair_share",
     "fmix64",
     "lane_loads",
@@ -57,11 +60,15 @@ __all__ = [
     "rank_matrix",
     "rank_slots",
     "score",
+    "scores_from_hashes",
     "scores_matrix",
     "slot_hash",
+    "slot_hashes",
     "split_partitions",
+    "top_k_from_scores",
     "top_k_matrix",
     "topic_hash",
+    "topic_hashes",
 ]
 
 #: Fixed MurmurHash3 seeds. Changing either reshuffles every topic in the
@@ -107,14 +114,23 @@ class TopicSpec:
     weight: float = 1.0
 
     def __post_init__(self) -> None:
-        if not self.topic_id:
-            raise AssignmentError("topic_id is empty; use the topic's registry UUID")
-        if self.partitions < 0:
-            raise AssignmentError(f"topic {self.topic_id}: partitions={self.partitions}; must be >= 0")
-        if self.linker_workers < 1:
-            raise AssignmentError(f"topic {self.topic_id}: linker_workers={self.linker_workers}; must be >= 1")
-        if not self.weight > 0:
-            raise AssignmentError(f"topic {self.topic_id}: weight={self.weight}; must be > 0")
+        # Checked here, at the boundary, because a bad value otherwise surfaces far away: a lone
+        # surrogate in an id crashes the process inside mmh3 (SIGSEGV in 5.3.1), a fractional or
+        # boolean partition count splits into nonsense shares, an infinite weight makes every
+        # load comparison false.
+        check_id(self.topic_id, "topic_id")
+        tid = self.topic_id
+        if not _is_int(self.partitions) or self.partitions < 0:
+            raise AssignmentError(f"topic {tid!r}: partitions={self.partitions!r}; must be an int >= 0")
+        if not _is_int(self.linker_workers) or self.linker_workers < 1:
+            raise AssignmentError(f"topic {tid!r}: linker_workers={self.linker_workers!r}; must be an int >= 1")
+        w = self.weight
+        if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or not w > 0:
+            raise AssignmentError(f"topic {tid!r}: weight={w!r}; must be a finite number > 0")
+        if not math.isfinite(self.partitions * w):
+            raise AssignmentError(
+                f"topic {tid!r}: partitions={self.partitions} x weight={w!r} overflows; use a smaller weight"
+            )
 
     @property
     def load(self) -> float:
@@ -174,14 +190,46 @@ def _fmix64_np(x: U64Array) -> U64Array:
     return x ^ (x >> _NP_33)
 
 
+def _is_int(value: object) -> bool:
+    # bool is an int subclass, but linker_workers=True is a mistake, not 1.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_id(value: object, what: str) -> bytes:
+    """A topic or slot id as the UTF-8 bytes that are hashed; raises ``AssignmentError`` if unusable.
+
+    An id must be a non-empty ``str`` that encodes to UTF-8. mmh3 5.3.1 crashes the whole process
+    (SIGSEGV) on a ``str`` holding a lone surrogate such as ``"\\ud800"``, so ids are encoded here
+    and mmh3 only ever sees bytes (the hash of a ``str`` is the hash of its UTF-8 bytes, so every
+    score is unchanged).
+
+    >>> check_id("slot-1", "slot id")
+    b'slot-1'
+    >>> check_id("", "slot id")
+    Traceback (most recent call last):
+    ...
+    lagsched.core.rendezvous.AssignmentError: slot id '' is empty; ids must be non-empty strings
+    """
+    if not isinstance(value, str):
+        raise AssignmentError(f"{what} {value!r} is a {type(value).__name__}; ids must be non-empty strings")
+    if not value:
+        raise AssignmentError(f"{what} '' is empty; ids must be non-empty strings")
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise AssignmentError(
+            f"{what} {value!r} is not valid Unicode ({exc.reason} at index {exc.start}); ids must encode to UTF-8"
+        ) from None
+
+
 def topic_hash(topic_id: str) -> int:
     """Unsigned 64-bit MurmurHash3 of a topic id (seed ``TOPIC_SEED``)."""
-    return mmh3.hash64(topic_id, seed=TOPIC_SEED, signed=False)[0]
+    return mmh3.hash64(check_id(topic_id, "topic id"), seed=TOPIC_SEED, signed=False)[0]
 
 
 def slot_hash(slot_id: str) -> int:
     """Unsigned 64-bit MurmurHash3 of a slot id (seed ``SLOT_SEED``)."""
-    return mmh3.hash64(slot_id, seed=SLOT_SEED, signed=False)[0]
+    return mmh3.hash64(check_id(slot_id, "slot id"), seed=SLOT_SEED, signed=False)[0]
 
 
 def score(topic_id: str, slot_id: str) -> int:
@@ -193,8 +241,23 @@ def score(topic_id: str, slot_id: str) -> int:
     return fmix64(topic_hash(topic_id) ^ slot_hash(slot_id))
 
 
-def _hashes(ids: Iterable[str], seed: int) -> U64Array:
-    return np.fromiter((mmh3.hash64(i, seed=seed, signed=False)[0] for i in ids), dtype=np.uint64)
+def _hashes(ids: Iterable[str], seed: int, what: str) -> U64Array:
+    return np.fromiter((mmh3.hash64(check_id(i, what), seed=seed, signed=False)[0] for i in ids), dtype=np.uint64)
+
+
+def topic_hashes(topic_ids: Iterable[str]) -> U64Array:
+    """``topic_hash`` of every id, as a uint64 array."""
+    return _hashes(topic_ids, TOPIC_SEED, "topic id")
+
+
+def slot_hashes(slot_ids: Iterable[str]) -> U64Array:
+    """``slot_hash`` of every id, as a uint64 array."""
+    return _hashes(slot_ids, SLOT_SEED, "slot id")
+
+
+def scores_from_hashes(th: U64Array, sh: U64Array) -> U64Array:
+    """Scores of every (topic hash, slot hash) pair as a (topics, slots) uint64 array."""
+    return _fmix64_np(th[:, None] ^ sh[None, :])
 
 
 def scores_matrix(topic_ids: Sequence[str], slot_ids: Sequence[str]) -> U64Array:
@@ -202,15 +265,20 @@ def scores_matrix(topic_ids: Sequence[str], slot_ids: Sequence[str]) -> U64Array
 
     Equal, element by element, to ``score(topic_ids[i], slot_ids[j])``.
     """
-    th = _hashes(topic_ids, TOPIC_SEED)
-    sh = _hashes(slot_ids, SLOT_SEED)
-    return _fmix64_np(th[:, None] ^ sh[None, :])
+    return scores_from_hashes(topic_hashes(topic_ids), slot_hashes(slot_ids))
 
 
 # --------------------------------------------------------------------------- ranking
 
 
-def _check_slots(slot_ids: Sequence[str]) -> list[str]:
+def check_slot_ids(slot_ids: Sequence[str]) -> list[str]:
+    """The slot ids sorted, after checking each (``check_id``) and that none repeats.
+
+    >>> check_slot_ids(["s2", "s1"])
+    ['s1', 's2']
+    """
+    for s in slot_ids:
+        check_id(s, "slot id")
     ordered = sorted(slot_ids)
     for a, b in pairwise(ordered):
         if a == b:
@@ -225,7 +293,7 @@ def rank_slots(topic_id: str, slot_ids: Sequence[str]) -> list[str]:
     >>> sorted(r) == ["s1", "s2", "s3"]
     True
     """
-    ordered = _check_slots(slot_ids)
+    ordered = check_slot_ids(slot_ids)
     return sorted(ordered, key=lambda s: (-score(topic_id, s), s))
 
 
@@ -240,8 +308,8 @@ def owners(topic_id: str, slot_ids: Sequence[str], linker_workers: int) -> list[
     >>> owners("topic-a", [s for s in live if s != top[0]], 2)[0] == top[1]
     True
     """
-    if linker_workers < 1:
-        raise AssignmentError(f"linker_workers={linker_workers}; must be >= 1")
+    if not _is_int(linker_workers) or linker_workers < 1:
+        raise AssignmentError(f"linker_workers={linker_workers!r}; must be an int >= 1")
     return rank_slots(topic_id, slot_ids)[:linker_workers]
 
 
@@ -249,46 +317,52 @@ def rank_matrix(topic_ids: Sequence[str], sorted_slot_ids: Sequence[str]) -> Int
     """Full ranking of every topic as indices into ``sorted_slot_ids``.
 
     ``sorted_slot_ids`` must be sorted and unique, so that index order is slot id
-    order and ties break exactly as in ``rank_slots``. O(T * N log N); meant for
-    the balanced assignment, which walks down rankings.
+    order and ties break exactly as in ``rank_slots``. O(T * N log N) time and
+    T * N memory: for inspection and tests; the balanced assignment never
+    materialises it.
     """
-    n = len(sorted_slot_ids)
-    out = np.empty((len(topic_ids), n), dtype=np.int64)
-    idx = np.broadcast_to(np.arange(n, dtype=np.int64), (min(_BLOCK_ROWS, len(topic_ids)), n))
-    for lo in range(0, len(topic_ids), _BLOCK_ROWS):
-        block = topic_ids[lo : lo + _BLOCK_ROWS]
-        keys = ~scores_matrix(block, sorted_slot_ids)  # ascending ~score = descending score
-        out[lo : lo + len(block)] = np.lexsort((idx[: len(block)], keys), axis=-1)
-    return out
+    return top_k_matrix(topic_ids, sorted_slot_ids, len(sorted_slot_ids))
+
+
+def top_k_from_scores(scores: U64Array, k: int) -> IntArray:
+    """The ``k`` highest-scoring columns of every row, best first, ties by column index.
+
+    Vectorised: one ``argpartition`` over the rows, then the ``k`` winners are sorted. Rows where a
+    score tie straddles the cut (so the index tie-break matters) fall back to an exact full sort.
+    """
+    rows, n = scores.shape
+    if not 1 <= k <= n:
+        raise AssignmentError(f"k={k}; must be between 1 and the number of slots ({n})")
+    keys = ~scores  # ascending ~score = descending score
+    if k == n:
+        idx = np.broadcast_to(np.arange(n, dtype=np.int64), (rows, n))
+        return np.lexsort((idx, keys), axis=-1).astype(np.int64, copy=False)
+    part = np.argpartition(keys, k, axis=1)
+    top = part[:, :k]
+    top_keys = np.take_along_axis(keys, top, axis=1)
+    cut = np.take_along_axis(keys, part[:, k : k + 1], axis=1)
+    order = np.lexsort((top, top_keys), axis=-1)
+    winners = np.take_along_axis(top, order, axis=1).astype(np.int64, copy=False)
+    tied = np.flatnonzero((top_keys == cut).any(axis=1))
+    if tied.size:
+        idx = np.broadcast_to(np.arange(n, dtype=np.int64), (tied.size, n))
+        winners[tied] = np.lexsort((idx, keys[tied]), axis=-1)[:, :k]
+    return winners
 
 
 def top_k_matrix(topic_ids: Sequence[str], sorted_slot_ids: Sequence[str], k: int) -> IntArray:
     """The first ``k`` slots of every topic's ranking, as indices into ``sorted_slot_ids``.
 
-    Vectorised: one ``argpartition`` per block of rows, then the ``k`` winners
-    are sorted. Rows where a score tie straddles the cut (so the slot-id
-    tie-break matters) fall back to an exact full sort.
+    Blocks of rows through ``top_k_from_scores``, so memory stays at one block of scores.
     """
     n = len(sorted_slot_ids)
     if not 1 <= k <= n:
         raise AssignmentError(f"k={k}; must be between 1 and the number of slots ({n})")
-    if k == n:
-        return rank_matrix(topic_ids, sorted_slot_ids)
+    sh = slot_hashes(sorted_slot_ids)
     out = np.empty((len(topic_ids), k), dtype=np.int64)
     for lo in range(0, len(topic_ids), _BLOCK_ROWS):
         block = topic_ids[lo : lo + _BLOCK_ROWS]
-        keys = ~scores_matrix(block, sorted_slot_ids)
-        part = np.argpartition(keys, k, axis=1)
-        top = part[:, :k]
-        top_keys = np.take_along_axis(keys, top, axis=1)
-        cut = np.take_along_axis(keys, part[:, k : k + 1], axis=1)
-        order = np.lexsort((top, top_keys), axis=-1)
-        winners = np.take_along_axis(top, order, axis=1)
-        tied = np.flatnonzero((top_keys == cut).any(axis=1))
-        if tied.size:
-            idx = np.broadcast_to(np.arange(n, dtype=np.int64), (tied.size, n))
-            winners[tied] = np.lexsort((idx, keys[tied]), axis=-1)[:, :k]
-        out[lo : lo + len(block)] = winners
+        out[lo : lo + len(block)] = top_k_from_scores(scores_from_hashes(topic_hashes(block), sh), k)
     return out
 
 
@@ -301,7 +375,7 @@ def assign(topics: Sequence[TopicSpec], slot_ids: Sequence[str]) -> Assignment:
     """
     if not topics:
         return Assignment({})
-    ordered = _check_slots(slot_ids)
+    ordered = check_slot_ids(slot_ids)
     if not ordered:
         raise AssignmentError("no live slots; at least one slot must be alive to assign topics")
     _check_topics(topics)
