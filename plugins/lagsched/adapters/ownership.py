@@ -2,16 +2,23 @@
 
 Balanced HRW (``core/balance.py``) is sticky: it is computed from the assignment in force, so that
 assignment is kept in ``topic_owners`` (one row per topic and lane, V002) together with a hash of
-the inputs it was computed for in ``assignment_state``. ``current_assignment``:
+the inputs it was computed for and a generation in ``assignment_state``. ``current_assignment``:
 
 1. reads the enabled topics (``topic_specs``) and takes the live slots from the caller (Redis);
-2. if the stored assignment was computed for exactly these inputs, returns it (the common case:
-   one indexed read, no write);
-3. otherwise locks ``assignment_state``, re-reads (another slot may have just recomputed), computes
-   ``balanced_assign(topics, live, previous=stored)``, rewrites ``topic_owners`` and bumps the
-   generation, all in one transaction.
+2. reads the stored assignment, its generation and inputs hash, without locking; if it was
+   computed for exactly these inputs, returns it (the common case: indexed reads, no write);
+3. otherwise computes ``balanced_assign(topics, live, previous=stored)`` **holding no lock** (it
+   takes up to a second at 10,000 topics x 1,000 slots, and slots would queue behind it);
+4. then locks the ``assignment_state`` row and compares: if the generation is still the one it
+   computed from, it writes only the topics whose owners changed, bumps the generation and
+   commits (milliseconds under the lock); if another slot stored in the meantime, it lets go and
+   starts again from step 2 with that newer assignment (which, for the same inputs, it simply
+   returns). After ``max_attempts`` lost races it computes while holding the lock, so a
+   recompute always lands.
 
-If that fails (say the database is read-only for a moment) it falls back to plain HRW (``assign``),
+Every caller therefore ends on one stored generation, computed from the one before it.
+
+If the database fails (say it is read-only for a moment) it falls back to plain HRW (``assign``),
 which needs no state and on which every slot agrees; the claim protocol keeps any disagreement
 between slots safe (leases and epochs), it only costs a little efficiency until the next read.
 
@@ -23,7 +30,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -31,18 +39,33 @@ import pymysql
 
 from lagsched.core.balance import balanced_assign
 from lagsched.core.claims import slot_wants
-from lagsched.core.rendezvous import Assignment, TopicSpec, assign
+from lagsched.core.rendezvous import Assignment, TopicSpec, assign, check_slot_ids
 
 if TYPE_CHECKING:
     import pymysql.cursors
 
     Connection = pymysql.connections.Connection[pymysql.cursors.Cursor]
 
-__all__ = ["OwnershipView", "current_assignment", "inputs_hash", "load_stored", "topic_specs", "wants_for"]
+__all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
+    "OwnershipView",
+    "current_assignment",
+    "inputs_hash",
+    "load_stored",
+    "topic_specs",
+    "wants_for",
+]
 
 log = logging.getLogger(__name__)
 
-_LOCK = {True: " FOR UPDATE", False: ""}
+#: Optimistic rounds (compute unlocked, then compare) before computing under the lock.
+DEFAULT_MAX_ATTEMPTS = 3
+
+# Topic ids per DELETE ... IN (...) statement when rewriting changed topics.
+_DELETE_CHUNK = 500
+
+# Re-reads when a writer commits between the two reads of an unlocked load_stored.
+_CONSISTENT_READS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +78,16 @@ class OwnershipView:
         generation: ``assignment_state.generation`` it was read or written at; -1 for the plain-HRW
             fallback.
         recomputed: whether this call recomputed and stored it.
+        lock_held_s: seconds this call held the ``assignment_state`` row lock (0 when it only read).
+        attempts: compute-and-compare rounds this call ran (0 when the stored one was current).
     """
 
     assignment: Assignment
     topics: tuple[TopicSpec, ...]
     generation: int
     recomputed: bool
+    lock_held_s: float = 0.0
+    attempts: int = 0
 
 
 def topic_specs(conn: Connection) -> list[TopicSpec]:
@@ -82,26 +109,68 @@ def inputs_hash(topics: Sequence[TopicSpec], live_slots: Sequence[str]) -> str:
     return h.hexdigest()
 
 
-def load_stored(conn: Connection, *, lock: bool = False) -> tuple[Assignment, int, str]:
-    """The stored assignment, its generation and inputs hash (empty assignment if none yet).
+_STATE_SQL = {
+    False: "SELECT generation, inputs_hash FROM assignment_state WHERE id = 1",
+    True: "SELECT generation, inputs_hash FROM assignment_state WHERE id = 1 FOR UPDATE",
+}
 
-    With ``lock`` the ``assignment_state`` row stays locked until the caller commits.
-    """
+
+def _read_state(conn: Connection, *, lock: bool) -> tuple[int, str]:
     with conn.cursor() as cur:
-        cur.execute("SELECT generation, inputs_hash FROM assignment_state WHERE id = 1" + _LOCK[lock])  # noqa: S608
+        cur.execute(_STATE_SQL[lock])
         row = cur.fetchone()
-        generation, digest = (int(row[0]), str(row[1])) if row else (0, "")
+    return (int(row[0]), str(row[1])) if row else (0, "")
+
+
+def _read_owners(conn: Connection) -> Assignment:
+    with conn.cursor() as cur:
         cur.execute("SELECT topic_id, lane, slot_id FROM topic_owners ORDER BY topic_id, lane")
         owners: dict[str, list[str]] = {}
         for topic_id, _lane, slot_id in cur.fetchall():
             owners.setdefault(str(topic_id), []).append(str(slot_id))
-    return Assignment({t: tuple(s) for t, s in owners.items()}), generation, digest
+    return Assignment({t: tuple(s) for t, s in owners.items()})
 
 
-def _store(conn: Connection, assignment: Assignment, generation: int, digest: str) -> None:
+def load_stored(conn: Connection, *, lock: bool = False) -> tuple[Assignment, int, str]:
+    """The stored assignment, its generation and inputs hash (empty assignment if none yet).
+
+    With ``lock`` the ``assignment_state`` row stays locked until the caller commits, so no writer
+    can change either table in between. Without it the generation is read before and after the
+    owners, and the read repeats if they differ: every writer bumps it in the same transaction
+    as its owners, so equal generations mean the owners are those of that generation (under READ
+    COMMITTED, where each statement sees the latest commits, as under REPEATABLE READ).
+    """
+    if lock:
+        generation, digest = _read_state(conn, lock=True)
+        return _read_owners(conn), generation, digest
+    for _ in range(_CONSISTENT_READS):
+        generation, digest = _read_state(conn, lock=False)
+        owners = _read_owners(conn)
+        if _read_state(conn, lock=False)[0] == generation:
+            return owners, generation, digest
+        conn.commit()  # a fresh snapshot, should the session run REPEATABLE READ
+    # Writers keep committing between our reads: read under the lock, which waits them out.
+    return load_stored(conn, lock=True)
+
+
+def _store_changes(conn: Connection, old: Assignment, new: Assignment, generation: int, digest: str) -> int:
+    """Rewrite the owners of the topics whose owners changed; returns how many topics that was.
+
+    A sticky recompute changes a few topics (a join: the new slot's share), so only those rows
+    are written, keeping the time under the lock short.
+    """
+    changed = sorted(t for t in old.owners.keys() | new.owners.keys() if old.owners_of(t) != new.owners_of(t))
     with conn.cursor() as cur:
-        cur.execute("DELETE FROM topic_owners")
-        rows = [(t, lane, s, generation) for t, owners in assignment for lane, s in enumerate(owners)]
+        if old.owners and len(changed) * 2 > len(old.owners):
+            cur.execute("DELETE FROM topic_owners")
+            changed = sorted(new.owners)
+        elif old.owners:
+            gone = [t for t in changed if t in old.owners]
+            for lo in range(0, len(gone), _DELETE_CHUNK):
+                chunk = gone[lo : lo + _DELETE_CHUNK]
+                marks = ", ".join(["%s"] * len(chunk))
+                cur.execute(f"DELETE FROM topic_owners WHERE topic_id IN ({marks})", chunk)  # noqa: S608
+        rows = [(t, lane, s, generation) for t in changed for lane, s in enumerate(new.owners_of(t))]
         if rows:
             cur.executemany(
                 "INSERT INTO topic_owners (topic_id, lane, slot_id, generation) VALUES (%s, %s, %s, %s)", rows
@@ -111,32 +180,72 @@ def _store(conn: Connection, assignment: Assignment, generation: int, digest: st
             " WHERE id = 1",
             (generation, digest),
         )
+    return len(changed)
 
 
-def current_assignment(conn: Connection, live_slots: Sequence[str]) -> OwnershipView:
-    """The assignment for the enabled topics and these live slots, recomputed and stored if stale."""
+def current_assignment(
+    conn: Connection,
+    live_slots: Sequence[str],
+    *,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    clock: Callable[[], float] = time.monotonic,
+) -> OwnershipView:
+    """The assignment for the enabled topics and these live slots, recomputed and stored if stale.
+
+    The balanced assignment is computed without holding any lock; only the compare-and-write
+    holds the ``assignment_state`` row lock (``OwnershipView.lock_held_s``). See the module doc.
+
+    Raises:
+        AssignmentError: a live slot id is unusable (empty, repeated, not valid Unicode).
+    """
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts={max_attempts}; must be >= 1")
     topics = tuple(topic_specs(conn))
     if not live_slots:
         return OwnershipView(Assignment({}), topics, -1, False)
+    check_slot_ids(live_slots)
     digest = inputs_hash(topics, live_slots)
-    stored, generation, stored_digest = load_stored(conn)
-    conn.commit()
-    if stored_digest == digest:
-        return OwnershipView(stored, topics, generation, False)
+    held_s = 0.0
     try:
-        previous, generation, stored_digest = load_stored(conn, lock=True)
-        if stored_digest == digest:  # another slot recomputed while we waited for the lock
+        for attempt in range(1, max_attempts + 1):
+            stored, generation, stored_digest = load_stored(conn)
             conn.commit()
-            return OwnershipView(previous, topics, generation, False)
-        fresh = balanced_assign(topics, live_slots, previous if previous.owners else None)
-        _store(conn, fresh, generation + 1, digest)
-        conn.commit()
-        log.info("assignment generation %d: %d topics over %d slots", generation + 1, len(topics), len(live_slots))
-        return OwnershipView(fresh, topics, generation + 1, True)
+            if stored_digest == digest:
+                return OwnershipView(stored, topics, generation, False, held_s, attempt - 1)
+            last = attempt == max_attempts
+            if last:
+                # Lost every race so far: compute under the lock, so this one cannot be lost.
+                stored, generation, stored_digest = load_stored(conn, lock=True)
+                locked_at = clock()
+                if stored_digest == digest:
+                    conn.commit()
+                    held_s += clock() - locked_at
+                    return OwnershipView(stored, topics, generation, False, held_s, attempt)
+            fresh = balanced_assign(topics, live_slots, stored if stored.owners else None)
+            if not last:
+                now_generation, _ = _read_state(conn, lock=True)
+                locked_at = clock()
+                if now_generation != generation:
+                    # Another slot stored meanwhile: start again from what it stored.
+                    conn.rollback()
+                    held_s += clock() - locked_at
+                    continue
+            changed = _store_changes(conn, stored, fresh, generation + 1, digest)
+            conn.commit()
+            held_s += clock() - locked_at
+            log.info(
+                "assignment generation %d: %d topics over %d slots, %d topics changed owners; lock held %.3f s",
+                generation + 1,
+                len(topics),
+                len(live_slots),
+                changed,
+                held_s,
+            )
+            return OwnershipView(fresh, topics, generation + 1, True, held_s, attempt)
     except pymysql.MySQLError as exc:
         conn.rollback()
         log.warning("could not store the balanced assignment (%s); using plain HRW for now", exc)
-        return OwnershipView(assign(topics, live_slots), topics, -1, False)
+    return OwnershipView(assign(topics, live_slots), topics, -1, False, held_s)
 
 
 def wants_for(slot_id: str, view: OwnershipView) -> dict[str, int]:
