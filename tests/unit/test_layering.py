@@ -83,3 +83,15 @@ def test_each_table_is_written_and_read_in_one_module(table: str) -> None:
     # The claims repository owns the claim columns of topic_partitions.
     allowed = {TABLE_HOMES[table]} | ({"claims.py"} if table == "topic_partitions" else set())
     assert users <= allowed, f"{table} is queried in {sorted(users - allowed)}; only {sorted(allowed)} should"
+
+
+def test_the_redis_adapter_does_not_load_kafka() -> None:
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, lagsched.adapters.lag_store;"
+        "print(sorted(m for m in sys.modules if m.startswith('confluent_kafka')))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "[]", out.stdout
