@@ -111,6 +111,9 @@ _BLOCK_ROWS = 1024
 # the topic plus this many. Most lanes land within the first few positions.
 _EXTRA_CANDIDATES = 12
 
+# Slots (the least loaded) weighed as the home of a lane that fits nowhere under keep.
+_RELIEF_CANDIDATES = 32
+
 FloatArray = npt.NDArray[np.float64]
 Lane = tuple[int, int]  # (topic index, lane position)
 
@@ -380,11 +383,13 @@ class _Solver:
         lanes until they do). Among the slots whose cost the movement allowance still covers,
         the cheapest; if none, the one left lowest after shedding what the allowance pays for
         (its largest lanes that fit in it). Ties go to the least loaded, then the lowest slot
-        id. O(lanes held).
+        id. Only the ``_RELIEF_CANDIDATES`` least-loaded slots are looked at, so a lane costs
+        O(lanes they hold), not O(all lanes).
         """
         budget = self._budget() - self.reserved
         best: tuple[bool, float, float, int] | None = None
-        for c in range(self.n):
+        lightest = np.argsort(self._load_np, kind="stable")[: _RELIEF_CANDIDATES + len(row)].tolist()
+        for c in lightest:
             if c in row:
                 continue
             excess = self.load[c] + lane - self.keep
