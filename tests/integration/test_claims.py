@@ -485,6 +485,13 @@ def test_renew_and_commit_return_the_row_as_it_is_now(mysql_db: MySQLParams, con
     assert (r0.key, r0.committed_offset, r1.committed_offset) == (c0.key, 500, None)
     assert r0.lease_expires_at == r1.lease_expires_at > c0.lease_expires_at
     assert store.held(s) == [r0, r1]
+    # A commit presenting the copy from before the renewal still reports the lease the table has.
+    assert store.commit_offset(s, c0, 600) == dataclasses.replace(r0, committed_offset=600)
+    assert store.commit_offset(s, r1, 7) == dataclasses.replace(r1, committed_offset=7)
+    assert [(c.committed_offset, c.lease_expires_at) for c in store.held(s)] == [
+        (600, r0.lease_expires_at),
+        (7, r1.lease_expires_at),
+    ]
 
 
 @pytest.mark.parametrize("mode", MODES)

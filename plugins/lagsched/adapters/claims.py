@@ -34,6 +34,7 @@ cycle either.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import random
 import time
@@ -99,8 +100,14 @@ _SET_CLAIMED = (
 )
 _HOLDING = (
     "SELECT topic_id, partition_id, committed_offset, claim_epoch, lease_expires_at FROM topic_partitions"
-    " WHERE claimed_by = %s AND lease_expires_at > COALESCE(%s, CURRENT_TIMESTAMP(6))"
-    " ORDER BY topic_id, partition_id"
+    " WHERE claimed_by = %s AND lease_expires_at > CURRENT_TIMESTAMP(6) ORDER BY topic_id, partition_id"
+)
+# The database's clock and the slot's holding at that instant, in one round trip: a claim's first
+# statement. The one-row derived table keeps `now` when the slot holds nothing.
+_NOW_AND_HOLDING = (
+    "SELECT n.now, t.topic_id, t.partition_id, t.committed_offset, t.claim_epoch, t.lease_expires_at"
+    " FROM (SELECT CURRENT_TIMESTAMP(6) AS now) AS n LEFT JOIN topic_partitions AS t"
+    " ON t.claimed_by = %s AND t.lease_expires_at > n.now ORDER BY t.topic_id, t.partition_id"
 )
 _RELEASE = (
     "UPDATE topic_partitions SET claimed_by = NULL, lease_expires_at = NULL"
@@ -307,10 +314,19 @@ class ClaimStore:
         return _from_db(row[0])
 
     @staticmethod
-    def _holding(cur: Cursor, slot_id: str, now: datetime | None) -> list[Claim]:
-        """Rows the slot holds at ``now`` (the database's current time if ``None``), by key."""
-        cur.execute(_HOLDING, (slot_id, None if now is None else _to_db(now)))
+    def _holding(cur: Cursor, slot_id: str) -> list[Claim]:
+        """Rows the slot holds now (the database's clock), by key."""
+        cur.execute(_HOLDING, (slot_id,))
         return [Claim(str(t), int(p), _offset(o), int(e), _from_db(x)) for t, p, o, e, x in cur.fetchall()]
+
+    @staticmethod
+    def _now_and_holding(cur: Cursor, slot_id: str) -> tuple[datetime, list[Claim]]:
+        """The database's current time, and the rows the slot holds then."""
+        cur.execute(_NOW_AND_HOLDING, (slot_id,))
+        rows = cur.fetchall()
+        now = _from_db(rows[0][0])
+        holding = [Claim(str(t), int(p), _offset(o), int(e), _from_db(x)) for _, t, p, o, e, x in rows if t is not None]
+        return now, holding
 
     # ------------------------------------------------------------------ claim
 
@@ -378,9 +394,8 @@ class ClaimStore:
         self, cur: Cursor, slot_id: str, wants: Mapping[str, int], lease_s: float, got: list[Claim]
     ) -> _Pass:
         """One transaction: pick and lock the oldest claimable rows, claim them."""
-        now = self._db_now(cur)
+        now, holding = self._now_and_holding(cur, slot_id)
         expires = lease_expiry(now, lease_s)
-        holding = self._holding(cur, slot_id, now)
         lost = 0
         # Topics in a fixed order, so that locks are taken in (topic, partition) order throughout.
         for topic_id, n in shortfall(wants, holding).items():
@@ -443,11 +458,7 @@ class ClaimStore:
         after its commit: an error on a later row cannot lose it.
         """
 
-        def start(cur: Cursor) -> tuple[datetime, list[Claim]]:
-            now = self._db_now(cur)
-            return now, self._holding(cur, slot_id, now)
-
-        now, holding = self._transaction(start)
+        now, holding = self._transaction(partial(self._now_and_holding, slot_id=slot_id))
         expires = lease_expiry(now, lease_s)
         got: list[Claim] = []
         lost = conflicts = 0
@@ -515,7 +526,7 @@ class ClaimStore:
     def held(self, slot_id: str) -> list[Claim]:
         """Rows the slot holds now (live lease), e.g. for a restarted worker with a stable slot id."""
         _check_id("slot_id", slot_id)
-        return self._run("held", lambda cur: self._holding(cur, slot_id, None))
+        return self._run("held", lambda cur: self._holding(cur, slot_id))
 
     # ------------------------------------------------------------------ renew, commit, release
 
@@ -581,39 +592,35 @@ class ClaimStore:
         topic_id, partition_id, epoch = claim.topic_id, claim.partition_id, claim.claim_epoch
 
         def op(cur: Cursor) -> Claim:
+            # Fast path, the usual case: the caller presents the lease the table has (the claim as
+            # last returned by claim, renew or commit), so on success that lease is the current one
+            # and nothing needs reading back.
             cur.execute(
-                "UPDATE topic_partitions SET committed_offset = %s"
-                " WHERE topic_id = %s AND partition_id = %s AND claimed_by = %s AND claim_epoch = %s"
+                "UPDATE topic_partitions SET committed_offset = %s WHERE topic_id = %s AND partition_id = %s"
+                " AND claimed_by = %s AND claim_epoch = %s AND lease_expires_at = %s"
                 " AND lease_expires_at > CURRENT_TIMESTAMP(6)",
-                (offset, topic_id, partition_id, slot_id, epoch),
+                (offset, topic_id, partition_id, slot_id, epoch, _to_db(claim.lease_expires_at)),
             )
-            changed = cur.rowcount == 1
-            # After a write the row is locked by this transaction, so this reads what was written.
-            cur.execute(
-                "SELECT claimed_by, claim_epoch, lease_expires_at, last_picked_at, committed_offset,"
-                " CURRENT_TIMESTAMP(6) FROM topic_partitions WHERE topic_id = %s AND partition_id = %s",
-                (topic_id, partition_id),
-            )
-            row = cur.fetchone()
-            if changed and row is not None:
-                return Claim(topic_id, partition_id, offset, epoch, _from_db(row[2]))
-            state = (
-                None
-                if row is None
-                else RowState(
-                    None if row[0] is None else str(row[0]),
-                    int(row[1]),
-                    _maybe_from_db(row[2]),
-                    _maybe_from_db(row[3]),
-                    _from_db(row[5]),
-                )
-            )
+            if cur.rowcount == 1:
+                return dataclasses.replace(claim, committed_offset=offset)
+            # Otherwise lock the row and decide: held under an older copy of its lease, the same
+            # offset again (rowcount counts changed rows), or lost.
+            state, committed = self._row_state(cur, topic_id, partition_id)
             verdict = judge_claim(slot_id, claim, state)
-            if verdict is None and row is not None and _offset(row[4]) == offset:
-                # rowcount is 0 when the offset already had this value: an idempotent re-commit.
-                return Claim(topic_id, partition_id, offset, epoch, _from_db(row[2]))
+            if verdict is None and state is not None and state.lease_expires_at is not None:
+                if committed == offset:
+                    return Claim(topic_id, partition_id, offset, epoch, state.lease_expires_at)
+                cur.execute(
+                    "UPDATE topic_partitions SET committed_offset = %s WHERE topic_id = %s AND partition_id = %s"
+                    " AND claimed_by = %s AND claim_epoch = %s AND lease_expires_at > CURRENT_TIMESTAMP(6)",
+                    (offset, topic_id, partition_id, slot_id, epoch),
+                )
+                if cur.rowcount == 1:
+                    return Claim(topic_id, partition_id, offset, epoch, state.lease_expires_at)
+                # The lease ran out between the read and the write: judge the row again.
+                state, _ = self._row_state(cur, topic_id, partition_id)
+                verdict = judge_claim(slot_id, claim, state)
             if verdict is None:
-                # Held and live now, yet the guarded update matched nothing a moment ago.
                 raise RuntimeError(f"commit to {topic_id}[{partition_id}] matched no row although it is held")
             raise ClaimLostError(
                 f"slot {slot_id} lost the claim on {topic_id}[{partition_id}] (epoch {epoch}): {verdict.detail}. "
@@ -628,6 +635,27 @@ class ClaimStore:
             )
 
         return self._run("commit_offset", op)
+
+    @staticmethod
+    def _row_state(cur: Cursor, topic_id: str, partition_id: int) -> tuple[RowState | None, int | None]:
+        """The row, locked, with the database's time, and its committed offset (``None`` if no row)."""
+        cur.execute(
+            "SELECT claimed_by, claim_epoch, lease_expires_at, last_picked_at, committed_offset,"
+            " CURRENT_TIMESTAMP(6) FROM topic_partitions WHERE topic_id = %s AND partition_id = %s FOR UPDATE",
+            (topic_id, partition_id),
+        )
+        row = cur.fetchone()
+        if row is None:
+            return None, None
+        holder, epoch, lease, picked, committed, now = row
+        state = RowState(
+            None if holder is None else str(holder),
+            int(epoch),
+            _maybe_from_db(lease),
+            _maybe_from_db(picked),
+            _from_db(now),
+        )
+        return state, _offset(committed)
 
     def release(self, slot_id: str, claims: Iterable[Claim]) -> list[Claim]:
         """Give rows back (Hevo's "disown"): clear holder and lease, keep offset and epoch.
@@ -666,7 +694,7 @@ class ClaimStore:
         _check_wants(wants)
 
         def op(cur: Cursor) -> list[Claim]:
-            give = rows_to_release(wants, self._holding(cur, slot_id, None))
+            give = rows_to_release(wants, self._holding(cur, slot_id))
             return self._release(cur, slot_id, give)
 
         released = self._run("rebalance", op)
