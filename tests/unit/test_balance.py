@@ -269,6 +269,21 @@ def test_uneven_leave_spends_the_allowance_on_the_peak() -> None:
     assert _moved(topics, before, unlimited) > _moved(topics, before, after)
 
 
+def test_the_next_join_heals_a_leave_the_allowance_left_overloaded() -> None:
+    topics = _uneven_topics()
+    slots = _uneven_slots(0, 13)
+    before = balanced_assign(topics, slots)
+    big = max(topics, key=lambda t: max(lane_loads(t, min(t.linker_workers, 13))))
+    rest = [s for s in slots if s != before.owners_of(big.topic_id)[0]]
+    left = balanced_assign(topics, rest, previous=before)
+    loads = slot_loads(topics, left, rest)
+    assert max(loads.values()) > 1.3 * sum(loads.values()) / len(rest)  # the allowance ran out
+    grown = [*rest, "joiner"]
+    joined = balanced_assign(topics, grown, previous=left)
+    loads = slot_loads(topics, joined, grown)
+    assert max(loads.values()) <= 1.10 * sum(loads.values()) / len(grown)
+
+
 # --------------------------------------------------------------------------- bad input
 
 

@@ -96,8 +96,8 @@ DEFAULT_MOVE_SLACK = 0.2
 
 # New lanes are placed only up to (1 + _FILL * eps) * mean, so a slot keeps headroom below the
 # (1 + eps) * mean it may hold: when a slot joins, the mean drops by 1/(N+1) and a slot filled to
-# the keep limit would have to shed; filled to the lower mark it does not (from about 20 slots
-# up, for eps = 0.1), so a join moves only what the new slot takes.
+# the keep limit would have to shed; filled to the lower mark it does not (from 21 slots up,
+# for eps = 0.1), so a join moves only what the new slot takes.
 _FILL = 0.5
 
 # A safety net only: every move strictly lowers the sum of squared loads (see _Solver.solve), so
