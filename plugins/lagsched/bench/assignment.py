@@ -282,9 +282,11 @@ def leave_bound(
 ) -> float:
     """Lowest max/mean any assignment can reach after ``leaver`` leaves, moving <= (1 + slack) x ideal.
 
-    Each lane the leaver held lands on some slot that does not own its topic yet; that slot can
-    shed at most the allowance (``slack`` x what the leaver held) to end lower, so it ends at
-    least at its load plus the lane minus the allowance. A lower bound, not always attainable.
+    For every topic the leaver owned (unless all slots own it, when k shrinks instead), some slot
+    that did not own it must own it afterwards, with a lane of at least the topic's smallest
+    share. That slot can shed at most the allowance (``slack`` x what the leaver held), so it ends
+    at least at its load plus that lane minus the allowance. Each topic is looked at alone, so the
+    bound is not always attainable.
     """
     rest = [s for s in loads if s != leaver]
     mean = sum(loads.values()) / len(rest)
@@ -292,11 +294,12 @@ def leave_bound(
     bound = 0.0
     for spec in topics:
         held = owners.owners_of(spec.topic_id)
-        for owner, lane in zip(held, lane_loads(spec, len(held)), strict=True):
-            others = [loads[s] for s in rest if s not in held]
-            # When every other slot owns the topic too, k shrinks and the lane disappears.
-            if owner == leaver and lane > 0 and others:
-                bound = max(bound, (min(others) + lane - allowance) / mean)
+        if leaver not in held:
+            continue
+        others = [loads[s] for s in rest if s not in held]
+        smallest = min(lane_loads(spec, len(held)))
+        if others and smallest > 0:
+            bound = max(bound, (min(others) + smallest - allowance) / mean)
     return bound
 
 
