@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 import pymysql
 
+from lagsched.adapters.topics import load_topics
 from lagsched.core.balance import balanced_assign
 from lagsched.core.claims import slot_wants
 from lagsched.core.rendezvous import Assignment, TopicSpec, assign, check_slot_ids
@@ -91,12 +92,12 @@ class OwnershipView:
 
 
 def topic_specs(conn: Connection) -> list[TopicSpec]:
-    """Every enabled topic as a ``TopicSpec`` (partitions, ``linker_workers``), by topic id."""
-    with conn.cursor() as cur:
-        cur.execute("SELECT topic_id, partition_count, linker_workers FROM topics WHERE enabled ORDER BY topic_id")
-        rows = cur.fetchall()
-    conn.commit()
-    return [TopicSpec(str(t), int(p), max(1, int(k))) for t, p, k in rows]
+    """Every enabled topic of every cluster as a ``TopicSpec`` (partitions, ``linker_workers``), by topic id.
+
+    Read through the topics repository, the one home of the ``topics`` table.
+    """
+    rows = sorted(load_topics(conn), key=lambda t: t.topic_id)
+    return [TopicSpec(t.topic_id, t.partition_count, max(1, t.linker_workers)) for t in rows]
 
 
 def inputs_hash(topics: Sequence[TopicSpec], live_slots: Sequence[str]) -> str:
