@@ -39,13 +39,11 @@ def _create_topics(admin: Any, names: list[str], partitions: int) -> None:
         for f in futures.values():
             f.result(timeout=180)
         print(f"   created {start + len(batch)}/{len(names)} topics", flush=True)
-    from lagsched.adapters.kafka_admin import read_offsets
-    from lagsched.core.errors import KafkaOffsetsError
-
     # Creation is asynchronous: metadata names a leader seconds before it serves offsets (10,000
     # new partitions answer NOT_LEADER for a while), and that warm-up is not what is measured.
-    from lagsched.adapters.kafka_admin import admin_client
+    from lagsched.adapters.kafka_admin import admin_client, read_offsets
     from lagsched.connections import kafka_config
+    from lagsched.core.errors import KafkaOffsetsError
 
     deadline = time.monotonic() + 300
     while True:
