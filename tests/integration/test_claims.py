@@ -706,6 +706,42 @@ def test_for_update_claim_and_release_do_not_deadlock(mysql_db: MySQLParams, con
     assert releaser.deadlocks == claimer.deadlocks == 0 and releaser.retries == claimer.retries == 0
 
 
+def test_a_for_update_claimer_that_lost_what_it_waited_for_moves_on_at_once(mysql_db: MySQLParams, conn: Any) -> None:
+    topic = add_topic(mysql_db, 4)
+    c_slot = new_slot()
+    rival, c_conn = connect(mysql_db), connect(mysql_db)
+    claimer = ClaimStore(c_conn, LockMode.FOR_UPDATE, sleep=lambda _s: None)
+    out: dict[str, Any] = {}
+    try:
+        with c_conn.cursor() as cur:
+            cur.execute("SELECT CONNECTION_ID()")
+            (c_id,) = cur.fetchone() or (0,)
+        c_conn.commit()
+        with rival.cursor() as cur:  # another claimer has locked the two oldest rows
+            cur.execute(
+                "SELECT * FROM topic_partitions WHERE topic_id = %s AND partition_id IN (0, 1) FOR UPDATE", (topic,)
+            )
+        c = threading.Thread(target=lambda: out.setdefault("claimed", claimer.claim(c_slot, {topic: 1}, 60)))
+        c.start()
+        wait_until_waiting_for_a_lock(conn, c_id)  # queued behind the rival on its candidates (p0, p1)
+        with rival.cursor() as cur:  # ... which the rival now claims
+            cur.execute(
+                "UPDATE topic_partitions SET claimed_by = %s, claim_epoch = claim_epoch + 1,"
+                " lease_expires_at = CURRENT_TIMESTAMP(6) + INTERVAL 1 MINUTE"
+                " WHERE topic_id = %s AND partition_id IN (0, 1)",
+                (new_slot(), topic),
+            )
+        rival.commit()
+        c.join(60)
+    finally:
+        rival.close()
+        c_conn.close()
+    # It moved on to the next rows in the same call, without a backoff.
+    result = out["claimed"]
+    assert [x.partition_id for x in result.new] == [2] and result.status is ClaimStatus.COMPLETE
+    assert claimer.retries == 0 and claimer.deadlocks == 0
+
+
 def test_lock_wait_timeout_is_retried_not_raised(mysql_db: MySQLParams, conn: Any) -> None:
     topic = add_topic(mysql_db, 1)
     s = new_slot()

@@ -109,6 +109,14 @@ _NOW_AND_HOLDING = (
     " FROM (SELECT CURRENT_TIMESTAMP(6) AS now) AS n LEFT JOIN topic_partitions AS t"
     " ON t.claimed_by = %s AND t.lease_expires_at > n.now ORDER BY t.topic_id, t.partition_id"
 )
+#: Picks a for_update claim makes in one transaction while others take every row it waited for.
+_FOR_UPDATE_PICKS = 4
+# The same, among partitions above the given one: a for_update claim's pick after a lost race.
+_PICK_ABOVE = (
+    "SELECT partition_id, committed_offset, claim_epoch FROM topic_partitions"  # noqa: S608
+    " FORCE INDEX (ix_topic_partitions_pick)"
+    f" WHERE topic_id = %s AND {_CLAIMABLE} AND partition_id > %s ORDER BY last_picked_at, partition_id LIMIT %s"
+)
 _RELEASE = (
     "UPDATE topic_partitions SET claimed_by = NULL, lease_expires_at = NULL"
     " WHERE topic_id = %s AND partition_id = %s AND claimed_by = %s AND claim_epoch = %s"
@@ -370,7 +378,9 @@ class ClaimStore:
         # After a failed pass, read what is committed: rows won before the failure are in it.
         holding = final.holding if final is not None else self.held(slot_id)
         short = shortfall(wants, holding)
-        status = claim_status(short, free_left=bool(short) and self._any_free(short), gave_up=gave_up)
+        # Whether rows are free matters only for a short claim that did not give up.
+        free_left = bool(short) and not gave_up and self._any_free(short)
+        status = claim_status(short, free_left=free_left, gave_up=gave_up)
         if short:
             log.info("slot %s is short of %s: %s", slot_id, short, status)
         return ClaimResult(
@@ -429,24 +439,37 @@ class ClaimStore:
         ``2n`` oldest candidates are read without locks, locked in key order with their claimable
         check repeated, and the ``n`` oldest still claimable are taken. Returns the rows taken and
         how many of the ``n`` were lost to other claimers in between.
+
+        If others took every candidate while this claimer waited, it picks again at once, as plain
+        FOR UPDATE's scan moves on past taken rows, but only among partitions above every candidate
+        tried: under READ COMMITTED InnoDB drops the lock on a row that turned out not to match,
+        except when the statement had waited for it (MariaDB 10.11, checked), so the claimer may
+        still hold those, and a lower key would break the lock order. The next pass, a new
+        transaction, starts from the oldest rows again, so nothing starves.
         """
-        cur.execute(_PICK, (topic_id, _to_db(now), 2 * n))
-        candidates = sorted(int(r[0]) for r in cur.fetchall())
-        if not candidates:
-            return [], 0
-        marks = ", ".join(["%s"] * len(candidates))
-        cur.execute(
-            "SELECT partition_id, committed_offset, claim_epoch, last_picked_at"  # noqa: S608
-            " FROM topic_partitions FORCE INDEX (PRIMARY)"
-            f" WHERE topic_id = %s AND partition_id IN ({marks}) AND {_CLAIMABLE}"
-            " ORDER BY partition_id FOR UPDATE",
-            (topic_id, *candidates, _to_db(now)),
-        )
-        locked = cur.fetchall()
-        # Never-picked rows (NULL) first, as in the claim order of _PICK.
-        locked_in_claim_order = sorted(locked, key=lambda r: (r[3] is not None, r[3] or datetime.min, int(r[0])))
-        rows = [(int(p), _offset(o), int(e)) for p, o, e, _ in locked_in_claim_order[:n]]
-        return rows, min(n, len(candidates)) - len(rows)
+        above = -1
+        lost = 0
+        for _ in range(_FOR_UPDATE_PICKS):
+            cur.execute(_PICK_ABOVE, (topic_id, _to_db(now), above, 2 * n))
+            candidates = sorted(int(r[0]) for r in cur.fetchall())
+            if not candidates:
+                break
+            marks = ", ".join(["%s"] * len(candidates))
+            cur.execute(
+                "SELECT partition_id, committed_offset, claim_epoch, last_picked_at"  # noqa: S608
+                " FROM topic_partitions FORCE INDEX (PRIMARY)"
+                f" WHERE topic_id = %s AND partition_id IN ({marks}) AND {_CLAIMABLE}"
+                " ORDER BY partition_id FOR UPDATE",
+                (topic_id, *candidates, _to_db(now)),
+            )
+            locked = cur.fetchall()
+            lost = min(n, len(candidates)) - min(n, len(locked))
+            if locked:
+                # Never-picked rows (NULL) first, as in the claim order of _PICK.
+                oldest = sorted(locked, key=lambda r: (r[3] is not None, r[3] or datetime.min, int(r[0])))
+                return [(int(p), _offset(o), int(e)) for p, o, e, _ in oldest[:n]], lost
+            above = candidates[-1]
+        return [], lost
 
     def _optimistic_pass(
         self, slot_id: str, wants: Mapping[str, int], lease_s: float, won: dict[tuple[str, int], int]
