@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
 
-from lagsched.adapters.topics import read_transaction, set_linker_workers, write_transaction
+from lagsched.adapters.topics import set_linker_workers, transaction
 from lagsched.core.evaluator import Decision
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ Applied = Literal["applied", "conflict", "already_applied"]
 
 def decisions_of(conn: Connection, evaluation_id: str) -> dict[str, DecisionRow]:
     """The decisions one evaluation recorded, by topic id (a retry finds what it applied)."""
-    with read_transaction(conn) as cur:
+    with transaction(conn) as cur:
         cur.execute(f"SELECT {_COLUMNS} FROM scaling_decisions WHERE evaluation_id = %s", (evaluation_id,))  # noqa: S608 - fixed column list
         rows = cur.fetchall()
     out = {}
@@ -84,7 +84,7 @@ def last_change_times(conn: Connection, topic_ids: Sequence[str]) -> dict[str, f
     if not topic_ids:
         return {}
     marks = ", ".join(["%s"] * len(topic_ids))
-    with read_transaction(conn) as cur:
+    with transaction(conn) as cur:
         cur.execute(
             f"SELECT topic_id, MAX(decided_at) FROM scaling_decisions WHERE topic_id IN ({marks})"  # noqa: S608 - placeholders only
             " GROUP BY topic_id",
@@ -107,7 +107,7 @@ def apply_change(
     import pymysql
 
     try:
-        with write_transaction(conn) as cur:
+        with transaction(conn) as cur:
             if not set_linker_workers(cur, topic_id, d.old_workers, d.new_workers):
                 conn.rollback()
                 return "conflict", None
@@ -128,7 +128,7 @@ def apply_change(
 
 def mark_announced(conn: Connection, decision_id: int, at: float) -> None:
     """Stamp a decision as published (a retry publishes only unstamped ones)."""
-    with write_transaction(conn) as cur:
+    with transaction(conn) as cur:
         cur.execute(
             "UPDATE scaling_decisions SET announced_at = %s WHERE decision_id = %s AND announced_at IS NULL",
             (_to_db(at), decision_id),

@@ -31,9 +31,8 @@ __all__ = [
     "apply_sync",
     "load_partitions",
     "load_topics",
-    "read_transaction",
     "set_linker_workers",
-    "write_transaction",
+    "transaction",
 ]
 
 log = logging.getLogger(__name__)
@@ -63,23 +62,13 @@ class PartitionRow:
 
 
 @contextmanager
-def read_transaction(conn: Connection) -> Iterator[Cursor]:
-    """A cursor whose transaction is ended afterwards even when the read failed.
+def transaction(conn: Connection) -> Iterator[Cursor]:
+    """A cursor in one transaction: committed at the end, rolled back on any error.
 
-    A failed read's rollback error (the connection broke) must not hide the read's own error.
+    Reads end their transaction too, so a long-lived connection sees other writers' commits next
+    time. A failed statement's rollback error (the connection broke) must not hide the
+    statement's own error, so it is only logged.
     """
-    try:
-        with conn.cursor() as cur:
-            yield cur
-    except BaseException:
-        _rollback_quietly(conn)
-        raise
-    conn.commit()
-
-
-@contextmanager
-def write_transaction(conn: Connection) -> Iterator[Cursor]:
-    """A cursor in one transaction: committed at the end, rolled back on any error."""
     try:
         with conn.cursor() as cur:
             yield cur
@@ -119,7 +108,7 @@ def load_topics(conn: Connection, cluster: str | None = None, *, enabled_only: b
     sql = f"SELECT {_TOPIC_COLUMNS} FROM topics"  # noqa: S608 - fixed column list
     if where:
         sql += " WHERE " + " AND ".join(where)
-    with read_transaction(conn) as cur:
+    with transaction(conn) as cur:
         cur.execute(sql + " ORDER BY cluster, name, enabled DESC, created_at", tuple(args))
         rows = cur.fetchall()
     out = []
@@ -148,7 +137,7 @@ def load_partitions(conn: Connection, topic_ids: Iterable[str]) -> dict[str, tup
         " CASE WHEN lease_expires_at > CURRENT_TIMESTAMP(6) THEN claimed_by END"
         f" FROM topic_partitions WHERE topic_id IN ({marks}) ORDER BY topic_id, partition_id"
     )
-    with read_transaction(conn) as cur:
+    with transaction(conn) as cur:
         cur.execute(sql, tuple(ids))
         for tid, pid, committed, holder in cur.fetchall():
             offset = None if committed is None else int(committed)
@@ -202,7 +191,7 @@ def apply_sync(conn: Connection, cluster: str, plan_for: Callable[[list[TopicRow
     ``plan_for`` is the pure planner (`lagsched.core.registry.plan_sync` with the broker's view
     bound): planning under the lock is what makes two concurrent syncs agree.
     """
-    with write_transaction(conn) as cur:
+    with transaction(conn) as cur:
         rows = lock_cluster(cur, cluster)
         plan = plan_for(rows)
         # Disable first: a re-created topic's new row may take the name only once the old row gave it up.
