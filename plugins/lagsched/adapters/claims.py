@@ -103,11 +103,12 @@ _HOLDING = (
     " WHERE claimed_by = %s AND lease_expires_at > CURRENT_TIMESTAMP(6) ORDER BY topic_id, partition_id"
 )
 # The database's clock and the slot's holding at that instant, in one round trip: a claim's first
-# statement. The one-row derived table keeps `now` when the slot holds nothing.
+# statement. The one-row derived table keeps `now` when the slot holds nothing. Sorted by the
+# caller: an ORDER BY here costs a temporary table on every claim.
 _NOW_AND_HOLDING = (
     "SELECT n.now, t.topic_id, t.partition_id, t.committed_offset, t.claim_epoch, t.lease_expires_at"
     " FROM (SELECT CURRENT_TIMESTAMP(6) AS now) AS n LEFT JOIN topic_partitions AS t"
-    " ON t.claimed_by = %s AND t.lease_expires_at > n.now ORDER BY t.topic_id, t.partition_id"
+    " ON t.claimed_by = %s AND t.lease_expires_at > n.now"
 )
 #: Picks a for_update claim makes in one transaction while others take every row it waited for.
 _FOR_UPDATE_PICKS = 4
@@ -334,7 +335,7 @@ class ClaimStore:
         rows = cur.fetchall()
         now = _from_db(rows[0][0])
         holding = [Claim(str(t), int(p), _offset(o), int(e), _from_db(x)) for _, t, p, o, e, x in rows if t is not None]
-        return now, holding
+        return now, sorted(holding, key=lambda c: c.key)
 
     # ------------------------------------------------------------------ claim
 
