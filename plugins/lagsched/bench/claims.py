@@ -514,11 +514,15 @@ def check_history(events: Sequence[tuple[str, list[Any]]]) -> HistoryCheck:
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
-    """One run of N claimers: the log check, the poller's verdict and the measured wall time."""
+    """One run of N claimers: the log check, the poller's verdict, and the measured window (from the
+    go signal until every claimer exited): its wall time, MariaDB's CPU-seconds in it and the whole
+    machine's busy CPU-seconds in it."""
 
     history: HistoryCheck
     poll: PollResult
     wall_s: float
+    db_cpu_s: float = 0.0
+    machine_busy_s: float = 0.0
 
 
 def run_claimers(
@@ -540,11 +544,13 @@ def run_claimers(
         ready.get(timeout=spawn_timeout_s)
     poller = ctx.Process(target=poll_table, args=(specs[0].params, poll_interval_s, stop, out), daemon=True)
     poller.start()
+    db0, busy0 = _db_cpu_s(), _machine_busy_s()
     start = time.time()
     go.set()
     for p in procs:
         p.join(timeout=max(s.seconds for s in specs) + 120)
     wall = time.time() - start
+    db_cpu, busy = _db_cpu_s() - db0, _machine_busy_s() - busy0
     stop.set()
     poll = out.get(timeout=120)
     poller.join(timeout=30)
@@ -552,7 +558,7 @@ def run_claimers(
     if bad:
         raise RuntimeError(f"{len(bad)} claimer process(es) failed, exit codes {bad}; see stderr")
     history = check_history(read_events(sorted(log_dir.glob("*.jsonl"))))
-    return RunResult(history, poll, wall)
+    return RunResult(history, poll, wall, db_cpu, busy)
 
 
 def _db_cpu_s() -> float:
@@ -569,6 +575,13 @@ def _db_cpu_s() -> float:
             fields = text[text.rfind(")") + 2 :].split()
             total += (int(fields[11]) + int(fields[12])) / tick  # utime + stime
     return total
+
+
+def _machine_busy_s() -> float:
+    """CPU-seconds this machine has been busy (all cores, not idle nor waiting for I/O) since boot."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def _lock_status(params: MySQLParams) -> dict[str, int]:
@@ -616,13 +629,12 @@ def bench_run(
             for i in range(claimers)
         ]
         lock0 = _lock_status(params)
-        db0 = _db_cpu_s()
         # A snapshot of 10,000 rows costs the poller about 40 ms of CPU (pymysql parses in Python):
         # at 4 a second that was a tenth of this 2-core machine taken from the claimers being
         # timed. Once a second keeps an independent check in every draw for a quarter of that;
         # the log check (check_history) sees every operation anyway.
         result = run_claimers(specs, Path(tmp), poll_interval_s=BENCH_POLL_INTERVAL_S)
-        db_cpu = _db_cpu_s() - db0
+        db_cpu, busy = result.db_cpu_s, result.machine_busy_s
         lock1 = _lock_status(params)
     h = result.history
     lock = {k: lock1.get(k, 0) - lock0.get(k, 0) for k in lock1}
@@ -653,6 +665,10 @@ def bench_run(
         "claimer_cpu_s": round(h.cpu_s, 2),
         "db_cpu_s": round(db_cpu, 2),
         "wall_s": round(result.wall_s, 2),
+        # CPU-seconds the machine spent on anything but the claimers and MariaDB during the draw:
+        # other people's work on a shared machine (plus this checker, about 0.05 s a second). The
+        # load average is no guide, as it counts this benchmark's own claimers.
+        "others_cpu_s": round(max(0.0, busy - h.cpu_s - db_cpu), 2),
         "load_1m_before": round(load_before, 2),
         "load_1m_after": round(os.getloadavg()[0], 2),
     }
@@ -668,6 +684,7 @@ _WORST_HIGH = (
     "deadlocks",
     "contended_calls",
     "others_busy_on_server",
+    "others_cpu_s",
 )
 _WORST_LOW = ("claims_per_s",)
 _TOTALS = ("double_claims", "stale_commits", "claim_calls", "rows_claimed", "commits", "server_deadlocks")
@@ -699,12 +716,14 @@ def _table(runs: Sequence[dict[str, Any]]) -> str:
     head = (
         f"{'mode':<12} {'claimers':>8} {'claims/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}"
         f" {'lock wait s':>11} {'deadlocks':>9} {'contended':>9} {'double':>7} {'stale':>6} {'others':>6}"
+        f" {'others cpu s':>12}"
     )
     lines = [head, "-" * len(head)]
     lines += [
         f"{r['mode']:<12} {r['claimers']:>8} {r['claims_per_s']:>10.1f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f}"
         f" {r['max_ms']:>8.2f} {r['lock_wait_s']:>11.2f} {r['deadlocks']:>9} {r['contended_calls']:>9}"
         f" {r['double_claims']:>7} {r['stale_commits']:>6} {r.get('others_busy_on_server', 0):>6}"
+        f" {r.get('others_cpu_s', 0):>12.1f}"
         for r in runs
     ]
     return "\n".join(lines)
@@ -785,7 +804,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(
                         f"draw {draw + 1}/{args.draws} {mode:<12} {n:>3} claimers: {figures['claims_per_s']:>8.1f}"
                         f" claims/s, p99 {figures['p99_ms']} ms, lock wait {figures['lock_wait_s']} s,"
-                        f" load {figures['load_1m_before']}",
+                        f" others' CPU {figures['others_cpu_s']} s",
                         flush=True,
                     )
     finally:
