@@ -112,7 +112,7 @@ _NOW_AND_HOLDING = (
 )
 #: Picks a for_update claim makes in one transaction while others take every row it waited for.
 _FOR_UPDATE_PICKS = 4
-# The same, among partitions above the given one: a for_update claim's pick after a lost race.
+# _PICK among partitions above the given one: a for_update claim's pick after it lost every row it waited for.
 _PICK_ABOVE = (
     "SELECT partition_id, committed_offset, claim_epoch FROM topic_partitions"  # noqa: S608
     " FORCE INDEX (ix_topic_partitions_pick)"
