@@ -443,15 +443,11 @@ def measure_lock_hold(n_topics: int = 10_000, n_slots: int = 1_000, rounds: int 
     """
     from lagsched.adapters.mysql import connect
     from lagsched.adapters.ownership import current_assignment
+    from lagsched.bench import use_local_stack_connections
     from lagsched.bench.claims import create_database, drop_database
     from lagsched.connections import mysql_params
 
-    if "AIRFLOW_CONN_LAGSCHED_MYSQL" not in os.environ:
-        # Outside Airflow and the test suite: point at the local stack, as the CLI does.
-        from lagsched.stack.config import load
-        from lagsched.stack.environment import connection_environment
-
-        os.environ.update(connection_environment(load()))
+    use_local_stack_connections()  # outside Airflow and the tests: the local stack, as the CLI does
     topics, slots, _ = speed_inputs(n_topics, n_slots, seed)
     params = create_database(mysql_params(), prefix="lagsched_bench_own")
     worst = {"full": 0.0, "join": 0.0, "leave": 0.0}

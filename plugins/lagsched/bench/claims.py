@@ -781,12 +781,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--topics must divide {ROWS}")
     if args.draws < 1:
         parser.error("--draws must be >= 1")
-    if "AIRFLOW_CONN_LAGSCHED_MYSQL" not in os.environ:
-        # Outside Airflow and the test suite: point at the local stack, as the CLI does.
-        from lagsched.stack.config import load
-        from lagsched.stack.environment import connection_environment
+    from lagsched.bench import use_local_stack_connections
 
-        os.environ.update(connection_environment(load()))
+    use_local_stack_connections()  # outside Airflow and the tests: the local stack, as the CLI does
     modes = args.modes.split(",")
     counts = [int(c) for c in args.claimers.split(",")]
     params = create_database(mysql_params())
