@@ -23,7 +23,9 @@ PARTITIONS = 4
 def loaded_topic(new_topic: Any, kafka_config: dict[str, Any]) -> str:
     """A 4-partition topic holding 10,000 records, record i in partition i % 4 with value 'v<i>'."""
     topic = new_topic(PARTITIONS)
-    producer = Producer({**kafka_config, "linger.ms": 20, "acks": "all"})
+    # Idempotence keeps each partition in send order even when a first request to a just-created
+    # topic fails and is retried; without it CI once saw partition 1 start at v7153.
+    producer = Producer({**kafka_config, "linger.ms": 20, "acks": "all", "enable.idempotence": True})
     for i in range(RECORDS):
         producer.produce(topic, key=str(i).encode(), value=f"v{i}".encode(), partition=i % PARTITIONS)
         if i % 2000 == 0:
