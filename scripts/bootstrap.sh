@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what lagsched needs, idempotently: Debian packages (MariaDB, Redis, a JDK, Maven), the
-# Python virtualenv from requirements.lock, and the Kafka broker and Spark connector jars from Maven
-# Central. Each step checks what is already there, so a second run downloads nothing.
+# Python virtualenv from requirements.lock, and the Kafka broker and tools and the Spark connector jars
+# from Maven Central. Each step checks what is already there, so a second run downloads nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -39,16 +39,24 @@ if [ "$(cat "$VENV/.lagsched-stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$VENV/.lagsched-stamp"
 fi
 
-# 3. Jars: the Kafka broker, and Spark's Kafka connector (only what Spark does not ship itself).
-want=$(hash_of deps/kafka/pom.xml deps/spark-kafka/pom.xml)
-if [ "$(cat "$JARS/.stamp" 2>/dev/null)" != "$want" ]; then
-  say "fetching the Kafka broker and Spark connector jars into $JARS"
-  rm -rf "$JARS/kafka" "$JARS/spark"
-  mvn -q -B -f deps/kafka/pom.xml dependency:copy-dependencies \
-    -DoutputDirectory="$JARS/kafka" -DincludeScope=runtime
-  mvn -q -B -f deps/spark-kafka/pom.xml dependency:copy-dependencies \
-    -DoutputDirectory="$JARS/spark" -DincludeScope=runtime \
-    -DincludeArtifactIds=spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2
-  echo "$want" > "$JARS/.stamp"
-fi
+# 3. Jars: the Kafka broker with Kafka's own CLI tools (one classpath), and Spark's Kafka connector
+# (only what Spark does not ship itself). Each set is fetched into a temporary folder and swapped in
+# whole, stamped with the hash of its pom and options, so a changed pom refetches only its own set
+# and an interrupted fetch never leaves a half-filled folder that looks done.
+fetch_jars() {  # fetch_jars <folder name> <pom> [extra dependency:copy-dependencies options]
+  local name=$1 pom=$2; shift 2
+  local want; want=$({ cat "$pom"; echo "$*"; } | sha256sum | cut -c1-16)
+  [ "$(cat "$JARS/$name/.stamp" 2>/dev/null)" = "$want" ] && return 0
+  say "fetching the $name jars into $JARS/$name"
+  rm -rf "$JARS/$name.tmp"
+  mvn -q -B -f "$pom" dependency:copy-dependencies \
+    -DoutputDirectory="$JARS/$name.tmp" -DincludeScope=runtime "$@"
+  echo "$want" > "$JARS/$name.tmp/.stamp"
+  # A running broker keeps its open jars (same names, same versions) across the swap.
+  rm -rf "$JARS/$name" && mv "$JARS/$name.tmp" "$JARS/$name"
+}
+fetch_jars kafka deps/kafka/pom.xml
+fetch_jars spark deps/spark-kafka/pom.xml \
+  -DincludeArtifactIds=spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2
+rm -f "$JARS/.stamp"  # the single stamp of the jar sets before they had one each
 say "dependencies ready"
