@@ -43,6 +43,7 @@ TABLE_HOMES = {
     "scaling_decisions": "decisions.py",
     "topic_owners": "ownership.py",
     "assignment_state": "ownership.py",
+    "retention_gaps": "gaps.py",
 }
 
 

@@ -118,6 +118,11 @@ _PICK_ABOVE = (
     " FORCE INDEX (ix_topic_partitions_pick)"
     f" WHERE topic_id = %s AND {_CLAIMABLE} AND partition_id > %s ORDER BY last_picked_at, partition_id LIMIT %s"
 )
+# A commit stores the next offset and closes the batch recorded by begin_batch.
+_COMMIT = (
+    "UPDATE topic_partitions SET committed_offset = %s, pending_start = NULL, pending_end = NULL"
+    " WHERE topic_id = %s AND partition_id = %s AND claimed_by = %s AND claim_epoch = %s"
+)
 _RELEASE = (
     "UPDATE topic_partitions SET claimed_by = NULL, lease_expires_at = NULL"
     " WHERE topic_id = %s AND partition_id = %s AND claimed_by = %s AND claim_epoch = %s"
@@ -620,9 +625,7 @@ class ClaimStore:
             # last returned by claim, renew or commit), so on success that lease is the current one
             # and nothing needs reading back.
             cur.execute(
-                "UPDATE topic_partitions SET committed_offset = %s WHERE topic_id = %s AND partition_id = %s"
-                " AND claimed_by = %s AND claim_epoch = %s AND lease_expires_at = %s"
-                " AND lease_expires_at > CURRENT_TIMESTAMP(6)",
+                _COMMIT + " AND lease_expires_at = %s AND lease_expires_at > CURRENT_TIMESTAMP(6)",
                 (offset, topic_id, partition_id, slot_id, epoch, _to_db(claim.lease_expires_at)),
             )
             if cur.rowcount == 1:
@@ -632,13 +635,12 @@ class ClaimStore:
             state, committed = self._row_state(cur, topic_id, partition_id)
             verdict = judge_claim(slot_id, claim, state)
             if verdict is None and state is not None and state.lease_expires_at is not None:
-                if committed == offset:
-                    return Claim(topic_id, partition_id, offset, epoch, state.lease_expires_at)
                 cur.execute(
-                    "UPDATE topic_partitions SET committed_offset = %s WHERE topic_id = %s AND partition_id = %s"
-                    " AND claimed_by = %s AND claim_epoch = %s AND lease_expires_at > CURRENT_TIMESTAMP(6)",
+                    _COMMIT + " AND lease_expires_at > CURRENT_TIMESTAMP(6)",
                     (offset, topic_id, partition_id, slot_id, epoch),
                 )
+                if committed == offset:  # rowcount counts changed rows: nothing changed, still held
+                    return Claim(topic_id, partition_id, offset, epoch, state.lease_expires_at)
                 if cur.rowcount == 1:
                     return Claim(topic_id, partition_id, offset, epoch, state.lease_expires_at)
                 # The lease ran out between the read and the write: judge the row again.
@@ -659,6 +661,83 @@ class ClaimStore:
             )
 
         return self._run("commit_offset", op)
+
+    def begin_batch(self, slot_id: str, claim: Claim, start: int, end: int) -> Claim:
+        """Record the batch ``[start, end)`` under the claim's epoch, before any of it is written.
+
+        The exactly-once step (docs/consumer.md): a holder that dies between its write and its
+        commit leaves the range recorded, and the next holder redoes exactly that range (see
+        ``pending``) to the same file names. Recording the same range again (a redo, a retry) is
+        accepted; a different range while one is recorded is a bug in the caller and raises.
+
+        Returns:
+            The claim as the table has it now (current lease).
+
+        Raises:
+            ClaimLostError: the slot no longer holds the row under this epoch; nothing was written,
+                so nothing of the batch may be written either.
+        """
+        _check_id("slot_id", slot_id)
+        _check_id("topic_id", claim.topic_id)
+        if not 0 <= start < end:
+            raise ValueError(f"batch [{start}, {end}) must satisfy 0 <= start < end")
+        topic_id, partition_id, epoch = claim.topic_id, claim.partition_id, claim.claim_epoch
+
+        def op(cur: Cursor) -> Claim:
+            state, _ = self._row_state(cur, topic_id, partition_id)
+            verdict = judge_claim(slot_id, claim, state)
+            if verdict is not None:
+                raise ClaimLostError(
+                    f"slot {slot_id} lost the claim on {topic_id}[{partition_id}] (epoch {epoch}): "
+                    f"{verdict.detail}. The batch [{start}, {end}) was not started; stop consuming this partition.",
+                    reason=verdict.reason,
+                    topic_id=topic_id,
+                    partition_id=partition_id,
+                    epoch=epoch,
+                    holder=verdict.holder,
+                    current_epoch=verdict.current_epoch,
+                )
+            assert state is not None and state.lease_expires_at is not None  # held, so judged live
+            cur.execute(
+                "SELECT pending_start, pending_end FROM topic_partitions WHERE topic_id = %s AND partition_id = %s",
+                (topic_id, partition_id),
+            )
+            recorded = cur.fetchone()
+            if (
+                recorded is not None
+                and recorded[1] is not None
+                and (int(recorded[0]), int(recorded[1])) != (start, end)
+            ):
+                raise ValueError(
+                    f"{topic_id}[{partition_id}] already has the batch [{recorded[0]}, {recorded[1]}) recorded; "
+                    f"redo that range before starting [{start}, {end})"
+                )
+            cur.execute(
+                "UPDATE topic_partitions SET pending_start = %s, pending_end = %s"
+                " WHERE topic_id = %s AND partition_id = %s AND claimed_by = %s AND claim_epoch = %s",
+                (start, end, topic_id, partition_id, slot_id, epoch),
+            )
+            return Claim(topic_id, partition_id, claim.committed_offset, epoch, state.lease_expires_at)
+
+        return self._run("begin_batch", op)
+
+    def pending(self, slot_id: str) -> dict[tuple[str, int], tuple[int, int]]:
+        """Batches recorded but not committed on rows the slot holds: key -> ``(start, end)``.
+
+        Left by a holder that died (or was fenced) between ``begin_batch`` and ``commit_offset``,
+        possibly this very slot in an earlier run. Redo them before anything new.
+        """
+        _check_id("slot_id", slot_id)
+
+        def op(cur: Cursor) -> dict[tuple[str, int], tuple[int, int]]:
+            cur.execute(
+                "SELECT topic_id, partition_id, pending_start, pending_end FROM topic_partitions"
+                " WHERE claimed_by = %s AND lease_expires_at > CURRENT_TIMESTAMP(6) AND pending_end IS NOT NULL",
+                (slot_id,),
+            )
+            return {(str(t), int(p)): (int(s), int(e)) for t, p, s, e in cur.fetchall()}
+
+        return self._run("pending", op)
 
     @staticmethod
     def _row_state(cur: Cursor, topic_id: str, partition_id: int) -> tuple[RowState | None, int | None]:

@@ -331,9 +331,7 @@ def fetch_broker_topics(admin: Any, timeout_s: float = 15.0) -> BrokerTopics:
         retention[resource.name] = _retention(entry.value if entry is not None else None)
     known = [n for n in names if n in ids and n in retention]
     uncertain += [n for n in names if n not in known]
-    return BrokerTopics(
-        tuple(BrokerTopic(n, counts[n], retention[n], ids[n]) for n in known), tuple(sorted(uncertain))
-    )
+    return BrokerTopics(tuple(BrokerTopic(n, counts[n], retention[n], ids[n]) for n in known), tuple(sorted(uncertain)))
 
 
 def _retention(value: Any) -> int:
@@ -341,3 +339,32 @@ def _retention(value: Any) -> int:
         return int(value)
     except (TypeError, ValueError):
         return -1
+
+
+def mirror_group_offsets(
+    admin: Any, group: str, offsets: Mapping[tuple[str, int], int], timeout_s: float = 10.0
+) -> None:
+    """Store ``offsets`` (topic, partition -> next offset) in Kafka consumer group ``group``.
+
+    A copy for the Kafka ecosystem (``kafka-consumer-groups``, lag exporters); the claim table stays
+    the source of truth. The broker accepts it only while the group has no active members, which
+    holds because Spark's consumers ``assign`` partitions and never join a group.
+
+    Raises:
+        KafkaOffsetsError: the broker refused the group or one of the partitions.
+    """
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    if not offsets:
+        return
+    parts = [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
+    try:
+        futures = admin.alter_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group, parts)], request_timeout=timeout_s
+        )
+        result = futures[group].result(timeout=timeout_s)
+    except Exception as exc:  # KafkaException, a timeout: reported as one error type
+        raise KafkaOffsetsError(f"could not mirror offsets into consumer group {group!r}: {exc}") from exc
+    failed = [f"{tp.topic}[{tp.partition}]: {tp.error}" for tp in result.topic_partitions if tp.error is not None]
+    if failed:
+        raise KafkaOffsetsError(f"consumer group {group!r} refused offsets for {', '.join(failed)}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -29,16 +29,25 @@ def connector_jars() -> list[str]:
     return jars
 
 
-def session(app_name: str, *, master: str = "local[2]", conf: Mapping[str, str] | None = None) -> SparkSession:
-    """A Spark session that can read Kafka without resolving any package at start."""
+def session(app_name: str, *, master: str | None = "local[2]", conf: Mapping[str, str] | None = None) -> SparkSession:
+    """A Spark session that can read Kafka without resolving any package at start.
+
+    ``master=None`` leaves the master to ``spark-submit --master`` (a job must not override it).
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
     builder = (
-        SparkSession.builder.appName(app_name)
-        .master(master)
-        .config("spark.jars", ",".join(connector_jars()))
+        builder.config("spark.jars", ",".join(connector_jars()))
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.enabled", "false")
+        # Dates in the sink's layout are UTC dates, whatever the hosts' zones.
         .config("spark.sql.session.timeZone", "UTC")
+        # Parquet timestamps as plain INT64 micros (INT96 is deprecated; every reader knows micros).
+        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        # The sink's temporary folders are renamed file by file: no _SUCCESS markers wanted.
+        .config("spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
     )
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
@@ -46,16 +55,39 @@ def session(app_name: str, *, master: str = "local[2]", conf: Mapping[str, str] 
 
 
 def read_offset_ranges(
-    spark: SparkSession, kafka_config: Mapping[str, Any], ranges: Iterable[OffsetRange]
+    spark: SparkSession,
+    kafka_config: Mapping[str, Any],
+    ranges: Iterable[OffsetRange],
+    *,
+    include_headers: bool = False,
 ) -> DataFrame:
     """Exactly the records of ``ranges`` through Spark's Kafka batch source.
 
     ``failOnDataLoss`` stays true: if retention deleted part of a range, the read fails rather
     than silently skipping records.
     """
-    reader = spark.read.format("kafka")
+    reader = spark.read.format("kafka").option("includeHeaders", str(include_headers).lower())
     for key, value in kafka_config.items():
         reader = reader.option(f"kafka.{key}", str(value))
     for key, value in spark_kafka_options(ranges).items():
         reader = reader.option(key, value)
     return reader.option("failOnDataLoss", "true").load()
+
+
+def submit_command(application: str, args: Sequence[str], *, master: str = "local[2]") -> list[str]:
+    """The ``spark-submit`` argv for a lagsched job, with the connector jars and the venv's python."""
+    bin_dir = os.path.dirname(sys.executable)
+    log4j = os.path.join(os.path.dirname(os.path.abspath(application)), "log4j2.properties")
+    return [
+        os.path.join(bin_dir, "spark-submit"),
+        "--master",
+        master,
+        "--driver-java-options",
+        f"-Dlog4j2.configurationFile=file:{log4j}",
+        "--jars",
+        ",".join(connector_jars()),
+        "--conf",
+        f"spark.pyspark.python={sys.executable}",
+        application,
+        *args,
+    ]

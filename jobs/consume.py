@@ -1,0 +1,169 @@
+"""lagsched's consumer: one worker slot's Spark application (docs/consumer.md).
+
+    spark-submit --master <master> --jars "$LAGSCHED_SPARK_JARS" jobs/consume.py --slot worker-1 [options]
+
+Connections come from the environment as Airflow Connections (``AIRFLOW_CONN_LAGSCHED_KAFKA``,
+``..._MYSQL``, ``..._REDIS``); the ``lagsched`` package from ``PYTHONPATH`` (or ``--py-files``).
+
+Exit status: 0 when the run ended normally (time budget, SIGTERM/SIGINT, ``--exit-when-idle``);
+1 when something failed (the message says what; no offset was stored past unwritten records);
+3 when the slot lost a claim (a stale holder: it paused past its lease and another slot took over).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+STARTED = time.monotonic()
+
+EXIT_OK, EXIT_FAILED, EXIT_LOST = 0, 1, 3
+
+log = logging.getLogger("lagsched.consume")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    from lagsched.core.batches import StartFrom
+
+    p = argparse.ArgumentParser(prog="consume.py", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--slot", required=True, help="slot name (a stable id is derived from it) or a slot UUID")
+    p.add_argument("--cluster", default="default", help="lagsched cluster name (default: %(default)s)")
+    p.add_argument("--budget-s", type=float, default=3600.0, help="run this long, then finish up (default: 1 hour)")
+    p.add_argument("--max-records", type=int, default=100_000, help="max records per partition per batch")
+    p.add_argument("--min-interval-s", type=float, default=5.0, help="a batch waits this long since the last ...")
+    p.add_argument("--min-records", type=int, default=10_000, help="... unless this many records are waiting")
+    p.add_argument(
+        "--sink", default="file:///var/tmp/lagsched-sink", help="any Spark-writable URI (default: %(default)s)"
+    )
+    p.add_argument("--lease-s", type=float, default=60.0, help="claim lease (default: %(default)s)")
+    p.add_argument("--heartbeat-s", type=float, default=5.0, help="heartbeat period (default: %(default)s)")
+    p.add_argument("--group", help="Kafka consumer group to mirror offsets into (default: lagsched.<cluster>)")
+    p.add_argument("--no-mirror", action="store_true", help="do not mirror offsets into a consumer group")
+    p.add_argument("--exit-when-idle", action="store_true", help="exit once every claimed partition is caught up")
+    p.add_argument("--stats-file", help="append one JSON line per batch here")
+    p.add_argument(
+        "--start-from", choices=[s.value for s in StartFrom], default="earliest",
+        help="where a never-consumed partition starts (default: %(default)s)",
+    )  # fmt: skip
+    return p.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    for noisy in ("py4j", "pyspark"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    args = parse_args(argv)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("got %s: finishing the batch in flight, then committing and releasing", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        return _run(args, stop)
+    except Exception as exc:
+        log.error("the run failed: %s: %s", type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
+        print(f"lagsched consume: FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _run(args: argparse.Namespace, stop: threading.Event) -> int:
+    import json
+    import uuid
+
+    from lagsched.adapters import sink, spark
+    from lagsched.adapters.claims import open_claim_store
+    from lagsched.adapters.kafka_admin import admin_client
+    from lagsched.adapters.lag_store import SCALING_CHANNEL, redis_client
+    from lagsched.adapters.mysql import connect
+    from lagsched.adapters.slots import SlotRegistry, slot_id_for
+    from lagsched.connections import kafka_config, mysql_params, redis_params
+    from lagsched.core.batches import StartFrom
+    from lagsched.core.names import validate_cluster_name
+    from lagsched.workflows.consume import ConsumerSettings, ScalingListener, SlotKeeper, SlotRun, run_slot
+
+    cluster = validate_cluster_name(args.cluster)
+    try:
+        slot_id = str(uuid.UUID(args.slot))
+    except ValueError:
+        slot_id = slot_id_for(args.slot)
+    settings = ConsumerSettings(
+        slot_id=slot_id,
+        cluster=cluster,
+        budget_s=args.budget_s,
+        max_records=args.max_records,
+        min_interval_s=args.min_interval_s,
+        min_records=args.min_records,
+        sink=args.sink,
+        lease_s=args.lease_s,
+        heartbeat_s=args.heartbeat_s,
+        group=None if args.no_mirror else (args.group or f"lagsched.{cluster}"),
+        exit_when_idle=args.exit_when_idle,
+        start_from=StartFrom(args.start_from),
+    )
+    kafka = kafka_config()
+    mysql = mysql_params()
+    redis_conf = redis_params()
+    log.info("slot %s (%s) of cluster %s, sink %s", args.slot, slot_id, cluster, settings.sink)
+
+    stats = open(args.stats_file, "a", encoding="utf-8") if args.stats_file else None  # noqa: SIM115
+    session = spark.session(f"lagsched-consume-{args.slot}", master=None)
+    if stats is not None:
+        stats.write(
+            json.dumps({"event": "started", "slot": slot_id, "spark_ready_s": time.monotonic() - STARTED}) + "\n"
+        )
+        stats.flush()
+    wake = threading.Event()
+    redis = redis_client(redis_conf)
+    registry = SlotRegistry(redis)
+    listener = ScalingListener(redis_client(redis_conf), SCALING_CHANNEL, wake)
+    conn = connect(mysql)
+    with open_claim_store(mysql) as store:
+        keeper = SlotKeeper(
+            SlotRegistry(redis_client(redis_conf)),
+            open_claim_store(mysql),
+            slot_id,
+            heartbeat_s=settings.heartbeat_s,
+            lease_s=settings.lease_s,
+        )
+        run = SlotRun(
+            settings,
+            conn=conn,
+            store=store,
+            registry=registry,
+            admin=admin_client(kafka),
+            write=lambda reads: sink.write_batch(session, kafka, reads, settings.sink),
+            keeper=keeper,
+            stop=stop,
+            wake=wake,
+            stats=stats,
+        )
+        listener.start()
+        try:
+            outcome = run_slot(settings, run)
+        finally:
+            listener.stop()
+            conn.close()
+            if stats is not None:
+                stats.close()
+    session.stop()
+    if outcome.lost_claims:
+        print(
+            f"lagsched consume: lost the claim on {len(outcome.lost_claims)} partition(s); this slot was a stale "
+            f"holder (paused past its lease). First: {outcome.lost_claims[0]}",
+            file=sys.stderr,
+        )
+        return EXIT_LOST
+    log.info("done (%s): %d records in %d batches", outcome.reason.value, outcome.records, outcome.batches)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,182 @@
+"""What a consumer reads next from each claimed partition, and when a batch is worth running.
+
+Pure: offsets in, plans out (docs/consumer.md).
+
+A partition's plan is one of:
+
+* **redo** a batch recorded but never committed (its holder died or was fenced between writing and
+  committing): exactly the recorded range, written to the same file names, so that whatever the
+  old holder managed to write is replaced by identical content, never duplicated;
+* **read** a new batch from the committed offset, at most ``max_records`` long, up to the latest
+  offset the broker reported;
+* **commit only**: nothing to read, but the stored offset must move: past records retention
+  deleted (a gap), or to pin where a never-consumed partition starts when it starts at the latest
+  offset (otherwise "latest" would keep moving and records in between would be skipped);
+* nothing, when the partition is caught up.
+
+A start below the partition's log start is a **retention gap**: ``[start, log_start)`` is recorded
+as lost and reading continues from the log start. The read never relies on Spark's
+``failOnDataLoss=false``, which would skip silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+
+__all__ = [
+    "Gap",
+    "PartitionPlan",
+    "StartFrom",
+    "batch_is_due",
+    "file_name",
+    "plan_partition",
+]
+
+
+class StartFrom(StrEnum):
+    """Where a partition nobody has consumed yet starts."""
+
+    EARLIEST = "earliest"
+    LATEST = "latest"
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """Offsets ``[start, end)`` deleted by retention before they were read."""
+
+    start: int
+    end: int
+
+    @property
+    def records(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionPlan:
+    """What to do with one partition in the next batch.
+
+    Attributes:
+        batch: the range recorded before writing (``begin_batch``) and naming the files, or None
+            for a commit-only plan.
+        read_start: where reading starts: ``batch[0]``, or past a gap when retention deleted the
+            start of a recorded batch.
+        commit_to: the offset stored once the batch is safely written.
+        gap: records deleted by retention before they were read, to record as lost.
+        redo: the batch was recorded by an earlier holder (or run) and is being redone.
+    """
+
+    batch: tuple[int, int] | None
+    read_start: int
+    commit_to: int
+    gap: Gap | None = None
+    redo: bool = False
+
+    @property
+    def records(self) -> int:
+        """Records to read (an upper bound: compacted or transactional topics have offset holes)."""
+        return 0 if self.batch is None else self.batch[1] - self.read_start
+
+    @property
+    def reads(self) -> bool:
+        return self.records > 0
+
+
+class OffsetAheadError(ValueError):
+    """The stored offset is past the broker's latest offset: the topic was truncated or re-created."""
+
+
+def plan_partition(
+    *,
+    committed: int | None,
+    pending: tuple[int, int] | None,
+    log_start: int,
+    latest: int,
+    max_records: int,
+    start_from: StartFrom = StartFrom.EARLIEST,
+) -> PartitionPlan | None:
+    """The next step for one partition, or None when it is caught up.
+
+    >>> plan_partition(committed=100, pending=None, log_start=0, latest=1_000, max_records=500)
+    PartitionPlan(batch=(100, 600), read_start=100, commit_to=600, gap=None, redo=False)
+    >>> plan_partition(committed=10, pending=None, log_start=50, latest=60, max_records=500).gap
+    Gap(start=10, end=50)
+    >>> plan_partition(committed=None, pending=(40, 90), log_start=0, latest=500, max_records=10).batch
+    (40, 90)
+
+    Raises:
+        OffsetAheadError: the committed offset (or a recorded batch) lies past ``latest``; nothing
+            may be read or committed until an operator looks (docs/consumer.md).
+    """
+    if max_records < 1:
+        raise ValueError(f"max_records={max_records}; must be >= 1")
+    if not 0 <= log_start <= latest:
+        raise ValueError(f"broker offsets must satisfy 0 <= log_start <= latest, got {log_start}, {latest}")
+    if pending is not None:
+        start, end = pending
+        if end > latest:
+            raise OffsetAheadError(
+                f"the recorded batch [{start}, {end}) ends past the latest offset {latest}: "
+                "the topic was truncated or re-created"
+            )
+        read_start = max(start, log_start)
+        gap = Gap(start, min(log_start, end)) if start < log_start else None
+        return PartitionPlan((start, end), min(read_start, end), end, gap, redo=True)
+    if committed is None:
+        start = log_start if start_from is StartFrom.EARLIEST else latest
+        if start_from is StartFrom.LATEST:
+            return PartitionPlan(None, start, start)  # pin the start, read from there next time
+    else:
+        start = committed
+    if start > latest:
+        raise OffsetAheadError(
+            f"the committed offset {start} is past the latest offset {latest}: the topic was truncated or re-created"
+        )
+    gap = Gap(start, log_start) if start < log_start else None
+    read_start = max(start, log_start)
+    end = min(latest, read_start + max_records)
+    if end > read_start:
+        return PartitionPlan((read_start, end), read_start, end, gap)
+    if gap is not None or committed is None:
+        return PartitionPlan(None, read_start, read_start, gap)  # move past the gap (or pin the start)
+    return None
+
+
+def batch_is_due(
+    plans: Iterable[PartitionPlan], *, since_last_s: float, min_interval_s: float, min_records: int
+) -> bool:
+    """Whether to run a batch now.
+
+    Redos and commit-only plans go at once (they fix state). Otherwise a batch waits until
+    ``min_interval_s`` has passed since the last one or ``min_records`` records are waiting, so the
+    sink does not fill with tiny files.
+
+    >>> p = PartitionPlan((0, 10), 0, 10)
+    >>> batch_is_due([p], since_last_s=1, min_interval_s=5, min_records=100)
+    False
+    >>> batch_is_due([p], since_last_s=6, min_interval_s=5, min_records=100)
+    True
+    """
+    plans = list(plans)
+    if not plans:
+        return False
+    if any(p.redo or not p.reads for p in plans):
+        return True
+    waiting = sum(p.records for p in plans)
+    return since_last_s >= min_interval_s or waiting >= min_records
+
+
+def file_name(partition: int, batch: tuple[int, int], index: int = 0) -> str:
+    """The sink file of one partition's batch (within one date directory).
+
+    Named by the recorded range, never by what was actually read, so a redo writes the same names.
+
+    >>> file_name(3, (100, 600))
+    '00003-00000000000000000100-00000000000000000600.parquet'
+    >>> file_name(3, (100, 600), 1)
+    '00003-00000000000000000100-00000000000000000600-1.parquet'
+    """
+    suffix = f"-{index}" if index else ""
+    return f"{partition:05d}-{batch[0]:020d}-{batch[1]:020d}{suffix}.parquet"

@@ -1,0 +1,456 @@
+"""One worker slot's run: claim its share, move the claimed records into the sink, commit, repeat.
+
+The loop (docs/consumer.md), at every batch boundary:
+
+1. ownership: ``current_assignment`` for the live slots, and this slot's share of each topic;
+2. ``rebalance`` hands back rows above the share, ``claim`` tops it up;
+3. redo any batch recorded but not committed on a row it now holds (``pending``);
+4. read the log start and latest offset of the claimed partitions and plan each
+   (``core.batches.plan_partition``); wait for ``min_interval_s`` or ``min_records``;
+5. record retention gaps; ``begin_batch`` records each range under the claim's epoch;
+6. Spark reads the ranges and lands them in the sink (``adapters.sink.write_batch``);
+7. ``commit_offset`` stores the new offsets under the epoch and clears the recorded batch;
+8. mirror the offsets into the Kafka consumer group.
+
+A background ``SlotKeeper`` heartbeats the slot and renews its leases for the whole run, so a long
+Spark batch never lets either lapse; a ``ScalingListener`` wakes the loop when a scaling decision is
+published. The run ends at its time budget, on a stop request (SIGTERM), when idle (if asked), or
+when it lost a claim (a stale holder); it then commits what it wrote, releases its rows and leaves.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import IO, Any, Protocol
+
+from lagsched.adapters.claims import ClaimStore
+from lagsched.adapters.gaps import RetentionGap, record_gap
+from lagsched.adapters.kafka_admin import mirror_group_offsets, read_offsets
+from lagsched.adapters.ownership import current_assignment, wants_for
+from lagsched.adapters.sink import BatchRead, SinkWrite
+from lagsched.adapters.slots import SlotRegistry
+from lagsched.adapters.topics import load_topics
+from lagsched.core.batches import OffsetAheadError, PartitionPlan, StartFrom, batch_is_due, plan_partition
+from lagsched.core.claims import Claim, ClaimLostError
+from lagsched.core.errors import KafkaOffsetsError, LagschedError
+from lagsched.core.registry import TopicRow
+
+__all__ = ["ConsumerSettings", "RunOutcome", "ScalingListener", "SlotKeeper", "StopReason", "run_slot"]
+
+log = logging.getLogger(__name__)
+
+
+class StopReason(StrEnum):
+    BUDGET = "budget"
+    SIGNAL = "signal"
+    IDLE = "idle"
+    LOST = "lost"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerSettings:
+    """A run's knobs (the job's command line; docs/consumer.md explains each)."""
+
+    slot_id: str
+    cluster: str = "default"
+    budget_s: float = 3600.0
+    max_records: int = 100_000
+    min_interval_s: float = 5.0
+    min_records: int = 10_000
+    sink: str = "file:///var/tmp/lagsched-sink"
+    lease_s: float = 60.0
+    heartbeat_s: float = 5.0
+    group: str | None = None
+    exit_when_idle: bool = False
+    start_from: StartFrom = StartFrom.EARLIEST
+    #: How long a wait between batches sleeps at most before looking again.
+    poll_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        checks = {
+            "budget_s": self.budget_s > 0,
+            "max_records": self.max_records >= 1,
+            "min_interval_s": self.min_interval_s >= 0,
+            "min_records": self.min_records >= 1,
+            "heartbeat_s": self.heartbeat_s > 0,
+            # A lease must outlive a few missed heartbeats' worth of renewals.
+            "lease_s": self.lease_s >= 3 * self.heartbeat_s,
+            "poll_s": self.poll_s > 0,
+        }
+        bad = [k for k, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(
+                "invalid consumer settings: "
+                + ", ".join(f"{k}={getattr(self, k)!r}" for k in bad)
+                + " (lease_s must be at least 3 x heartbeat_s)"
+            )
+
+    @property
+    def slot_timeout_s(self) -> float:
+        """A slot silent this long is dead to the others: three missed heartbeats."""
+        return 3 * self.heartbeat_s
+
+
+@dataclass(slots=True)
+class RunOutcome:
+    """How a run ended."""
+
+    reason: StopReason
+    records: int = 0
+    batches: int = 0
+    lost_claims: list[str] = field(default_factory=list)
+
+
+class BatchWriter(Protocol):
+    """Lands reads in the sink (``adapters.sink.write_batch`` bound to a Spark session)."""
+
+    def __call__(self, reads: Sequence[BatchRead]) -> SinkWrite: ...  # pragma: no cover - protocol
+
+
+class SlotKeeper:
+    """Heartbeats the slot and renews its leases from a thread of its own.
+
+    It has its own claim store (its own MySQL connection: pymysql connections are not thread-safe)
+    and its own Redis client. A failure is kept and re-raised in the main loop (``check``), which
+    then ends the run; a lease it could not renew shows up as a lost claim at the next commit.
+    """
+
+    def __init__(
+        self, registry: SlotRegistry, store: ClaimStore, slot_id: str, *, heartbeat_s: float, lease_s: float
+    ) -> None:
+        self._registry, self._store, self._slot = registry, store, slot_id
+        self._heartbeat_s, self._lease_s = heartbeat_s, lease_s
+        self._claims: list[Claim] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=f"slot-keeper-{slot_id[:8]}", daemon=True)
+
+    def start(self) -> None:
+        self.beat()  # live before the first claim, so ownership counts this slot at once
+        self._thread.start()
+
+    def beat(self) -> None:
+        self._registry.heartbeat(self._slot, datetime.now(UTC), 3 * self._heartbeat_s)
+
+    def hold(self, claims: Sequence[Claim]) -> None:
+        """The rows to keep renewing (what the last claim or commit returned)."""
+        with self._lock:
+            self._claims = list(claims)
+
+    def check(self) -> None:
+        """Raise the keeper's failure, if it had one."""
+        if self._error is not None:
+            raise LagschedError(f"the slot's heartbeat/lease keeper failed: {self._error}") from self._error
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+        self._store.close()
+
+    def _run(self) -> None:
+        renew_every = self._lease_s / 3
+        last_renew = time.monotonic()
+        while not self._stop.wait(self._heartbeat_s):
+            try:
+                self.beat()
+                if time.monotonic() - last_renew >= renew_every:
+                    with self._lock:
+                        claims = list(self._claims)
+                    renewed = self._store.renew(self._slot, claims, self._lease_s) if claims else []
+                    last_renew = time.monotonic()
+                    if len(renewed) < len(claims):
+                        log.warning("slot %s: %d claim(s) could not be renewed", self._slot, len(claims) - len(renewed))
+            except Exception as exc:  # noqa: BLE001 - handed to the main loop, which ends the run
+                log.error("slot %s: heartbeat/renew failed: %s", self._slot, exc)
+                self._error = exc
+                return
+
+
+class ScalingListener:
+    """Wakes the loop when a scaling decision is published on ``lagsched:scaling``.
+
+    Any decision sets the event: the loop recomputes ownership at every batch boundary anyway, the
+    event only cuts a wait short so a rescale takes effect within one batch interval.
+    """
+
+    def __init__(self, client: Any, channel: str, wake: threading.Event) -> None:
+        self._pubsub = client.pubsub(ignore_subscribe_messages=True)
+        self._pubsub.subscribe(**{channel: self._on_message})
+        self._wake = wake
+        self._thread: Any = None
+        self.decisions = 0
+
+    def _on_message(self, message: Mapping[str, Any]) -> None:
+        self.decisions += 1
+        try:
+            detail = json.loads(message.get("data") or "{}")
+            log.info("scaling decision: %s %s -> %s workers", detail.get("topic"), detail.get("old"), detail.get("new"))
+        except (TypeError, ValueError):
+            log.info("scaling decision announced: %r", message.get("data"))
+        self._wake.set()
+
+    def start(self) -> None:
+        self._thread = self._pubsub.run_in_thread(sleep_time=0.5, daemon=True)
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._thread.stop()
+        self._pubsub.close()
+
+
+@dataclass
+class _Batch:
+    plans: dict[tuple[str, int], PartitionPlan]
+    claims: dict[tuple[str, int], Claim]
+
+
+class SlotRun:
+    """The main loop of one slot (see the module doc). Built by ``run_slot``; tests drive it directly."""
+
+    def __init__(
+        self,
+        settings: ConsumerSettings,
+        *,
+        conn: Any,
+        store: ClaimStore,
+        registry: SlotRegistry,
+        admin: Any,
+        write: BatchWriter,
+        keeper: SlotKeeper,
+        stop: threading.Event,
+        wake: threading.Event,
+        stats: IO[str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.s = settings
+        self.conn, self.store, self.registry, self.admin = conn, store, registry, admin
+        self.write, self.keeper, self.stop, self.wake = write, keeper, stop, wake
+        self.stats, self.clock = stats, clock
+        self.outcome = RunOutcome(StopReason.BUDGET)
+        self._last_batch = clock()
+        self._held: list[Claim] = []
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> RunOutcome:
+        deadline = self.clock() + self.s.budget_s
+        try:
+            while True:
+                self.keeper.check()
+                if self.stop.is_set():
+                    self.outcome.reason = StopReason.SIGNAL
+                    break
+                if self.clock() >= deadline:
+                    self.outcome.reason = StopReason.BUDGET
+                    break
+                done = self._step()
+                if self.outcome.lost_claims:
+                    self.outcome.reason = StopReason.LOST
+                    break
+                if done:
+                    self.outcome.reason = StopReason.IDLE
+                    break
+        except BaseException:
+            # No offset moved past unwritten records (commits follow writes); what was recorded but
+            # not committed is redone by the next holder. Hand the rows back if the database lets us.
+            self.outcome.reason = StopReason.ERROR
+            self._release_all()
+            raise
+        finally:
+            self._emit({"event": "stopped", "reason": self.outcome.reason.value, "records": self.outcome.records})
+        self._release_all()
+        return self.outcome
+
+    def _step(self) -> bool:
+        """One boundary: claim, plan, maybe run a batch. True when idle and asked to exit then."""
+        topics = {t.topic_id: t for t in load_topics(self.conn, self.s.cluster)}
+        live = self.registry.live_slots(datetime.now(UTC), self.s.slot_timeout_s)
+        wants = {t: n for t, n in wants_for(self.s.slot_id, current_assignment(self.conn, live)).items() if t in topics}
+        handed = self.store.rebalance(self.s.slot_id, wants)
+        if handed:
+            log.info("handed over %s", _keys(handed, topics))
+        result = self.store.claim(self.s.slot_id, wants, self.s.lease_s)
+        held = [c for c in result.claims if c.topic_id in wants]
+        self._held = held
+        self.keeper.hold(held)
+        if result.new:
+            log.info("claimed %s", _keys(result.new, topics))
+        batch = self._plan(held, topics)
+        if batch is None:
+            return False
+        if not batch.plans:
+            if self.s.exit_when_idle and not result.short:
+                log.info("every claimed partition is caught up; exiting (--exit-when-idle)")
+                return True
+            self._wait(self.s.poll_s)
+            return False
+        since = self.clock() - self._last_batch
+        if not batch_is_due(
+            batch.plans.values(),
+            since_last_s=since,
+            min_interval_s=self.s.min_interval_s,
+            min_records=self.s.min_records,
+        ):
+            self._wait(min(self.s.poll_s, max(0.0, self.s.min_interval_s - since)))
+            return False
+        self._run_batch(batch, topics)
+        return False
+
+    def _wait(self, seconds: float) -> None:
+        if seconds > 0 and self.wake.wait(seconds):
+            self.wake.clear()
+
+    # ------------------------------------------------------------------ planning
+
+    def _plan(self, held: Sequence[Claim], topics: Mapping[str, TopicRow]) -> _Batch | None:
+        if not held:
+            return _Batch({}, {})
+        pending = self.store.pending(self.s.slot_id)
+        counts = {topics[c.topic_id].name: topics[c.topic_id].partition_count for c in held}
+        try:
+            broker = read_offsets(self.admin, counts)
+        except KafkaOffsetsError as exc:
+            raise LagschedError(f"cannot read the claimed partitions' offsets from Kafka: {exc}") from exc
+        offsets = {(o.topic, o.partition): o for per_topic in broker.values() for o in per_topic}
+        plans: dict[tuple[str, int], PartitionPlan] = {}
+        for c in held:
+            name = topics[c.topic_id].name
+            o = offsets.get((name, c.partition_id))
+            if o is None:
+                log.warning("%s[%d] is claimed but the broker does not report it; skipped", name, c.partition_id)
+                continue
+            try:
+                plan = plan_partition(
+                    committed=c.committed_offset,
+                    pending=pending.get(c.key),
+                    log_start=o.log_start,
+                    latest=o.latest,
+                    max_records=self.s.max_records,
+                    start_from=self.s.start_from,
+                )
+            except OffsetAheadError as exc:
+                log.error("%s[%d] skipped: %s", name, c.partition_id, exc)
+                continue
+            if plan is not None:
+                plans[c.key] = plan
+        return _Batch(plans, {c.key: c for c in held})
+
+    # ------------------------------------------------------------------ one batch
+
+    def _run_batch(self, batch: _Batch, topics: Mapping[str, TopicRow]) -> None:
+        t0 = self.clock()
+        slot = self.s.slot_id
+        reads: list[BatchRead] = []
+        started: dict[tuple[str, int], Claim] = {}
+        for key, plan in sorted(batch.plans.items()):
+            claim = batch.claims[key]
+            name = topics[key[0]].name
+            if plan.gap is not None:
+                gap = RetentionGap(key[0], key[1], plan.gap.start, plan.gap.end)
+                if record_gap(self.conn, gap, slot):
+                    log.error(
+                        "RETENTION GAP: %s[%d] offsets [%d, %d) (%d records) were deleted before they were "
+                        "consumed; recorded in retention_gaps, continuing from %d",
+                        name, key[1], gap.from_offset, gap.to_offset, gap.records, plan.read_start,
+                    )  # fmt: skip
+            if plan.batch is None:
+                started[key] = claim
+                continue
+            try:
+                started[key] = self.store.begin_batch(slot, claim, *plan.batch)
+            except ClaimLostError as exc:
+                self._lost(exc)
+                continue
+            reads.append(BatchRead(name, key[1], plan.batch, plan.read_start))
+        t_read = self.clock()
+        wrote = self.write(reads)
+        t_written = self.clock()
+        committed: dict[tuple[str, int], int] = {}
+        records = 0
+        for key, claim in started.items():
+            plan = batch.plans[key]
+            try:
+                self.store.commit_offset(slot, claim, plan.commit_to)
+            except ClaimLostError as exc:
+                self._lost(exc)
+                continue
+            committed[(topics[key[0]].name, key[1])] = plan.commit_to
+            records += plan.records
+        t_committed = self.clock()
+        self._mirror(committed)
+        self._last_batch = self.clock()
+        self.outcome.batches += 1
+        self.outcome.records += records
+        log.info(
+            "batch %d: %d records from %d partition(s) in %.2f s (write %.2f s, %d new file(s), %d already there)",
+            self.outcome.batches, records, len(reads), self._last_batch - t0, wrote.read_write_s + wrote.rename_s,
+            wrote.files, wrote.already_there,
+        )  # fmt: skip
+        self._emit(
+            {
+                "event": "batch",
+                "n": self.outcome.batches,
+                "records": records,
+                "partitions": len(reads),
+                "read_s": round(wrote.read_write_s, 4),
+                "write_s": round(wrote.rename_s, 4),
+                "plan_s": round(t_read - t0, 4),
+                "commit_s": round(t_committed - t_written, 4),
+                "wall_s": round(self._last_batch - t0, 4),
+                "t_end": time.time(),
+            }
+        )
+
+    def _lost(self, exc: ClaimLostError) -> None:
+        log.error("%s", exc)
+        self.outcome.lost_claims.append(str(exc))
+
+    def _mirror(self, committed: Mapping[tuple[str, int], int]) -> None:
+        if self.s.group is None or not committed:
+            return
+        try:
+            mirror_group_offsets(self.admin, self.s.group, committed)
+        except KafkaOffsetsError as exc:
+            # The claim table is the source of truth; a stale mirror only misleads outside tools.
+            log.warning("%s (the claim table has the offsets; the mirror catches up next batch)", exc)
+
+    def _release_all(self) -> None:
+        try:
+            held = self.store.held(self.s.slot_id)
+            released = self.store.release(self.s.slot_id, held)
+            log.info("released %d row(s)", len(released))
+        except Exception as exc:  # noqa: BLE001 - the leases run out anyway; say so and go on
+            log.warning("could not release the slot's rows (%s); their leases run out in %.0f s", exc, self.s.lease_s)
+
+    def _emit(self, record: Mapping[str, Any]) -> None:
+        if self.stats is not None:
+            self.stats.write(json.dumps({**record, "slot": self.s.slot_id}) + "\n")
+            self.stats.flush()
+
+
+def _keys(claims: Sequence[Claim], topics: Mapping[str, TopicRow]) -> str:
+    names = [f"{topics[c.topic_id].name if c.topic_id in topics else c.topic_id}[{c.partition_id}]" for c in claims]
+    return ", ".join(names)
+
+
+def run_slot(settings: ConsumerSettings, run: SlotRun) -> RunOutcome:
+    """Run the loop with its keeper; the slot leaves the live set at the end, whatever happened."""
+    run.keeper.start()
+    try:
+        return run.run()
+    finally:
+        run.keeper.stop()
+        try:
+            run.registry.leave(settings.slot_id)
+        except Exception as exc:  # noqa: BLE001 - its heartbeat times out anyway
+            log.warning("could not leave the slot set: %s", exc)
