@@ -1,0 +1,253 @@
+"""The consumer harness: run real `jobs/consume.py` slots with spark-submit, and check the sink.
+
+Each test gets its own MySQL database, Redis DB (``LAGSCHED_TEST_REDIS_DB``), cluster name and sink
+folder, so the slots of one test never see another's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+JOB = REPO / "jobs" / "consume.py"
+
+
+def produce(
+    kafka_config: dict[str, Any], topic: str, count: int, *, start: int = 0, partitions: int | None = None
+) -> None:
+    """``count`` records with key ``k<i>``, value ``v<i>`` padded to ~100 bytes and header ``i``.
+
+    Record i goes to partition ``i % partitions`` when ``partitions`` is given, else by key hash.
+    Idempotent producer: a retried request cannot reorder or duplicate records.
+    """
+    from confluent_kafka import Producer
+
+    producer = Producer({**kafka_config, "linger.ms": 20, "acks": "all", "enable.idempotence": True})
+    for i in range(start, start + count):
+        kwargs: dict[str, Any] = {} if partitions is None else {"partition": i % partitions}
+        producer.produce(topic, key=f"k{i}".encode(), value=value_of(i), headers=[("i", str(i).encode())], **kwargs)
+        if i % 5000 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0
+
+
+def value_of(i: int) -> bytes:
+    return f"v{i}:".encode().ljust(100, b".")
+
+
+@dataclass
+class Slot:
+    """A running slot process (its own process group, so a kill reaches Spark's JVM too)."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    stats: Path
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(
+                f"slot {self.name} did not exit within {timeout} s; log tail:\n{self.tail()}"
+            ) from None
+
+    def signal(self, sig: int) -> None:
+        os.killpg(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.signal(signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def tail(self, lines: int = 40) -> str:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def batches(self) -> list[dict[str, Any]]:
+        if not self.stats.exists():
+            return []
+        rows = [json.loads(line) for line in self.stats.read_text().splitlines() if line.strip()]
+        return [r for r in rows if r.get("event") == "batch"]
+
+
+@dataclass
+class ConsumerHarness:
+    """Registers topics, starts slots, and reads the sink back with pyarrow (never Spark)."""
+
+    mysql: Any  # MySQLParams of the test's database
+    kafka_config: dict[str, Any]
+    redis_db: int
+    cluster: str
+    workdir: Path
+    slots: list[Slot] = field(default_factory=list)
+
+    @property
+    def sink(self) -> Path:
+        return self.workdir / "sink"
+
+    def env(self) -> dict[str, str]:
+        from lagsched.connections import redis_params
+
+        r = redis_params()
+        env = dict(os.environ)
+        env["AIRFLOW_CONN_LAGSCHED_MYSQL"] = json.dumps(
+            {
+                "conn_type": "mysql",
+                "host": self.mysql.host,
+                "port": self.mysql.port,
+                "login": self.mysql.user,
+                "password": self.mysql.password,
+                "schema": self.mysql.database,
+            }
+        )
+        env["AIRFLOW_CONN_LAGSCHED_REDIS"] = json.dumps(
+            {
+                "conn_type": "redis",
+                "host": r.host,
+                "port": r.port,
+                "password": r.password,
+                "extra": {"db": self.redis_db},
+            }
+        )
+        env["PYTHONPATH"] = str(REPO / "plugins")
+        return env
+
+    def register(self, topic: str, *, linker_workers: int = 1) -> str:
+        """Sync ``topic`` into the registry and set its workers; returns its topic id."""
+        from confluent_kafka.admin import AdminClient
+
+        from lagsched.adapters.mysql import connect
+        from lagsched.workflows.topic_sync import sync_registry
+
+        conn = connect(self.mysql)
+        try:
+            sync_registry(conn, AdminClient(self.kafka_config), self.cluster, only=[topic])
+            with conn.cursor() as cur:
+                cur.execute("UPDATE topics SET linker_workers = %s WHERE cluster = %s AND name = %s AND enabled",
+                            (linker_workers, self.cluster, topic))  # fmt: skip
+                cur.execute(
+                    "SELECT topic_id FROM topics WHERE cluster = %s AND name = %s AND enabled", (self.cluster, topic)
+                )
+                row = cur.fetchone()
+            conn.commit()
+        finally:
+            conn.close()
+        assert row is not None, f"{topic} was not registered"
+        return str(row[0])
+
+    def start(self, name: str, *args: str, master: str = "local[2]") -> Slot:
+        from lagsched.adapters.spark import submit_command
+
+        log = self.workdir / f"{name}.{len(self.slots)}.log"
+        stats = self.workdir / f"{name}.stats"
+        argv = [
+            "--slot", name, "--cluster", self.cluster, "--sink", f"file://{self.sink}", "--stats-file", str(stats),
+            "--min-interval-s", "0", "--min-records", "1", "--heartbeat-s", "1", "--lease-s", "6", *args,
+        ]  # fmt: skip
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                submit_command(str(JOB), argv, master=master),
+                env=self.env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=self.workdir,
+            )
+        slot = Slot(name, proc, log, stats)
+        self.slots.append(slot)
+        return slot
+
+    def run(self, name: str, *args: str, timeout: float = 180, master: str = "local[2]") -> Slot:
+        slot = self.start(name, *args, master=master)
+        code = slot.wait(timeout)
+        assert code == 0, f"slot {name} exited {code}; log tail:\n{slot.tail()}"
+        return slot
+
+    def sink_table(self) -> Any:
+        import pyarrow.dataset as ds
+
+        if not self.sink.exists():
+            import pyarrow as pa
+
+            return pa.table({"topic": [], "partition": [], "offset": []})
+        return ds.dataset(str(self.sink), format="parquet", partitioning="hive").to_table()
+
+    def committed(self, topic_id: str) -> dict[int, int | None]:
+        from lagsched.adapters.mysql import connect
+
+        conn = connect(self.mysql)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SELECT partition_id, committed_offset FROM topic_partitions WHERE topic_id = %s", (topic_id,)
+                )
+                return {int(p): None if o is None else int(o) for p, o in cur.fetchall()}
+        finally:
+            conn.close()
+
+    def stop_all(self) -> None:
+        for slot in self.slots:
+            slot.kill()
+
+
+def offsets_by_topic(table: Any) -> dict[str, list[tuple[int, int]]]:
+    """(partition, offset) pairs per topic, duplicates kept."""
+    out: dict[str, list[tuple[int, int]]] = {}
+    for t, p, o in zip(table.column("topic").to_pylist(), table.column("partition").to_pylist(),
+                       table.column("offset").to_pylist(), strict=True):  # fmt: skip
+        out.setdefault(str(t), []).append((int(p), int(o)))
+    return out
+
+
+def assert_exactly_once(table: Any, topic: str, latest: dict[int, int]) -> None:
+    """Every offset ``[0, latest[p])`` of each partition is in ``table`` once, and nothing else."""
+    seen = offsets_by_topic(table).get(topic, [])
+    dupes = len(seen) - len(set(seen))
+    expected = {(p, o) for p, end in latest.items() for o in range(end)}
+    missing = expected - set(seen)
+    extra = set(seen) - expected
+    assert dupes == 0 and not missing and not extra, (
+        f"{topic}: {dupes} duplicate(s), {len(missing)} missing (e.g. {sorted(missing)[:5]}), "
+        f"{len(extra)} unexpected (e.g. {sorted(extra)[:5]})"
+    )
+
+
+def latest_offsets(kafka_config: dict[str, Any], topic: str, partitions: int) -> dict[int, int]:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient(kafka_config)
+    req = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
+    return {tp.partition: f.result().offset for tp, f in admin.list_offsets(req, request_timeout=15).items()}
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str, poll: float = 0.5) -> float:
+    """Wait for ``predicate``; returns the seconds it took, or fails naming ``what``."""
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(poll)
+    return time.monotonic() - start
+
+
+__all__: Sequence[str] = [
+    "ConsumerHarness",
+    "Slot",
+    "assert_exactly_once",
+    "latest_offsets",
+    "offsets_by_topic",
+    "produce",
+    "value_of",
+    "wait_until",
+]
