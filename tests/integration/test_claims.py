@@ -810,3 +810,46 @@ def test_stored_assignment_is_reused_and_sticky(mysql_db: MySQLParams, conn: Any
         assert current_assignment(other, slots[1:]).assignment == after.assignment
     finally:
         other.close()
+
+
+def test_a_recorded_batch_survives_its_holder_and_is_handed_to_the_next_one(mysql_db: MySQLParams, conn: Any) -> None:
+    """begin_batch records [start, end) under the epoch; only its commit clears it; a stale holder
+    cannot record one; the next holder sees it in ``pending`` and must redo exactly that range."""
+    topic = add_topic(mysql_db, 2)
+    a, b = new_slot(), new_slot()
+    store = ClaimStore(conn, LockMode.SKIP_LOCKED)
+    c0, c1 = store.claim(a, {topic: 2}, 30).claims
+    assert store.pending(a) == {}
+    c0 = store.begin_batch(a, c0, 0, 500)
+    assert store.begin_batch(a, c0, 0, 500) == c0  # recording the same range again is a no-op
+    with pytest.raises(ValueError, match=r"already has the batch \[0, 500\) recorded"):
+        store.begin_batch(a, c0, 0, 600)
+    c1 = store.commit_offset(a, store.begin_batch(a, c1, 7, 9), 9)
+    assert store.pending(a) == {(topic, 0): (0, 500)}  # committed batches are closed
+    assert rows(mysql_db, topic)[1][2] == 9
+
+    # a dies between its write and its commit: its lease runs out and b takes the row over.
+    ran_out = expire(mysql_db, topic, 0)
+    stale = dataclasses.replace(c0, lease_expires_at=ran_out)
+    [taken] = store.claim(b, {topic: 1}, 30).claims
+    assert taken.partition_id == 0 and taken.committed_offset is None
+    assert store.pending(b) == {(topic, 0): (0, 500)}
+    with pytest.raises(ClaimLostError, match="lost the claim") as lost:
+        store.begin_batch(a, stale, 500, 700)  # the stale holder can record nothing more
+    assert lost.value.reason is StaleReason.TAKEN_OVER
+    with pytest.raises(ClaimLostError):
+        store.commit_offset(a, stale, 500)  # nor commit its batch
+    taken = store.begin_batch(b, taken, 0, 500)  # the redo, same range
+    taken = store.commit_offset(b, taken, 500)
+    assert store.pending(b) == {} and taken.committed_offset == 500
+
+
+def test_a_batch_range_must_be_non_empty(mysql_db: MySQLParams, conn: Any) -> None:
+    topic = add_topic(mysql_db, 1)
+    store = ClaimStore(conn, LockMode.SKIP_LOCKED)
+    slot = new_slot()
+    [c] = store.claim(slot, {topic: 1}, 30).claims
+    for start, end in [(5, 5), (6, 5), (-1, 3)]:
+        with pytest.raises(ValueError, match="0 <= start < end"):
+            store.begin_batch(slot, c, start, end)
+    assert store.pending(slot) == {}

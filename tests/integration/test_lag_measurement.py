@@ -11,6 +11,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from lagsched.adapters.gaps import RetentionGap, record_gap
 from lagsched.adapters.kafka_admin import fetch_offsets
 from lagsched.adapters.lag_store import LagRecord, LagStore
 from lagsched.core.config import parse_settings
@@ -307,3 +308,11 @@ def test_worker_rate_counts_only_holders_with_a_live_lease(
     assert m.consumption_rate == pytest.approx(4.0)  # 2 x 120 records in 60 s
     # One live worker: the dead slot must not halve the per-worker rate.
     assert m.worker_rate == pytest.approx(4.0)
+    # The consumer then skips the gap: records it in retention_gaps and commits the log start. The
+    # same 90 records stay counted as lost, now as skipped rather than ahead of the offset.
+    record_gap(db, RetentionGap(topic_id, 0, 10, 100), slot_id="00000000-0000-0000-0000-000000000001")
+    set_committed(db, topic_id, 0, 100)
+    after = measure_at(T0 + 10).topic(topic)
+    assert (after.lost, after.lost_skipped, after.lag) == (90, 90, 20)
+    assert after.partition_lags[0].lost == 0
+    assert f"{topic}: 90 (already skipped by the consumer: 90)" in measure_at(T0 + 20).table()

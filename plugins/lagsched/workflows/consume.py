@@ -320,7 +320,7 @@ class SlotRun:
         try:
             broker = read_offsets(self.admin, counts)
         except KafkaOffsetsError as exc:
-            raise LagschedError(f"cannot read the claimed partitions' offsets from Kafka: {exc}") from exc
+            raise LagschedError(f"Kafka did not report the claimed partitions' offsets: {exc}") from exc
         offsets = {(o.topic, o.partition): o for per_topic in broker.values() for o in per_topic}
         plans: dict[tuple[str, int], PartitionPlan] = {}
         for c in held:
@@ -360,7 +360,7 @@ class SlotRun:
                 if record_gap(self.conn, gap, slot):
                     log.error(
                         "RETENTION GAP: %s[%d] offsets [%d, %d) (%d records) were deleted before they were "
-                        "consumed; recorded in retention_gaps, continuing from %d",
+                        "consumed; recorded in retention_gaps; reading on at %d",
                         name, key[1], gap.from_offset, gap.to_offset, gap.records, plan.read_start,
                     )  # fmt: skip
             if plan.batch is None:
@@ -392,7 +392,7 @@ class SlotRun:
         self.outcome.batches += 1
         self.outcome.records += records
         log.info(
-            "batch %d: %d records from %d partition(s) in %.2f s (write %.2f s, %d new file(s), %d already there)",
+            "batch %d: %d records of %d partition(s) in %.2f s (write %.2f s, %d new file(s), %d already there)",
             self.outcome.batches, records, len(reads), self._last_batch - t0, wrote.read_write_s + wrote.rename_s,
             wrote.files, wrote.already_there,
         )  # fmt: skip

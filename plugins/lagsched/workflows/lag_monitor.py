@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from lagsched.adapters.gaps import lost_records
 from lagsched.adapters.kafka_admin import OffsetsAdmin, list_partitions, read_offsets
 from lagsched.adapters.lag_store import LagRecord, LagStore
 from lagsched.adapters.topics import TopicRow, load_partitions, load_topics
@@ -54,7 +55,8 @@ class TopicMeasurement:
         topic: name.
         partitions: partitions measured (the broker's count).
         lag: records to consume, summed over partitions (lost records excluded).
-        lost: records retention deleted before they were consumed.
+        lost: records retention deleted before they were consumed: those still ahead of the committed
+            offset plus those a consumer already skipped (``lost_skipped``).
         time_lag_s: age of the oldest unread record (worst partition), seconds; exactly 0 when
             nothing is behind.
         ingress_rate: records/s produced, over the sample window.
@@ -65,6 +67,8 @@ class TopicMeasurement:
         max_partition_lag: the largest single partition's lag.
         no_offset_policy: the topic's ``no_offset_policy`` setting.
         partition_lags: per-partition detail.
+        lost_skipped: records a consumer found deleted and skipped, recorded in ``retention_gaps``
+            (part of ``lost``).
     """
 
     topic_id: str
@@ -80,6 +84,7 @@ class TopicMeasurement:
     max_partition_lag: int
     no_offset_policy: str
     partition_lags: tuple[PartitionLag, ...]
+    lost_skipped: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready figures (the per-partition detail reduced to partitions with lost records)."""
@@ -89,6 +94,7 @@ class TopicMeasurement:
             "partitions": self.partitions,
             "lag": self.lag,
             "lost": self.lost,
+            "lost_skipped": self.lost_skipped,
             "time_lag_s": round(self.time_lag_s, 3),
             "ingress_rate": round(self.ingress_rate, 3),
             "consumption_rate": round(self.consumption_rate, 3),
@@ -182,8 +188,10 @@ class MeasureSummary:
         if lost:
             lines.append("records lost to retention (never consumed, not counted as lag):")
             for t in lost:
-                parts = ", ".join(f"p{p.partition}: {p.lost:,}" for p in t.partition_lags if p.lost)
-                lines.append(f"  {t.topic}: {t.lost:,} ({parts})")
+                parts = [f"p{p.partition}: {p.lost:,}" for p in t.partition_lags if p.lost]
+                if t.lost_skipped:
+                    parts.append(f"already skipped by the consumer: {t.lost_skipped:,}")
+                lines.append(f"  {t.topic}: {t.lost:,} ({', '.join(parts)})")
         else:
             lines.append("no records lost to retention")
         if self.missing:
@@ -259,6 +267,7 @@ def measure(
     if missing:
         log.warning("topics enabled in the registry but not on the broker (not measured): %s", ", ".join(missing))
     broker = read_offsets(admin, counts, timeout_s=timeout_s)
+    skipped = lost_records(mysql, [r.row.topic_id for r in by_name.values()])
 
     lags: dict[str, list[PartitionLag]] = {}
     latest_samples: dict[str, OffsetSample] = {}
@@ -306,13 +315,14 @@ def measure(
             if holder is not None:
                 slot_rates[holder] = slot_rates.get(holder, 0.0) + rate
         total = totals[name]
+        lost_skipped = sum(skipped.get(reg.row.topic_id, {}).values())
         worker_rate = _worker_rate(total.lag, consumed, reg, history.get(name, ()), oldest_committed)
         m = TopicMeasurement(
             topic_id=reg.row.topic_id,
             topic=name,
             partitions=total.partitions,
             lag=total.lag,
-            lost=total.lost,
+            lost=total.lost + lost_skipped,
             time_lag_s=time_lag,
             ingress_rate=ingress,
             consumption_rate=consumed,
@@ -321,6 +331,7 @@ def measure(
             max_partition_lag=total.max_partition_lag,
             no_offset_policy=settings.for_topic(name).no_offset_policy,
             partition_lags=tuple(plags),
+            lost_skipped=lost_skipped,
         )
         measured.append(m)
         records[name] = LagRecord(
