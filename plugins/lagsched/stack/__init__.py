@@ -1,4 +1,5 @@
-"""The local stack: real Kafka, MariaDB, Redis (and Airflow for the demo) on loopback."""
+"""The local stack: real Kafka, MariaDB, Redis (and Airflow for the demo, a Spark standalone cluster
+on request) on loopback."""
 
 from __future__ import annotations
 
@@ -6,33 +7,73 @@ import logging
 import time
 
 from lagsched.stack.config import StackConfig
-from lagsched.stack.services import Airflow, Service, Status, core_services, migrate_airflow_db
+from lagsched.stack.services import (
+    Airflow,
+    Service,
+    Status,
+    core_services,
+    migrate_airflow_db,
+    spark_cluster_services,
+    start_together,
+)
 
 log = logging.getLogger(__name__)
 
 
-def up(cfg: StackConfig, *, airflow: bool = False) -> list[Status]:
-    """Start the data services (and Airflow if asked), each only if not already healthy."""
-    services: list[Service] = [*core_services(cfg), *([Airflow(cfg)] if airflow else [])]
-    for service in services:
-        started = time.monotonic()
-        service.start()
-        log.info("%-8s up   %s (%.1f s)", service.name, service.detail(), time.monotonic() - started)
+def up(cfg: StackConfig, *, airflow: bool = False, spark_cluster: bool = False) -> list[Status]:
+    """Start the data services (and the Spark cluster, Airflow if asked), each only if not already healthy."""
+    groups: list[list[Service]] = [[s] for s in core_services(cfg)]
+    if spark_cluster:
+        master, workers = spark_cluster_services(cfg)
+        groups += [[master], list(workers)]
+    if airflow:
+        groups.append([Airflow(cfg)])
+    for group in groups:
+        _start_group(group)
     if not airflow:
         # Airflow's own start migrates its DB; without it, tests still need one for dag.test().
         migrate_airflow_db(cfg)
-    return [s.status() for s in services]
+    return [s.status() for group in groups for s in group]
+
+
+def spark_cluster_up(cfg: StackConfig) -> list[Status]:
+    """Start only the Spark standalone cluster (master, then the workers side by side)."""
+    master, workers = spark_cluster_services(cfg)
+    groups: list[list[Service]] = [[master], list(workers)]
+    for group in groups:
+        _start_group(group)
+    return [s.status() for s in (master, *workers)]
+
+
+def spark_cluster_down(cfg: StackConfig) -> list[str]:
+    """Stop the Spark cluster's workers, then its master; returns the names that were running."""
+    master, workers = spark_cluster_services(cfg)
+    return _stop([*reversed(workers), master])
 
 
 def down(cfg: StackConfig) -> list[str]:
     """Stop every service lagsched started, Airflow first; returns the names that were running."""
-    stopped = []
-    for service in [Airflow(cfg), *reversed(core_services(cfg))]:
-        if service.stop():
-            stopped.append(service.name)
-            log.info("%-8s stopped", service.name)
-    return stopped
+    master, workers = spark_cluster_services(cfg)
+    return _stop([Airflow(cfg), *reversed(workers), master, *reversed(core_services(cfg))])
 
 
 def status(cfg: StackConfig) -> list[Status]:
-    return [s.status() for s in [*core_services(cfg), Airflow(cfg)]]
+    """Every service's status: the three data services first, then Airflow and the Spark cluster."""
+    master, workers = spark_cluster_services(cfg)
+    return [s.status() for s in [*core_services(cfg), Airflow(cfg), master, *workers]]
+
+
+def _start_group(group: list[Service]) -> None:
+    started = time.monotonic()
+    start_together(group)
+    for service in group:
+        log.info("%-14s up   %s (%.1f s)", service.name, service.detail(), time.monotonic() - started)
+
+
+def _stop(services: list[Service]) -> list[str]:
+    stopped = []
+    for service in services:
+        if service.stop():
+            stopped.append(service.name)
+            log.info("%-14s stopped", service.name)
+    return stopped

@@ -8,6 +8,7 @@ Ports come from the environment so two checkouts, or a busy machine, can run sid
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,24 @@ def _port(name: str, default: int) -> int:
     return port
 
 
+def _count(name: str, default: int, low: int, high: int) -> int:
+    raw = os.environ.get(name, str(default))
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not an integer; set it to {low}-{high}") from None
+    if not low <= value <= high:
+        raise ValueError(f"{name}={value} is out of range; use {low}-{high}")
+    return value
+
+
+def _memory(name: str, default: str) -> str:
+    raw = os.environ.get(name, default).strip()
+    if not re.fullmatch(r"[1-9][0-9]*[mMgG]", raw):
+        raise ValueError(f"{name}={raw!r} is not a memory size; use a number with m or g, e.g. 1g or 768m")
+    return raw
+
+
 @dataclass(frozen=True, slots=True)
 class StackConfig:
     """Paths and ports of the local stack; built from the environment by :func:`load`."""
@@ -37,6 +56,18 @@ class StackConfig:
     mysql_port: int
     redis_port: int
     airflow_port: int
+    # The optional Spark standalone cluster (`lagsched stack up --spark-cluster`).
+    spark_master_port: int = 17077
+    spark_master_webui_port: int = 17080
+    #: The first worker's web UI port; worker ``i`` (0-based) uses this plus ``i``.
+    spark_worker_webui_port: int = 17081
+    spark_workers: int = 2
+    spark_worker_cores: int = 1
+    #: What each worker offers its executors; Spark's default executor asks for 1g.
+    spark_worker_memory: str = "1g"
+    #: ``LAGSCHED_KAFKA_JARS``: a folder of Kafka's jars to use instead of the ones `make deps`
+    #: fetched (for example the libs/ folder of a Kafka distribution); see :attr:`kafka_jars`.
+    kafka_jars_override: Path | None = None
 
     @property
     def logs(self) -> Path:
@@ -50,6 +81,24 @@ class StackConfig:
     @property
     def jars(self) -> Path:
         return self.home / "jars"
+
+    @property
+    def kafka_jars(self) -> Path:
+        """The folder of Kafka's jars: the broker's classpath, and the CLI tools' (kafka-tools)."""
+        return self.kafka_jars_override or self.jars / "kafka"
+
+    @property
+    def spark_home(self) -> Path:
+        """Data of the local Spark cluster (the workers' work dirs)."""
+        return self.home / "spark"
+
+    @property
+    def spark_master_url(self) -> str:
+        return f"spark://127.0.0.1:{self.spark_master_port}"
+
+    @property
+    def spark_worker_webui_ports(self) -> tuple[int, ...]:
+        return tuple(self.spark_worker_webui_port + i for i in range(self.spark_workers))
 
     @property
     def airflow_home(self) -> Path:
@@ -67,7 +116,7 @@ class StackConfig:
 def load() -> StackConfig:
     """Read the stack's settings from the environment (no I/O beyond reading variables)."""
     home = Path(os.environ.get("LAGSCHED_HOME", REPO_ROOT / ".local")).resolve()
-    return StackConfig(
+    cfg = StackConfig(
         repo=REPO_ROOT,
         home=home,
         kafka_port=_port("LAGSCHED_KAFKA_PORT", 19092),
@@ -75,7 +124,20 @@ def load() -> StackConfig:
         mysql_port=_port("LAGSCHED_MYSQL_PORT", 13306),
         redis_port=_port("LAGSCHED_REDIS_PORT", 16379),
         airflow_port=_port("LAGSCHED_AIRFLOW_PORT", 8080),
+        spark_master_port=_port("LAGSCHED_SPARK_MASTER_PORT", 17077),
+        spark_master_webui_port=_port("LAGSCHED_SPARK_MASTER_WEBUI_PORT", 17080),
+        spark_worker_webui_port=_port("LAGSCHED_SPARK_WORKER_WEBUI_PORT", 17081),
+        spark_workers=_count("LAGSCHED_SPARK_WORKERS", 2, 1, 16),
+        spark_worker_cores=_count("LAGSCHED_SPARK_WORKER_CORES", 1, 1, 256),
+        spark_worker_memory=_memory("LAGSCHED_SPARK_WORKER_MEMORY", "1g"),
+        kafka_jars_override=Path(raw_jars).resolve() if (raw_jars := os.environ.get("LAGSCHED_KAFKA_JARS")) else None,
     )
+    if max(cfg.spark_worker_webui_ports) > 65535:
+        raise ValueError(
+            f"LAGSCHED_SPARK_WORKER_WEBUI_PORT={cfg.spark_worker_webui_port} leaves no room for "
+            f"{cfg.spark_workers} workers' web UIs (one port each, counting up); choose a lower port"
+        )
+    return cfg
 
 
 def stack_secrets(cfg: StackConfig) -> dict[str, str]:

@@ -68,8 +68,16 @@ def stack_environment(cfg: StackConfig) -> dict[str, str]:
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "True",
         # Spark: the venv's python on the workers, the venv's spark-submit on PATH for SparkSubmitHook.
         "PYSPARK_PYTHON": sys.executable,
+        # The stack lives on loopback; without this a driver advertises the first non-loopback
+        # interface to the cluster's executors (a job on a remote cluster must not use this env).
+        "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "LAGSCHED_SPARK_JARS": ",".join(str(p) for p in spark_jars(cfg)),
+        # The local standalone cluster's master, up after `lagsched stack up --spark-cluster`:
+        # `spark-submit --master "$LAGSCHED_SPARK_MASTER_URL" ...` (the Connection stays local[2]).
+        "LAGSCHED_SPARK_MASTER_URL": cfg.spark_master_url,
+        # Kafka's jars (broker and CLI tools): lagsched.adapters.kafka_tools runs the tools from them.
+        "LAGSCHED_KAFKA_JARS": str(cfg.kafka_jars),
         "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(cfg.repo / "plugins"), os.environ.get("PYTHONPATH")])),
     }

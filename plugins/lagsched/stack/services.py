@@ -1,4 +1,5 @@
-"""The local stack's services: Apache Kafka (KRaft), MariaDB, Redis and Airflow, on loopback.
+"""The local stack's services: Apache Kafka (KRaft), MariaDB, Redis, Airflow and an optional Spark
+standalone cluster, on loopback.
 
 Each service knows how to prepare its data folder once, start, report health and stop. Start is
 idempotent: a service that is already up and healthy is left alone, so tests and the demo can share
@@ -8,6 +9,8 @@ one running stack.
 from __future__ import annotations
 
 import base64
+import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -16,8 +19,10 @@ import subprocess
 import sys
 import urllib.request
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lagsched.stack import process
 from lagsched.stack.config import StackConfig, stack_secrets
@@ -77,9 +82,12 @@ class Service:
         """Work that needs the running service (users, databases); idempotent."""
 
     def start(self) -> None:
+        start_together([self])
+
+    def launch(self) -> bool:
+        """Spawn the service unless it is already up; True if it was spawned (then see :meth:`await_healthy`)."""
         if self.pid() is not None and self.is_healthy():
-            self.after_start()
-            return
+            return False
         if self.pid() is None and self.is_healthy():
             raise ServiceError(
                 f"{self.name}: something not started by lagsched already answers on its port "
@@ -87,6 +95,9 @@ class Service:
             )
         self.prepare()
         process.spawn(self.name, self.command(), logs=self.cfg.logs, run=self.cfg.run, env=self.environment())
+        return True
+
+    def await_healthy(self) -> None:
         process.wait_until(
             self.is_healthy,
             what=self.name,
@@ -94,7 +105,6 @@ class Service:
             log=self.log,
             alive=lambda: self.pid() is not None,
         )
-        self.after_start()
 
     def stop(self) -> bool:
         return process.stop(self.name, self.cfg.run, sig=self.stop_signal)
@@ -241,7 +251,7 @@ class Kafka(Service):
 
     @property
     def jars(self) -> Path:
-        return self.cfg.jars / "kafka"
+        return self.cfg.kafka_jars
 
     def _classpath(self) -> str:
         if not any(self.jars.glob("kafka_2.13-*.jar")):
@@ -249,10 +259,7 @@ class Kafka(Service):
         return str(self.jars / "*")
 
     def _java(self) -> str:
-        java_home = os.environ.get("JAVA_HOME")
-        if java_home and Path(java_home, "bin", "java").exists():
-            return str(Path(java_home, "bin", "java"))
-        return _require_binary("java", "apt-get install -y openjdk-17-jre-headless")
+        return java_binary()
 
     def _write_config(self) -> Path:
         c = self.cfg
@@ -365,6 +372,146 @@ class Airflow(Service):
         return f"http://127.0.0.1:{self.cfg.airflow_port}"
 
 
+def pyspark_home() -> Path:
+    """The installed pyspark package: a complete Spark (jars, ``bin/spark-class``, ``bin/spark-submit``)."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        raise ServiceError("pyspark is not installed in this Python; run `make deps`")
+    home = Path(next(iter(spec.submodule_search_locations)))
+    if not (home / "bin" / "spark-class").exists() or not (home / "jars").is_dir():
+        raise ServiceError(f"{home} is not a complete Spark (no bin/spark-class or jars/); run `make deps`")
+    return home
+
+
+def spark_master_state(cfg: StackConfig, timeout_s: float = 2.0) -> dict[str, Any] | None:
+    """The local master's own JSON status (``/json`` of its web UI), or None if it does not answer."""
+    url = f"http://127.0.0.1:{cfg.spark_master_webui_port}/json/"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            state = json.loads(resp.read())
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) else None
+
+
+class _SparkDaemon(Service):
+    """A Spark standalone daemon run through pyspark's ``spark-class``, bound to loopback only."""
+
+    start_timeout_s = 60.0
+    main_class = ""
+
+    def command(self) -> list[str]:
+        return [str(pyspark_home() / "bin" / "spark-class"), self.main_class, *self.arguments()]
+
+    def arguments(self) -> list[str]:
+        raise NotImplementedError
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            {
+                # spark-class would honour a SPARK_HOME of some other Spark; run pyspark's own.
+                "SPARK_HOME": str(pyspark_home()),
+                # The RPC endpoints follow --host; the web UIs bind SPARK_LOCAL_IP (else 0.0.0.0).
+                "SPARK_LOCAL_IP": "127.0.0.1",
+                # The daemons only track workers and applications; executors get the worker's memory.
+                "SPARK_DAEMON_MEMORY": "512m",
+            }
+        )
+        return env
+
+
+class SparkMaster(_SparkDaemon):
+    """The standalone master: ``spark://127.0.0.1:<LAGSCHED_SPARK_MASTER_PORT>``."""
+
+    name = "spark-master"
+    main_class = "org.apache.spark.deploy.master.Master"
+
+    def arguments(self) -> list[str]:
+        c = self.cfg
+        return ["--host", "127.0.0.1", "--port", str(c.spark_master_port),
+                "--webui-port", str(c.spark_master_webui_port)]  # fmt: skip
+
+    def environment(self) -> dict[str, str]:
+        env = super().environment()
+        # The REST submission server (port 6066) serves cluster-mode submits, which lagsched never makes.
+        env["SPARK_MASTER_OPTS"] = "-Dspark.master.rest.enabled=false"
+        return env
+
+    def is_healthy(self) -> bool:
+        state = spark_master_state(self.cfg)
+        # The URL check tells our master from some other Spark answering on the web UI port.
+        return state is not None and state.get("status") == "ALIVE" and state.get("url") == self.cfg.spark_master_url
+
+    def detail(self) -> str:
+        return f"{self.cfg.spark_master_url} (UI http://127.0.0.1:{self.cfg.spark_master_webui_port})"
+
+
+class SparkWorker(_SparkDaemon):
+    """Worker ``index`` (0-based) of the standalone cluster, with its own work dir and web UI port."""
+
+    main_class = "org.apache.spark.deploy.worker.Worker"
+
+    def __init__(self, cfg: StackConfig, index: int) -> None:
+        super().__init__(cfg)
+        self.index = index
+        self.name = f"spark-worker-{index + 1}"
+
+    @property
+    def webui_port(self) -> int:
+        return self.cfg.spark_worker_webui_ports[self.index]
+
+    @property
+    def work_dir(self) -> Path:
+        return self.cfg.spark_home / self.name
+
+    def prepare(self) -> None:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+
+    def arguments(self) -> list[str]:
+        c = self.cfg
+        return [
+            "--host", "127.0.0.1",
+            "--webui-port", str(self.webui_port),
+            "--cores", str(c.spark_worker_cores),
+            "--memory", c.spark_worker_memory,
+            "--work-dir", str(self.work_dir),
+            c.spark_master_url,
+        ]  # fmt: skip
+
+    def environment(self) -> dict[str, str]:
+        env = super().environment()
+        # Executors inherit the worker's environment: the venv's Python (with pyarrow), and the
+        # lagsched package importable in Python workers as on the driver.
+        env["PYSPARK_PYTHON"] = sys.executable
+        plugins = str(self.cfg.repo / "plugins")
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [plugins, os.environ.get("PYTHONPATH")]))
+        # Every test run is an application with its own folder of executor logs: drop those of
+        # finished applications after a day.
+        env["SPARK_WORKER_OPTS"] = (
+            "-Dspark.worker.cleanup.enabled=true -Dspark.worker.cleanup.interval=3600 "
+            "-Dspark.worker.cleanup.appDataTtl=86400"
+        )
+        return env
+
+    def is_healthy(self) -> bool:
+        """Registered with the master and alive (a worker that cannot reach its master is no use)."""
+        state = spark_master_state(self.cfg)
+        if state is None:
+            return False
+        return any(
+            w.get("state") == "ALIVE" and str(w.get("webuiaddress", "")).endswith(f":{self.webui_port}")
+            for w in state.get("workers", [])
+        )
+
+    def detail(self) -> str:
+        c = self.cfg
+        return (
+            f"{c.spark_worker_cores} core(s), {c.spark_worker_memory} for executors, "
+            f"UI http://127.0.0.1:{self.webui_port}, work dir {self.work_dir}"
+        )
+
+
 def migrate_airflow_db(cfg: StackConfig) -> None:
     """``airflow db migrate`` once per Airflow version (a stamp file skips the ~15 s no-op run)."""
     from importlib.metadata import version
@@ -387,6 +534,27 @@ def migrate_airflow_db(cfg: StackConfig) -> None:
     stamp.write_text(wanted + "\n")
 
 
+def start_together(services: Sequence[Service]) -> None:
+    """Start ``services`` side by side: spawn every one that is not up, then wait for each.
+
+    Independent services (the Spark workers) thus pay one JVM start-up between them, not one each.
+    Each service's ``after_start`` runs once it is healthy, also when it was already running.
+    """
+    for service in services:
+        service.launch()
+    for service in services:
+        service.await_healthy()
+        service.after_start()
+
+
+def java_binary() -> str:
+    """``$JAVA_HOME/bin/java`` if set, else ``java`` on PATH."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and Path(java_home, "bin", "java").exists():
+        return str(Path(java_home, "bin", "java"))
+    return _require_binary("java", "apt-get install -y openjdk-17-jre-headless")
+
+
 def _require_binary(name: str, install_hint: str, extra: tuple[str, ...] = ()) -> str:
     path = shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", ""), *extra, "/usr/sbin", "/usr/bin"]))
     if path is None:
@@ -397,3 +565,8 @@ def _require_binary(name: str, install_hint: str, extra: tuple[str, ...] = ()) -
 def core_services(cfg: StackConfig) -> list[Service]:
     """The data services, in start order (stop in reverse)."""
     return [Redis(cfg), MariaDB(cfg), Kafka(cfg)]
+
+
+def spark_cluster_services(cfg: StackConfig) -> tuple[SparkMaster, list[SparkWorker]]:
+    """The optional Spark standalone cluster: its master, and its workers (started together after it)."""
+    return SparkMaster(cfg), [SparkWorker(cfg, i) for i in range(cfg.spark_workers)]

@@ -1,0 +1,152 @@
+"""The Spark standalone cluster of `lagsched stack up --spark-cluster`: its workers register, and a job
+submitted with ``--master spark://...`` reads exact Kafka offset ranges on both of them."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from lagsched.stack.config import StackConfig
+
+PARTITIONS = 4
+RECORDS = 2_000  # record i in partition i % 4 with value v<i>, so offset o of partition p is v<4o+p>
+START, END = 100, 300  # the range read from every partition
+
+# The job runs under spark-submit as the consumer job does: it sets no master (spark-submit's
+# --master applies), takes the connector from --jars, and imports lagsched from PYTHONPATH.
+JOB = """
+import json, os, sys
+
+from pyspark.sql import SparkSession
+
+from lagsched.core.offsets import OffsetRange, spark_kafka_options
+
+topic, bootstrap, start, end, partitions, out = sys.argv[1:7]
+spark = SparkSession.builder.appName(os.environ["JOB_NAME"]).getOrCreate()
+ranges = [OffsetRange(topic, p, int(start), int(end)) for p in range(int(partitions))]
+reader = spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("failOnDataLoss", "true")
+for key, value in spark_kafka_options(ranges).items():
+    reader = reader.option(key, value)
+rows = reader.load().selectExpr("partition", "offset", "CAST(value AS STRING) AS value").collect()
+
+
+def where(_: object) -> list[list[str]]:
+    # An executor's working directory is <worker work dir>/<app id>/<executor id>; the Python worker
+    # inherits it, and runs with the interpreter and PYTHONPATH the worker handed down.
+    import pyarrow  # noqa: F401 - the venv's python has it, the system python does not
+    import lagsched  # noqa: F401
+
+    return [[os.getcwd(), sys.executable]]
+
+
+# With both executors registered (minRegisteredResourcesRatio) and one core each, the first wave
+# of tasks puts one on each.
+placements = spark.sparkContext.parallelize(range(4), 4).mapPartitions(where).collect()
+result = {
+    "master": spark.sparkContext.master,
+    "driver_host": spark.conf.get("spark.driver.host"),
+    "rows": [[r["partition"], r["offset"], r["value"]] for r in rows],
+    "executors": sorted({tuple(p) for p in placements}),
+}
+spark.stop()
+with open(out, "w") as fh:
+    json.dump(result, fh)
+"""
+
+
+def master_state(cfg: StackConfig) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{cfg.spark_master_webui_port}/json/", timeout=5) as resp:
+        state: dict[str, Any] = json.loads(resp.read())
+    return state
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(stack: StackConfig) -> Iterator[StackConfig]:
+    """The local standalone cluster; started here if it was not up, and then stopped at the end."""
+    from lagsched import stack as local_stack
+    from lagsched.stack.services import spark_cluster_services
+
+    master, workers = spark_cluster_services(stack)
+    was_up = all(s.status().healthy for s in (master, *workers))
+    started = time.monotonic()
+    try:
+        local_stack.spark_cluster_up(stack)
+    except Exception as exc:  # noqa: BLE001 - whatever stops the cluster fails the run, never skips it
+        if not was_up:
+            local_stack.spark_cluster_down(stack)
+        pytest.fail(f"the Spark standalone cluster could not start: {exc}", pytrace=False)
+    print(f"spark cluster {'was up' if was_up else f'started in {time.monotonic() - started:.1f} s'}")
+    yield stack
+    if not was_up and not os.environ.get("LAGSCHED_KEEP_STACK"):
+        local_stack.spark_cluster_down(stack)
+
+
+def test_two_workers_register_with_the_master(spark_cluster: StackConfig) -> None:
+    state = master_state(spark_cluster)
+    assert state["status"] == "ALIVE"
+    assert state["url"] == spark_cluster.spark_master_url == "spark://127.0.0.1:" + str(spark_cluster.spark_master_port)
+    alive = [w for w in state["workers"] if w["state"] == "ALIVE"]
+    assert sorted(w["webuiaddress"] for w in alive) == [
+        f"http://127.0.0.1:{port}" for port in spark_cluster.spark_worker_webui_ports
+    ]
+    assert len(alive) == 2
+    assert all(w["host"] == "127.0.0.1" and w["cores"] == spark_cluster.spark_worker_cores for w in alive)
+
+
+def test_a_job_submitted_to_the_cluster_reads_exact_kafka_ranges_on_both_workers(
+    spark_cluster: StackConfig, new_topic: Any, kafka_config: dict[str, Any], tmp_path: Path
+) -> None:
+    topic = new_topic(PARTITIONS)
+    producer = Producer({**kafka_config, "linger.ms": 20, "acks": "all", "enable.idempotence": True})
+    for i in range(RECORDS):
+        producer.produce(topic, key=str(i).encode(), value=f"v{i}".encode(), partition=i % PARTITIONS)
+    assert producer.flush(30) == 0
+
+    job, out = tmp_path / "read_kafka.py", tmp_path / "result.json"
+    job.write_text(JOB)
+    name = f"lagsched-cluster-test-{uuid.uuid4().hex[:8]}"
+    jars = os.environ["LAGSCHED_SPARK_JARS"]
+    argv = [
+        str(Path(sys.executable).parent / "spark-submit"),
+        "--master", spark_cluster.spark_master_url,
+        "--jars", jars,
+        "--conf", f"spark.pyspark.python={sys.executable}",
+        # Schedule only once both executors are up, so the tasks land on both workers.
+        "--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0",
+        "--conf", "spark.scheduler.maxRegisteredResourcesWaitingTime=60s",
+        "--conf", "spark.ui.enabled=false",
+        str(job), topic, spark_cluster.kafka_bootstrap, str(START), str(END), str(PARTITIONS), str(out),
+    ]  # fmt: skip
+    env = {**os.environ, "JOB_NAME": name}
+    started = time.monotonic()
+    run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180, check=False)
+    elapsed = time.monotonic() - started
+    assert run.returncode == 0, f"spark-submit failed ({run.returncode}):\n{run.stderr[-4000:]}"
+    print(f"spark-submit on the cluster: {elapsed:.1f} s")
+
+    result = json.loads(out.read_text())
+    assert result["master"] == spark_cluster.spark_master_url
+    # SPARK_LOCAL_IP from the stack's environment keeps the driver on loopback (Spark names it).
+    assert socket.gethostbyname(result["driver_host"]).startswith("127.")
+    expected = [[p, o, f"v{4 * o + p}"] for p in range(PARTITIONS) for o in range(START, END)]
+    assert sorted(result["rows"]) == expected
+
+    # Both workers ran executors, each with the venv's python (PYSPARK_PYTHON) and lagsched importable.
+    work_dirs = {Path(cwd) for cwd, _ in result["executors"]}
+    assert {d.parents[1].name for d in work_dirs} == {"spark-worker-1", "spark-worker-2"}
+    assert {python for _, python in result["executors"]} == {sys.executable}
+
+    apps = [a for a in master_state(spark_cluster)["completedapps"] if a["name"] == name]
+    assert [a["state"] for a in apps] == ["FINISHED"]
