@@ -123,7 +123,9 @@ def test_a_job_submitted_to_the_cluster_reads_exact_kafka_ranges_on_both_workers
         "--master", spark_cluster.spark_master_url,
         "--jars", jars,
         "--conf", f"spark.pyspark.python={sys.executable}",
-        # Schedule only once both executors are up, so the tasks land on both workers.
+        # Both workers' cores (the cluster gives an application 1 unless asked), and scheduling only
+        # once both executors are up, so the tasks land on both workers.
+        "--conf", "spark.cores.max=2",
         "--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0",
         "--conf", "spark.scheduler.maxRegisteredResourcesWaitingTime=60s",
         "--conf", "spark.ui.enabled=false",

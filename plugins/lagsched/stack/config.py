@@ -65,6 +65,10 @@ class StackConfig:
     spark_worker_cores: int = 1
     #: What each worker offers its executors; Spark's default executor asks for 1g.
     spark_worker_memory: str = "1g"
+    #: Cores an application gets unless it sets ``spark.cores.max`` (the master's
+    #: ``spark.deploy.defaultCores``). Spark's own default, every core, lets one slot's job hold
+    #: the whole cluster while the other slots' jobs wait.
+    spark_app_cores: int = 1
     #: ``LAGSCHED_KAFKA_JARS``: a folder of Kafka's jars to use instead of the ones `make deps`
     #: fetched (for example the libs/ folder of a Kafka distribution); see :attr:`kafka_jars`.
     kafka_jars_override: Path | None = None
@@ -130,6 +134,7 @@ def load() -> StackConfig:
         spark_workers=_count("LAGSCHED_SPARK_WORKERS", 2, 1, 16),
         spark_worker_cores=_count("LAGSCHED_SPARK_WORKER_CORES", 1, 1, 256),
         spark_worker_memory=_memory("LAGSCHED_SPARK_WORKER_MEMORY", "1g"),
+        spark_app_cores=_count("LAGSCHED_SPARK_APP_CORES", 1, 1, 4096),
         kafka_jars_override=Path(raw_jars).resolve() if (raw_jars := os.environ.get("LAGSCHED_KAFKA_JARS")) else None,
     )
     if max(cfg.spark_worker_webui_ports) > 65535:

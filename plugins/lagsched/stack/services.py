@@ -416,6 +416,9 @@ class _SparkDaemon(Service):
                 "SPARK_LOCAL_IP": "127.0.0.1",
                 # The daemons only track workers and applications; executors get the worker's memory.
                 "SPARK_DAEMON_MEMORY": "512m",
+                # Long-lived but nearly idle: C1 alone and the serial collector start them with
+                # about half the CPU, which a 2-core machine running Kafka and tests notices.
+                "SPARK_DAEMON_JAVA_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
             }
         )
         return env
@@ -434,8 +437,13 @@ class SparkMaster(_SparkDaemon):
 
     def environment(self) -> dict[str, str]:
         env = super().environment()
-        # The REST submission server (port 6066) serves cluster-mode submits, which lagsched never makes.
-        env["SPARK_MASTER_OPTS"] = "-Dspark.master.rest.enabled=false"
+        env["SPARK_MASTER_OPTS"] = " ".join(
+            [
+                # The REST submission server (port 6066) serves cluster-mode submits; lagsched makes none.
+                "-Dspark.master.rest.enabled=false",
+                f"-Dspark.deploy.defaultCores={self.cfg.spark_app_cores}",
+            ]
+        )
         return env
 
     def is_healthy(self) -> bool:
