@@ -64,6 +64,22 @@ class Slot:
     def signal(self, sig: int) -> None:
         os.killpg(self.proc.pid, sig)
 
+    def driver_pid(self) -> int:
+        """The job's Python driver: the child spark-submit's JVM started (client mode)."""
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                cmdline = (stat.parent / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(fields[1]) == self.proc.pid and str(JOB).encode() in cmdline:
+                return int(stat.parent.name)
+        raise AssertionError(f"slot {self.name}: no Python driver under spark-submit {self.proc.pid}")
+
+    def terminate(self) -> None:
+        """SIGTERM to the driver, as a graceful stop: it finishes its batch, commits and releases."""
+        os.kill(self.driver_pid(), signal.SIGTERM)
+
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.signal(signal.SIGKILL)
@@ -194,6 +210,33 @@ class ConsumerHarness:
                 return {int(p): None if o is None else int(o) for p, o in cur.fetchall()}
         finally:
             conn.close()
+
+    def _by_partition(self, sql: str, topic_id: str) -> dict[int, Any]:
+        from lagsched.adapters.mysql import connect
+
+        conn = connect(self.mysql)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql, (topic_id,))
+                return {int(r[0]): r[1] if len(r) == 2 else tuple(r[1:]) for r in cur.fetchall()}
+        finally:
+            conn.close()
+
+    def holders(self, topic_id: str) -> dict[int, str | None]:
+        """Partition -> slot holding it under a live lease (None: free)."""
+        return self._by_partition(
+            "SELECT partition_id, CASE WHEN lease_expires_at > CURRENT_TIMESTAMP(6) THEN claimed_by END"
+            " FROM topic_partitions WHERE topic_id = %s",
+            topic_id,
+        )
+
+    def pending(self, topic_id: str) -> dict[int, tuple[int, int]]:
+        """Partition -> batch recorded but not committed."""
+        return self._by_partition(
+            "SELECT partition_id, pending_start, pending_end FROM topic_partitions"
+            " WHERE topic_id = %s AND pending_end IS NOT NULL",
+            topic_id,
+        )
 
     def stop_all(self) -> None:
         for slot in self.slots:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
-from consumer_support import ConsumerHarness, assert_exactly_once, latest_offsets, produce, value_of
+from consumer_support import ConsumerHarness, assert_exactly_once, latest_offsets, produce, value_of, wait_until
+
+from lagsched.adapters.slots import slot_id_for
 
 
 def test_one_slot_moves_every_record_once_with_key_value_and_headers(
@@ -28,3 +31,24 @@ def test_one_slot_moves_every_record_once_with_key_value_and_headers(
         )
     assert consumer.committed(topic_id) == {p: 1_500 for p in range(4)}
     assert len(slot.batches()) >= 3  # 1,500 per partition at 700 per batch
+
+
+def test_sigterm_finishes_the_batch_in_flight_commits_releases_and_exits_0(
+    consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any], redis_client: Any
+) -> None:
+    topic = new_topic(2)
+    produce(kafka_config, topic, 20_000, partitions=2)
+    topic_id = consumer.register(topic)
+    slot = consumer.start("w1", "--max-records", "1000")
+    wait_until(lambda: len(slot.batches()) >= 1, 240, "the first batch")
+    slot.terminate()
+    assert slot.wait(120) == 0, slot.tail()
+    stopped = [json.loads(line) for line in slot.stats.read_text().splitlines()][-1]
+    assert stopped["event"] == "stopped" and stopped["reason"] == "signal"
+    # Whatever was committed is in the sink, and nothing beyond it: the batch in flight was finished.
+    committed = consumer.committed(topic_id)
+    assert 0 < sum(v or 0 for v in committed.values()) < 20_000
+    assert_exactly_once(consumer.sink_table(), topic, {p: committed[p] or 0 for p in range(2)})
+    assert consumer.holders(topic_id) == {0: None, 1: None}  # released
+    assert consumer.pending(topic_id) == {}
+    assert redis_client.zscore("lagsched:slots", slot_id_for("w1")) is None  # left the slot set

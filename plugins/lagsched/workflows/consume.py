@@ -245,6 +245,7 @@ class SlotRun:
     def run(self) -> RunOutcome:
         deadline = self.clock() + self.s.budget_s
         try:
+            self._fence_earlier_runs()
             while True:
                 self.keeper.check()
                 if self.stop.is_set():
@@ -270,6 +271,21 @@ class SlotRun:
             self._emit({"event": "stopped", "reason": self.outcome.reason.value, "records": self.outcome.records})
         self._release_all()
         return self.outcome
+
+    def _fence_earlier_runs(self) -> None:
+        """Hand back rows an earlier run of this slot still holds, so this run claims them anew.
+
+        A restarted slot keeps its id, so without this it would carry on under its predecessor's
+        claim epoch, and a predecessor that is not quite dead (a zombie task, a paused VM) could
+        still commit and clear this run's recorded batches. Released rows keep their recorded
+        batch, which this run (or whoever claims them) redoes.
+        """
+        held = self.store.held(self.s.slot_id)
+        if held:
+            released = self.store.release(self.s.slot_id, held)
+            log.info(
+                "an earlier run of this slot held %d row(s); handed back to claim them under a new epoch", len(released)
+            )
 
     def _step(self) -> bool:
         """One boundary: claim, plan, maybe run a batch. True when idle and asked to exit then."""
