@@ -826,6 +826,8 @@ def test_a_recorded_batch_survives_its_holder_and_is_handed_to_the_next_one(mysq
         store.begin_batch(a, c0, 0, 600)
     c1 = store.commit_offset(a, store.begin_batch(a, c1, 7, 9), 9)
     assert store.pending(a) == {(topic, 0): (0, 500)}  # committed batches are closed
+    with pytest.raises(ValueError, match="has committed offset 9, not None"):
+        store.begin_batch(a, dataclasses.replace(c1, committed_offset=None), 0, 9)  # planned from a stale offset
     assert rows(mysql_db, topic)[1][2] == 9
 
     # a dies between its write and its commit: its lease runs out and b takes the row over.

@@ -684,7 +684,7 @@ class ClaimStore:
         topic_id, partition_id, epoch = claim.topic_id, claim.partition_id, claim.claim_epoch
 
         def op(cur: Cursor) -> Claim:
-            state, _ = self._row_state(cur, topic_id, partition_id)
+            state, committed = self._row_state(cur, topic_id, partition_id)
             verdict = judge_claim(slot_id, claim, state)
             if verdict is not None:
                 raise ClaimLostError(
@@ -698,6 +698,13 @@ class ClaimStore:
                     current_epoch=verdict.current_epoch,
                 )
             assert state is not None and state.lease_expires_at is not None  # held, so judged live
+            if committed != claim.committed_offset:
+                # Batches must follow the committed offset the caller planned from; a holder cannot
+                # have moved it behind its own back, so this is a bug, not a race.
+                raise ValueError(
+                    f"{topic_id}[{partition_id}] has committed offset {committed}, not {claim.committed_offset} "
+                    "as the claim says; plan from the claim as last returned"
+                )
             cur.execute(
                 "SELECT pending_start, pending_end FROM topic_partitions WHERE topic_id = %s AND partition_id = %s",
                 (topic_id, partition_id),
