@@ -52,3 +52,21 @@ def test_sigterm_finishes_the_batch_in_flight_commits_releases_and_exits_0(
     assert consumer.holders(topic_id) == {0: None, 1: None}  # released
     assert consumer.pending(topic_id) == {}
     assert redis_client.zscore("lagsched:slots", slot_id_for("w1")) is None  # left the slot set
+
+
+def test_a_topic_recreated_since_the_last_sync_is_not_read_with_the_old_offsets(
+    consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any]
+) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = new_topic(1)
+    produce(kafka_config, topic, 100, partitions=1)
+    consumer.register(topic)
+    admin = AdminClient(kafka_config)
+    admin.delete_topics([topic], operation_timeout=30)[topic].result(timeout=30)
+    wait_until(lambda: topic not in admin.list_topics(timeout=10).topics, 60, "the topic's deletion")
+    admin.create_topics([NewTopic(topic, 1, 1)], operation_timeout=30)[topic].result(timeout=30)
+    produce(kafka_config, topic, 10, partitions=1)
+    slot = consumer.run("w1", "--exit-when-idle")
+    assert "deleted or re-created; not reading it until the topic sync" in slot.log.read_text()
+    assert consumer.sink_table().num_rows == 0

@@ -368,3 +368,27 @@ def mirror_group_offsets(
     failed = [f"{tp.topic}[{tp.partition}]: {tp.error}" for tp in result.topic_partitions if tp.error is not None]
     if failed:
         raise KafkaOffsetsError(f"consumer group {group!r} refused offsets for {', '.join(failed)}")
+
+
+def kafka_topic_ids(admin: Any, names: Iterable[str], timeout_s: float = 10.0) -> dict[str, str]:
+    """Kafka's own topic id of each of ``names`` the broker answers for (others are left out).
+
+    A consumer compares it with the registry's before reading: a topic deleted and re-created
+    under the same name has new offsets, which old committed offsets must never be applied to.
+    """
+    from confluent_kafka import TopicCollection
+
+    wanted = sorted({validate_topic_name(n) for n in names})
+    if not wanted:
+        return {}
+    ids: dict[str, str] = {}
+    try:
+        futures = admin.describe_topics(TopicCollection(wanted), request_timeout=timeout_s)
+    except Exception as exc:  # KafkaException: keep callers client-agnostic
+        raise KafkaOffsetsError(f"cannot describe topics {wanted}: {exc}") from exc
+    for name, future in futures.items():
+        try:
+            ids[name] = str(future.result(timeout=timeout_s + 5).topic_id)
+        except Exception as exc:  # noqa: BLE001 - unknown or unanswered: the caller skips it
+            log.warning("topic %s: cannot read its topic id (%s)", name, exc)
+    return ids

@@ -32,7 +32,7 @@ from typing import IO, Any, Protocol
 
 from lagsched.adapters.claims import ClaimStore
 from lagsched.adapters.gaps import RetentionGap, record_gap
-from lagsched.adapters.kafka_admin import mirror_group_offsets, read_offsets
+from lagsched.adapters.kafka_admin import kafka_topic_ids, mirror_group_offsets, read_offsets
 from lagsched.adapters.ownership import current_assignment, wants_for
 from lagsched.adapters.sink import BatchRead, SinkWrite
 from lagsched.adapters.slots import SlotRegistry
@@ -334,6 +334,16 @@ class SlotRun:
         pending = self.store.pending(self.s.slot_id)
         counts = {topics[c.topic_id].name: topics[c.topic_id].partition_count for c in held}
         try:
+            ids = kafka_topic_ids(self.admin, counts)
+            for name in list(counts):
+                row = next(t for t in topics.values() if t.name == name)
+                if row.kafka_topic_id is not None and ids.get(name) != row.kafka_topic_id:
+                    log.error(
+                        "topic %s: Kafka's topic id is %s, the registry's %s: it was deleted or re-created; "
+                        "not reading it until the topic sync registers the new one",
+                        name, ids.get(name), row.kafka_topic_id,
+                    )  # fmt: skip
+                    del counts[name]
             broker = read_offsets(self.admin, counts)
         except KafkaOffsetsError as exc:
             raise LagschedError(f"Kafka did not report the claimed partitions' offsets: {exc}") from exc
@@ -341,6 +351,8 @@ class SlotRun:
         plans: dict[tuple[str, int], PartitionPlan] = {}
         for c in held:
             name = topics[c.topic_id].name
+            if name not in counts:
+                continue  # its topic id did not match: said above
             o = offsets.get((name, c.partition_id))
             if o is None:
                 log.warning("%s[%d] is claimed but the broker does not report it; skipped", name, c.partition_id)
