@@ -5,7 +5,8 @@
 Connections come from the environment as Airflow Connections (``AIRFLOW_CONN_LAGSCHED_KAFKA``,
 ``..._MYSQL``, ``..._REDIS``); the ``lagsched`` package from ``PYTHONPATH`` (or ``--py-files``).
 
-Exit status: 0 when the run ended normally (time budget, SIGTERM/SIGINT, ``--exit-when-idle``);
+Exit status: 0 when the run ended normally (time budget, SIGTERM/SIGINT, ``--exit-when-idle``, or the slot
+no longer owns any topic);
 1 when something failed (the message says what; no offset was stored past unwritten records);
 3 when the slot lost a claim (a stale holder: it paused past its lease and another slot took over).
 """

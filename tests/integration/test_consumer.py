@@ -70,3 +70,26 @@ def test_a_topic_recreated_since_the_last_sync_is_not_read_with_the_old_offsets(
     slot = consumer.run("w1", "--exit-when-idle")
     assert "deleted or re-created; not reading it until the topic sync" in slot.log.read_text()
     assert consumer.sink_table().num_rows == 0
+
+
+def test_a_slot_whose_topics_all_went_away_ends_its_run(
+    consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any]
+) -> None:
+    from lagsched.adapters.mysql import connect
+
+    topic = new_topic(1)
+    produce(kafka_config, topic, 5_000, partitions=1)
+    topic_id = consumer.register(topic)
+    slot = consumer.start("w1", "--max-records", "200", "--min-interval-s", "1")
+    wait_until(lambda: len(slot.batches()) >= 1, 240, "the first batch")
+    conn = connect(consumer.mysql)
+    with conn.cursor() as cur:
+        cur.execute("UPDATE topics SET enabled = FALSE WHERE topic_id = %s", (topic_id,))
+    conn.commit()
+    conn.close()
+    assert slot.wait(120) == 0, slot.tail()
+    stopped = [json.loads(line) for line in slot.stats.read_text().splitlines()][-1]
+    assert stopped["reason"] == "rescaled"
+    committed = consumer.committed(topic_id)[0] or 0
+    assert_exactly_once(consumer.sink_table(), topic, {0: committed})
+    assert consumer.holders(topic_id) == {0: None}

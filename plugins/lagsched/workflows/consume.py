@@ -51,6 +51,8 @@ class StopReason(StrEnum):
     BUDGET = "budget"
     SIGNAL = "signal"
     IDLE = "idle"
+    #: The slot owned topics and now owns none (scaled in, topics disabled): its work moved away.
+    RESCALED = "rescaled"
     LOST = "lost"
     ERROR = "error"
 
@@ -238,7 +240,7 @@ class SlotRun:
         self.stats, self.clock = stats, clock
         self.outcome = RunOutcome(StopReason.BUDGET)
         self._last_batch = clock()
-        self._held: list[Claim] = []
+        self._owned = False  # owned some topic at some point of the run
 
     # ------------------------------------------------------------------ the loop
 
@@ -258,8 +260,8 @@ class SlotRun:
                 if self.outcome.lost_claims:
                     self.outcome.reason = StopReason.LOST
                     break
-                if done:
-                    self.outcome.reason = StopReason.IDLE
+                if done is not None:
+                    self.outcome.reason = done
                     break
         except BaseException:
             # No offset moved past unwritten records (commits follow writes); what was recorded but
@@ -287,29 +289,31 @@ class SlotRun:
                 "an earlier run of this slot held %d row(s); handed back to claim them under a new epoch", len(released)
             )
 
-    def _step(self) -> bool:
-        """One boundary: claim, plan, maybe run a batch. True when idle and asked to exit then."""
+    def _step(self) -> StopReason | None:
+        """One boundary: claim, plan, maybe run a batch. A reason to stop, or None to go on."""
         topics = {t.topic_id: t for t in load_topics(self.conn, self.s.cluster)}
         live = self.registry.live_slots(datetime.now(UTC), self.s.slot_timeout_s)
         wants = {t: n for t, n in wants_for(self.s.slot_id, current_assignment(self.conn, live)).items() if t in topics}
+        if any(wants.values()):
+            self._owned = True
+        elif self._owned:
+            log.info("this slot no longer owns any topic (scaled in, or its topics were disabled); ending the run")
+            return StopReason.RESCALED
         handed = self.store.rebalance(self.s.slot_id, wants)
         if handed:
             log.info("handed over %s", _keys(handed, topics))
         result = self.store.claim(self.s.slot_id, wants, self.s.lease_s)
         held = [c for c in result.claims if c.topic_id in wants]
-        self._held = held
         self.keeper.hold(held)
         if result.new:
             log.info("claimed %s", _keys(result.new, topics))
         batch = self._plan(held, topics)
-        if batch is None:
-            return False
         if not batch.plans:
             if self.s.exit_when_idle and not result.short:
                 log.info("every claimed partition is caught up; exiting (--exit-when-idle)")
-                return True
+                return StopReason.IDLE
             self._wait(self.s.poll_s)
-            return False
+            return None
         since = self.clock() - self._last_batch
         if not batch_is_due(
             batch.plans.values(),
@@ -318,9 +322,9 @@ class SlotRun:
             min_records=self.s.min_records,
         ):
             self._wait(min(self.s.poll_s, max(0.0, self.s.min_interval_s - since)))
-            return False
+            return None
         self._run_batch(batch, topics)
-        return False
+        return None
 
     def _wait(self, seconds: float) -> None:
         if seconds > 0 and self.wake.wait(seconds):
@@ -328,7 +332,7 @@ class SlotRun:
 
     # ------------------------------------------------------------------ planning
 
-    def _plan(self, held: Sequence[Claim], topics: Mapping[str, TopicRow]) -> _Batch | None:
+    def _plan(self, held: Sequence[Claim], topics: Mapping[str, TopicRow]) -> _Batch:
         if not held:
             return _Batch({}, {})
         pending = self.store.pending(self.s.slot_id)
