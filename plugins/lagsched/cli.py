@@ -46,14 +46,14 @@ def _kafka_tool(args: argparse.Namespace) -> int:
     """Run one of Kafka's own tools against the local stack, its output straight to the terminal."""
     import subprocess
 
-    from lagsched.adapters.kafka_tools import KafkaToolError, tool_command
+    from lagsched.adapters.kafka_tools import KafkaToolError, tool_command, with_bootstrap
     from lagsched.stack.config import load
 
     tool_args = list(args.tool_args)
     if tool_args[:1] == ["--"]:
         tool_args = tool_args[1:]
-    if "--bootstrap-server" not in tool_args and not args.no_bootstrap:
-        tool_args = ["--bootstrap-server", load().kafka_bootstrap, *tool_args]
+    if not args.no_bootstrap:
+        tool_args = with_bootstrap(args.tool, tool_args, load().kafka_bootstrap)
     try:
         argv = tool_command(args.tool, tool_args)
     except KafkaToolError as exc:

@@ -38,6 +38,7 @@ __all__ = [
     "parse_consumer_perf_test",
     "run_tool",
     "tool_command",
+    "with_bootstrap",
 ]
 
 #: The tools the CLI passthrough (``lagsched kafka-tool <name>``) knows, by the name of their
@@ -121,6 +122,28 @@ def _java() -> str:
     if found is None:
         raise KafkaToolError("java is not installed (nor JAVA_HOME set); run `make deps` (it installs a JDK)")
     return found
+
+
+def with_bootstrap(tool: str, args: Sequence[str], bootstrap: str) -> list[str]:
+    """``args`` with the broker address added the way ``tool`` takes it, unless they already name one.
+
+    >>> with_bootstrap("consumer-groups", ["--list"], "127.0.0.1:19092")
+    ['--bootstrap-server', '127.0.0.1:19092', '--list']
+    >>> with_bootstrap("producer-perf-test", ["--producer-props", "acks=1"], "b:1")
+    ['--producer-props', 'bootstrap.servers=b:1', 'acks=1']
+    >>> with_bootstrap("producer-perf-test", ["--topic", "t"], "b:1")
+    ['--topic', 't', '--producer-props', 'bootstrap.servers=b:1']
+    """
+    args = list(args)
+    if tool != "producer-perf-test":
+        return args if "--bootstrap-server" in args else ["--bootstrap-server", bootstrap, *args]
+    # kafka-producer-perf-test (4.1) has no --bootstrap-server: the address is a producer property.
+    if any(a.startswith("bootstrap.servers=") for a in args) or "--producer.config" in args:
+        return args
+    if "--producer-props" in args:
+        at = args.index("--producer-props") + 1
+        return [*args[:at], f"bootstrap.servers={bootstrap}", *args[at:]]
+    return [*args, "--producer-props", f"bootstrap.servers={bootstrap}"]
 
 
 def tool_command(tool: str, args: Sequence[str], *, jars: Path | None = None) -> list[str]:
