@@ -1,0 +1,880 @@
+"""Consumer benchmark: one slot's Spark job against a tuned Python consumer and Kafka's perf test.
+
+Run from the repository root (the local stack must be up)::
+
+    PYTHONPATH=plugins python -m lagsched.bench lagsched.bench.consumer
+
+Loads ``LAGSCHED_BENCH_CONSUMER_RECORDS`` records (default 3,000,000: ~100-byte values, a key and
+one header each) into a 4-partition and a 12-partition topic, then, ``LAGSCHED_BENCH_DRAWS`` times
+(default 2) per topic, reads all of them with three readers, in a rotating order:
+
+* ``raw``: `lagsched.bench.raw_consumer`, a tuned confluent-kafka consumer writing the job's
+  Parquet layout with pyarrow;
+* ``perf``: Kafka's own ``kafka-consumer-perf-test`` (``ConsumerPerformance``): the ceiling of
+  reading on this machine, nothing written;
+* ``spark``: the production job ``jobs/consume.py`` under spark-submit (``local[2]``), one slot
+  owning the topic, each run with a fresh database and sink.
+
+Each reader's output is checked: the raw and Spark sinks must hold every (partition, offset) once,
+the perf test must count every record. Writes ``bench/results/consumer.json`` (see `summarize`);
+the topics are deleted at the end, also on failure. Target: ratio = spark / raw >= 1.0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_OUT = "bench/results/consumer.json"
+DEFAULT_RECORDS = 3_000_000
+DEFAULT_DRAWS = 2
+PARTITION_COUNTS = (4, 12)
+VALUE_BYTES = 100
+#: Batches per Spark run (the first is reported on its own, the rest are the steady state); the
+#: job's --max-records is the per-partition share of one batch.
+SPARK_BATCHES = 5
+#: Where each run's own sink folder goes (disk-backed, unlike /tmp on many machines); the folders
+#: have random names and are removed after each run.
+#: The repository's plugins/ folder (the job needs the package on its PYTHONPATH).
+PLUGINS = Path(__file__).resolve().parents[2]
+SINK_ROOT = Path(os.environ.get("LAGSCHED_BENCH_SINK_ROOT", "/var/tmp"))  # noqa: S108
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def env_int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
+    """An integer setting from the environment, checked.
+
+    >>> env_int({"N": "3_000"}, "N", 5)
+    3000
+    >>> env_int({}, "N", 5)
+    5
+    """
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not an integer") from None
+    if value < minimum:
+        raise ValueError(f"{name}={value} is below the minimum {minimum}")
+    return value
+
+
+def max_records_per_partition(records: int, partitions: int, batches: int) -> int:
+    """The job's ``--max-records`` that splits `records` over `partitions` into `batches` batches.
+
+    >>> max_records_per_partition(3_000_000, 12, 5)
+    50000
+    >>> max_records_per_partition(10, 4, 5)
+    1
+    """
+    return max(1, -(-records // (partitions * batches)))
+
+
+def records_per_s(records: int, seconds: float) -> float:
+    """Throughput, 0 for an empty or instant interval.
+
+    >>> records_per_s(1000, 0.5)
+    2000.0
+    >>> records_per_s(10, 0.0)
+    0.0
+    """
+    return records / seconds if seconds > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class SparkStats:
+    """What the job's stats file says about one run."""
+
+    spark_ready_s: float
+    batches: list[dict[str, Any]]
+    stopped: dict[str, Any]
+
+    @property
+    def records(self) -> int:
+        return sum(int(b["records"]) for b in self.batches)
+
+
+def parse_stats(lines: Iterable[str]) -> SparkStats:
+    """The job's ``--stats-file`` (JSON lines: started, batch..., stopped).
+
+    >>> s = parse_stats([
+    ...     '{"event": "started", "slot": "w", "spark_ready_s": 4.5}',
+    ...     '{"event": "batch", "n": 1, "records": 10, "wall_s": 2.0, "t_start": 100.0, "t_end": 102.0}',
+    ...     '{"event": "stopped", "reason": "idle", "records": 10}',
+    ... ])
+    >>> (s.spark_ready_s, s.records, s.stopped["reason"])
+    (4.5, 10, 'idle')
+    """
+    ready: float | None = None
+    batches: list[dict[str, Any]] = []
+    stopped: dict[str, Any] = {}
+    for line in lines:
+        if not line.strip():
+            continue
+        event = json.loads(line)
+        kind = event.get("event")
+        if kind == "started":
+            ready = float(event["spark_ready_s"])
+        elif kind == "batch":
+            batches.append(event)
+        elif kind == "stopped":
+            stopped = event
+    if ready is None:
+        raise ValueError("the stats file has no 'started' event")
+    return SparkStats(spark_ready_s=ready, batches=batches, stopped=stopped)
+
+
+def spark_figures(stats: SparkStats) -> dict[str, Any]:
+    """Startup, first-batch and steady-state figures of one job run.
+
+    ``startup_s`` is the process start to SparkSession ready plus the first batch's start (the time
+    before any record is read); the steady state is the records of batches 2.. over the wall time
+    from the first batch's end to the last batch's end (so the gaps between batches count).
+
+    >>> s = parse_stats([
+    ...     '{"event": "started", "spark_ready_s": 5.0}',
+    ...     '{"event": "batch", "n": 1, "records": 100, "read_s": 1, "write_s": 2, "commit_s": 0.1,'
+    ...     ' "wall_s": 4.0, "t_start": 1000.0, "t_end": 1004.0}',
+    ...     '{"event": "batch", "n": 2, "records": 300, "read_s": 0.5, "write_s": 1.0, "commit_s": 0.1,'
+    ...     ' "wall_s": 2.0, "t_start": 1004.5, "t_end": 1006.5}',
+    ...     '{"event": "batch", "n": 3, "records": 300, "read_s": 0.5, "write_s": 1.0, "commit_s": 0.1,'
+    ...     ' "wall_s": 2.0, "t_start": 1006.5, "t_end": 1009.0}',
+    ...     '{"event": "stopped", "records": 700}'])
+    >>> f = spark_figures(s)
+    >>> (f["first_batch_records_per_s"], f["records_per_s"], f["steady_records"])
+    (25.0, 120.0, 600)
+    """
+    if not stats.batches:
+        raise ValueError("the job ran no batch")
+    first, rest = stats.batches[0], stats.batches[1:]
+    steady_records = sum(int(b["records"]) for b in rest)
+    steady_wall = float(rest[-1]["t_end"]) - float(first["t_end"]) if rest else 0.0
+
+    def total(key: str) -> float:
+        return round(sum(float(b.get(key, 0.0)) for b in rest), 3)
+
+    return {
+        "ready_s": round(stats.spark_ready_s, 3),
+        "first_batch_records": int(first["records"]),
+        "first_batch_s": round(float(first["wall_s"]), 3),
+        "first_batch_records_per_s": round(records_per_s(int(first["records"]), float(first["wall_s"])), 1),
+        "steady_records": steady_records,
+        "steady_wall_s": round(steady_wall, 3),
+        "records_per_s": round(records_per_s(steady_records, steady_wall), 1),
+        "batches": len(stats.batches),
+        "steady_read_s": total("read_s"),
+        "steady_write_s": total("write_s"),
+        "steady_commit_s": total("commit_s"),
+        "steady_batch_wall_s": total("wall_s"),
+    }
+
+
+def summarize(records: int, runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The JSON document: worst case at the top, every run below.
+
+    ``ratio`` is the lowest spark / raw over the runs (each run pairs the readers on the same topic
+    in the same draw, so a machine busy with other work slows all three alike), and
+    ``spark_records_per_s``, ``raw_records_per_s`` and ``perf_test_records_per_s`` are that run's,
+    so the top-level ratio is their quotient. ``spark_first_batch_records_per_s`` is the lowest
+    and ``spark_startup_s`` the highest over the runs.
+
+    >>> runs = [
+    ...     {"partitions": 4, "draw": 1, "spark": {"records_per_s": 300.0, "first_batch_records_per_s": 100.0,
+    ...      "startup_s": 9.0}, "raw": {"records_per_s": 200.0}, "perf": {"records_per_s": 900.0}},
+    ...     {"partitions": 12, "draw": 1, "spark": {"records_per_s": 250.0, "first_batch_records_per_s": 120.0,
+    ...      "startup_s": 8.0}, "raw": {"records_per_s": 250.0}, "perf": {"records_per_s": 800.0}},
+    ... ]
+    >>> s = summarize(1000, runs)
+    >>> (s["ratio"], s["spark_records_per_s"], s["raw_records_per_s"], s["worst_run"])
+    (1.0, 250.0, 250.0, {'partitions': 12, 'draw': 1})
+    >>> (s["spark_first_batch_records_per_s"], s["spark_startup_s"])
+    (100.0, 9.0)
+    """
+    if not runs:
+        raise ValueError("no runs to summarize")
+
+    def ratio(run: Mapping[str, Any]) -> float:
+        raw = float(run["raw"]["records_per_s"])
+        return float(run["spark"]["records_per_s"]) / raw if raw > 0 else 0.0
+
+    worst = min(runs, key=ratio)
+
+    def spread(get: Callable[[Mapping[str, Any]], float]) -> dict[str, float]:
+        values = [get(r) for r in runs]
+        return {
+            "min": round(min(values), 3),
+            "median": round(statistics.median(values), 3),
+            "max": round(max(values), 3),
+        }
+
+    return {
+        "records": records,
+        "spark_records_per_s": round(float(worst["spark"]["records_per_s"]), 1),
+        "spark_first_batch_records_per_s": round(min(float(r["spark"]["first_batch_records_per_s"]) for r in runs), 1),
+        "raw_records_per_s": round(float(worst["raw"]["records_per_s"]), 1),
+        "perf_test_records_per_s": round(float(worst["perf"]["records_per_s"]), 1),
+        "ratio": round(ratio(worst), 3),
+        "spark_startup_s": round(max(float(r["spark"]["startup_s"]) for r in runs), 3),
+        "worst_run": {"partitions": worst["partitions"], "draw": worst["draw"]},
+        "spread": {
+            "ratio": spread(ratio),
+            "spark_records_per_s": spread(lambda r: float(r["spark"]["records_per_s"])),
+            "raw_records_per_s": spread(lambda r: float(r["raw"]["records_per_s"])),
+            "perf_test_records_per_s": spread(lambda r: float(r["perf"]["records_per_s"])),
+        },
+        "target": {"ratio": 1.0, "met": ratio(worst) >= 1.0},
+        "runs": list(runs),
+    }
+
+
+def reader_order(draw: int, readers: Sequence[str] = ("raw", "perf", "spark")) -> list[str]:
+    """The readers' order in a draw, rotated so none always runs first (on a cold cache).
+
+    >>> [reader_order(d) for d in range(3)]
+    [['raw', 'perf', 'spark'], ['perf', 'spark', 'raw'], ['spark', 'raw', 'perf']]
+    """
+    k = draw % len(readers)
+    return [*readers[k:], *readers[:k]]
+
+
+@dataclass(frozen=True, slots=True)
+class CpuSnapshot:
+    """CPU-seconds used so far: the whole machine (busy), this process, its waited-for children, the broker."""
+
+    wall: float
+    machine_busy: float
+    own: float
+    children: float
+    broker: float
+
+
+def proc_stat_busy_s(line: str, tick: int) -> float:
+    """Busy CPU-seconds (all cores, neither idle nor waiting for I/O) from /proc/stat's ``cpu`` line.
+
+    >>> proc_stat_busy_s("cpu  100 0 50 1000 20 0 5 0 0 0", 100)
+    1.55
+    """
+    fields = [int(x) for x in line.split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / tick
+
+
+def proc_pid_cpu_s(stat: str, tick: int) -> float:
+    """utime + stime of a process from its /proc/<pid>/stat text (the name may hold spaces).
+
+    >>> proc_pid_cpu_s("42 (java x) S " + " ".join(["0"] * 10) + " 250 50 0 0", 100)
+    3.0
+    """
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / tick
+
+
+def cpu_snapshot(broker_pid: int | None) -> CpuSnapshot:
+    tick = os.sysconf("SC_CLK_TCK")
+    broker = 0.0
+    if broker_pid is not None:
+        try:
+            broker = proc_pid_cpu_s(Path(f"/proc/{broker_pid}/stat").read_text(), tick)
+        except OSError:
+            broker = 0.0
+    times = os.times()
+    return CpuSnapshot(
+        wall=time.monotonic(),
+        machine_busy=proc_stat_busy_s(Path("/proc/stat").read_text().split("\n", 1)[0], tick),
+        own=times.user + times.system,
+        children=times.children_user + times.children_system,
+        broker=broker,
+    )
+
+
+def cpu_usage(before: CpuSnapshot, after: CpuSnapshot) -> dict[str, float]:
+    """Where the machine's CPU went during one reader's run.
+
+    ``reader_cpu_s`` is this process and the children it waited for (spark-submit's JVM and the
+    job's Python, the perf test's JVM); ``others_cpu_s`` is everything else but the broker: other
+    work on the machine competing with the reader, the reason a draw may be slow.
+
+    >>> cpu_usage(CpuSnapshot(0, 10, 1, 0, 5), CpuSnapshot(10, 25, 5, 6, 7))
+    {'wall_s': 10, 'reader_cpu_s': 10, 'broker_cpu_s': 2, 'others_cpu_s': 3, 'cores_busy': 1.5}
+    """
+    wall = after.wall - before.wall
+    busy = after.machine_busy - before.machine_busy
+    reader = (after.own - before.own) + (after.children - before.children)
+    broker = after.broker - before.broker
+    return {
+        "wall_s": round(wall, 3),
+        "reader_cpu_s": round(reader, 3),
+        "broker_cpu_s": round(broker, 3),
+        "others_cpu_s": round(max(0.0, busy - reader - broker), 3),
+        "cores_busy": round(busy / wall, 2) if wall > 0 else 0.0,
+    }
+
+
+def _broker_pid() -> int | None:
+    """The local stack's Kafka broker, if this machine runs it (its CPU is counted apart)."""
+    try:
+        from lagsched.stack.config import load
+
+        return int((load().run / "kafka.pid").read_text().split()[0])
+    except (OSError, ValueError):
+        return None
+
+
+# --------------------------------------------------------------------------- the records
+
+
+def _progress(label: str, done: int, total: int, started: float, last: list[float]) -> None:
+    """A progress line at most every 2 s."""
+    now = time.monotonic()
+    if done < total and now - last[0] < 2.0:
+        return
+    last[0] = now
+    rate = records_per_s(done, now - started)
+    print(f"   {label}: {done:,}/{total:,} records ({rate:,.0f}/s)", flush=True)
+
+
+def create_topic(admin: Any, name: str, partitions: int) -> None:
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+
+    futures = admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=60)
+    futures[name].result(timeout=90)
+
+
+def delete_topics(admin: Any, names: Sequence[str]) -> None:
+    if not names:
+        return
+    for name, future in admin.delete_topics(list(names), operation_timeout=60).items():
+        try:
+            future.result(timeout=90)
+        except Exception as exc:  # noqa: BLE001 - clean-up: report and go on
+            print(f"   could not delete bench topic {name}: {exc}", file=sys.stderr, flush=True)
+
+
+def load_records(bootstrap: Mapping[str, Any], topic: str, partitions: int, records: int) -> float:
+    """Produce `records` records round-robin over the partitions; the seconds it took.
+
+    Values are ~100 bytes cut from a random buffer (so Parquet cannot compress them away), keys are
+    distinct, each record has one header. Checked afterwards: every partition's high watermark.
+    """
+    from confluent_kafka import Producer, TopicPartition
+
+    errors: list[str] = []
+    producer = Producer(
+        {
+            **bootstrap,
+            "linger.ms": 50,
+            "batch.size": 4 * 1024 * 1024,
+            "batch.num.messages": 100_000,
+            "queue.buffering.max.messages": 2_000_000,
+            "queue.buffering.max.kbytes": 1024 * 1024,
+            "compression.type": "none",
+            "acks": "1",
+            "error_cb": lambda err: errors.append(str(err)),
+        }
+    )
+    blob = os.urandom(1 << 20)
+    span = len(blob) - VALUE_BYTES - 16
+    started = time.monotonic()
+    last = [started]
+    produce = producer.produce
+    for i in range(records):
+        cut = (i * 7919) % span
+        while True:
+            try:
+                produce(
+                    topic,
+                    value=blob[cut : cut + VALUE_BYTES],
+                    key=b"key-%010d" % i,
+                    partition=i % partitions,
+                    headers=[("trace-id", blob[cut + VALUE_BYTES : cut + VALUE_BYTES + 16])],
+                )
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 100_000 == 0:
+            producer.poll(0)
+            _progress(f"loading {topic}", i, records, started, last)
+    if producer.flush(120) != 0:
+        raise RuntimeError(f"loading {topic}: records still undelivered after 120 s ({errors[:3]})")
+    elapsed = time.monotonic() - started
+    _progress(f"loading {topic}", records, records, started, last)
+    from confluent_kafka import Consumer
+
+    check = Consumer({**bootstrap, "group.id": "lagsched-bench-check"})
+    try:
+        got = sum(check.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions))
+    finally:
+        check.close()
+    if got != records:
+        raise RuntimeError(f"loading {topic}: the partitions hold {got} records, expected {records} ({errors[:3]})")
+    return elapsed
+
+
+def check_sink(sink: Path, topic: str, expected: Mapping[int, int]) -> int:
+    """Every (partition, offset) in [0, expected[partition]) once in the sink; the rows counted.
+
+    Read with pyarrow (not Spark), only the partition and offset columns.
+    """
+    import numpy as np
+    import pyarrow.dataset as ds
+
+    table = ds.dataset(sink, format="parquet", partitioning="hive").to_table(
+        columns=["partition", "offset"], filter=ds.field("topic") == topic
+    )
+    parts = table.column("partition").to_numpy()
+    offsets = table.column("offset").to_numpy()
+    for p, n in expected.items():
+        mine = np.sort(offsets[parts == p])
+        if len(mine) != n or (n and (mine[0] != 0 or mine[-1] != n - 1 or np.any(np.diff(mine) != 1))):
+            raise RuntimeError(
+                f"sink {sink}: {topic}[{p}] holds {len(mine)} rows, expected offsets 0..{n - 1} once each"
+            )
+    if table.num_rows != sum(expected.values()):
+        raise RuntimeError(f"sink {sink}: {table.num_rows} rows for {topic}, expected {sum(expected.values())}")
+    return int(table.num_rows)
+
+
+# --------------------------------------------------------------------------- the readers
+
+
+def run_raw(bootstrap: Mapping[str, Any], topic: str, expected: Mapping[int, int], max_records: int) -> dict[str, Any]:
+    from lagsched.bench.raw_consumer import RawSettings, consume_topic
+
+    sink = SINK_ROOT / f"lagsched-bench-raw-{uuid.uuid4().hex[:8]}"
+    total = sum(expected.values())
+    started = time.monotonic()
+    last = [started]
+    try:
+        result = consume_topic(
+            bootstrap,
+            topic,
+            sink,
+            RawSettings(max_records=max_records),
+            progress=lambda n: _progress("raw", n, total, started, last),
+        )
+        written = check_sink(sink, topic, expected)
+        files = sum(1 for _ in sink.glob(f"topic={topic}/date=*/*.parquet"))
+        size = sum(f.stat().st_size for f in sink.glob(f"topic={topic}/date=*/*.parquet"))
+    finally:
+        shutil.rmtree(sink, ignore_errors=True)
+    return {
+        "records": written,
+        "records_per_s": round(result.records_per_s, 1),
+        "wall_s": round(result.wall_s, 3),
+        "setup_s": round(result.setup_s, 3),
+        "read_s": round(result.read_s, 3),
+        "convert_s": round(result.convert_s, 3),
+        "write_s": round(result.write_s, 3),
+        "wait_for_writer_s": round(result.wait_s, 3),
+        "files": files,
+        "bytes": size,
+    }
+
+
+def _use_local_stack() -> None:
+    """Connections and Spark's connector jars of the local stack, unless the environment has them."""
+    from lagsched.bench import use_local_stack_connections
+
+    use_local_stack_connections()
+    if not os.environ.get("LAGSCHED_SPARK_JARS"):
+        from lagsched.stack.config import load
+        from lagsched.stack.environment import spark_jars
+
+        os.environ["LAGSCHED_SPARK_JARS"] = ",".join(str(p) for p in spark_jars(load()))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m lagsched.bench.consumer", description=(__doc__ or "").split("\n\n")[0]
+    )
+    parser.add_argument("--records", type=int, default=None, help="default: LAGSCHED_BENCH_CONSUMER_RECORDS or 3M")
+    parser.add_argument("--draws", type=int, default=None, help="default: LAGSCHED_BENCH_DRAWS or 2")
+    parser.add_argument("--partitions", type=int, nargs="+", default=list(PARTITION_COUNTS))
+    parser.add_argument("--readers", nargs="+", default=["raw", "perf", "spark"], choices=["raw", "perf", "spark"])
+    parser.add_argument("--out", default=DEFAULT_OUT)
+    parser.add_argument("--variants", action="store_true", help="also time the job's write under SPARK_VARIANTS")
+    # Internal: the child process of run_spark_phases.
+    parser.add_argument("--spark-phases", metavar="TOPIC", help=argparse.SUPPRESS)
+    parser.add_argument("--expected", help=argparse.SUPPRESS)
+    parser.add_argument("--max-records", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    _use_local_stack()
+    if args.spark_phases:
+        expected = {int(p): int(n) for p, n in json.loads(args.expected).items()}
+        print(json.dumps(spark_phases(args.spark_phases, expected, args.max_records, args.variants)))
+        return 0
+    records = args.records or env_int(os.environ, "LAGSCHED_BENCH_CONSUMER_RECORDS", DEFAULT_RECORDS)
+    draws = args.draws or env_int(os.environ, "LAGSCHED_BENCH_DRAWS", DEFAULT_DRAWS)
+    figures = run(records, draws, args.partitions, args.readers, variants=args.variants)
+    print(json.dumps({k: v for k, v in figures.items() if k != "runs"}, indent=2))
+    if set(args.readers) == {"raw", "perf", "spark"}:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(figures, indent=2) + "\n")
+        print(f"target (ratio >= 1.0): {'met' if figures['target']['met'] else 'NOT met'}")
+    return 0
+
+
+def run(
+    records: int, draws: int, partition_counts: Sequence[int], readers: Sequence[str], *, variants: bool = False
+) -> dict[str, Any]:
+    """Load the topics, run every reader `draws` times on each, delete the topics; the figures."""
+    from lagsched.adapters.kafka_admin import admin_client
+    from lagsched.connections import kafka_config
+
+    bootstrap = kafka_config()
+    admin = admin_client(bootstrap)
+    broker_pid = _broker_pid()
+    prefix = f"bench-consumer-{uuid.uuid4().hex[:6]}"
+    created: list[str] = []
+    all_runs: list[dict[str, Any]] = []
+    phases: list[dict[str, Any]] = []
+    try:
+        for partitions in partition_counts:
+            topic = f"{prefix}-p{partitions}"
+            create_topic(admin, topic, partitions)
+            created.append(topic)
+            load_s = load_records(bootstrap, topic, partitions, records)
+            print(f"   loaded {records:,} records into {topic} in {load_s:.1f} s", flush=True)
+            expected = {p: records // partitions + (1 if p < records % partitions else 0) for p in range(partitions)}
+            max_records = max_records_per_partition(records, partitions, SPARK_BATCHES)
+            for draw in range(draws):
+                run_figures: dict[str, Any] = {"partitions": partitions, "draw": draw + 1, "topic": topic}
+                for reader in reader_order(draw, [r for r in ("raw", "perf", "spark") if r in readers]):
+                    print(f"-- {topic} draw {draw + 1}/{draws}: {reader}", flush=True)
+                    before = cpu_snapshot(broker_pid)
+                    if reader == "raw":
+                        figures = run_raw(bootstrap, topic, expected, max_records)
+                    elif reader == "perf":
+                        figures = run_perf(bootstrap, topic, records)
+                    else:
+                        figures = run_spark(topic, partitions, expected, max_records)
+                    run_figures[reader] = {**figures, "cpu": cpu_usage(before, cpu_snapshot(broker_pid))}
+                    print(f"   {reader}: {json.dumps(run_figures[reader])}", flush=True)
+                all_runs.append(run_figures)
+            if "spark" in readers or variants:
+                print(f"-- {topic}: where Spark's time goes", flush=True)
+                phases.append({"partitions": partitions, **run_spark_phases(topic, expected, max_records, variants)})
+    finally:
+        delete_topics(admin, created)
+    if set(readers) != {"raw", "perf", "spark"}:
+        return {"records": records, "runs": all_runs, "spark_phases": phases}
+    return {**summarize(records, all_runs), "spark_phases": phases}
+
+
+#: The perf test's fetch size per partition: the raw consumer's (8 MiB), for a ceiling; its
+#: default of 1 MiB read 1M records at ~60% of the speed here.
+PERF_FETCH_BYTES = 8 * 1024 * 1024
+
+
+def run_perf(bootstrap: Mapping[str, Any], topic: str, records: int) -> dict[str, Any]:
+    """Kafka's ConsumerPerformance over the whole topic; its figures, checked to count every record.
+
+    ``records_per_s`` is the tool's ``fetch.nMsg.sec``: records over its fetch time, the group
+    join excluded (the tool subscribes; the other readers assign).
+    """
+    from lagsched.adapters.kafka_tools import consumer_perf_test
+
+    result = consumer_perf_test(
+        str(bootstrap["bootstrap.servers"]),
+        topic,
+        records,
+        group=f"lagsched-bench-perf-{uuid.uuid4().hex[:8]}",
+        fetch_size=PERF_FETCH_BYTES,
+        idle_timeout_ms=60_000,
+    )
+    if result.records != records or not result.complete:
+        raise RuntimeError(f"kafka-consumer-perf-test read {result.records} records, expected {records}")
+    return {
+        "records": result.records,
+        "records_per_s": round(result.fetch_records_per_s, 1),
+        "records_per_s_with_group_join": round(result.records_per_s, 1),
+        "fetch_s": round(result.fetch_ms / 1000, 3),
+        "group_join_s": round(result.rebalance_ms / 1000, 3),
+        "process_wall_s": round(result.wall_s, 3),
+        "megabytes": result.megabytes,
+    }
+
+
+def _connection_env(database: str, redis_db: int) -> dict[str, str]:
+    """The job's Connections: the bench database, the bench Redis DB, the rest as they are."""
+    conns: dict[str, dict[str, Any]] = {}
+    for name in ("AIRFLOW_CONN_LAGSCHED_MYSQL", "AIRFLOW_CONN_LAGSCHED_REDIS"):
+        try:
+            conns[name] = json.loads(os.environ[name])
+        except (KeyError, ValueError):
+            raise RuntimeError(f"{name} must be set in Airflow's JSON form (use_local_stack_connections)") from None
+    conns["AIRFLOW_CONN_LAGSCHED_MYSQL"]["schema"] = database
+    redis = conns["AIRFLOW_CONN_LAGSCHED_REDIS"]
+    redis["extra"] = {**(redis.get("extra") or {}), "db": redis_db}
+    return {name: json.dumps(conn) for name, conn in conns.items()}
+
+
+def _register(database: Any, topic: str, cluster: str) -> None:
+    """Register `topic` in the bench database (as the lag monitor's sync does), one linker worker."""
+    from lagsched.adapters.kafka_admin import admin_client
+    from lagsched.adapters.mysql import connect
+    from lagsched.connections import kafka_config
+    from lagsched.workflows.topic_sync import sync_registry
+
+    conn = connect(database)
+    try:
+        report = sync_registry(conn, admin_client(kafka_config()), cluster, only=[topic])
+        if list(report.added) != [topic]:
+            raise RuntimeError(f"registering {topic}: the sync added {report.added}")
+        with conn.cursor() as cur:
+            cur.execute("UPDATE topics SET linker_workers = 1 WHERE cluster = %s AND name = %s", (cluster, topic))
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def run_spark(topic: str, partitions: int, expected: Mapping[int, int], max_records: int) -> dict[str, Any]:
+    """One run of the production job (spark-submit, ``local[2]``) over the whole topic; its figures.
+
+    A fresh database with only this topic registered, a fresh sink, a fresh slot: the slot is the
+    only live one in the bench's Redis DB, so it owns the topic and claims every partition.
+    """
+    import subprocess
+
+    from lagsched.adapters.spark import submit_command
+    from lagsched.bench.claims import create_database, drop_database
+    from lagsched.connections import mysql_params
+
+    run_id = uuid.uuid4().hex[:8]
+    cluster = f"bench-{run_id}"
+    work = SINK_ROOT / f"lagsched-bench-spark-{run_id}"
+    sink = work / "sink"
+    stats_path = work / "stats.jsonl"
+    log_path = work / "job.log"
+    work.mkdir(parents=True)
+    database = create_database(mysql_params(), prefix="lagsched_bench_consumer")
+    group = f"lagsched-bench-{run_id}"
+    try:
+        _register(database, topic, cluster)
+        args = [
+            "--slot", f"bench-{run_id}", "--cluster", cluster,
+            "--budget-s", "1800", "--max-records", str(max_records),
+            "--min-interval-s", "0", "--min-records", "1",
+            "--sink", sink.as_uri(), "--group", group,
+            "--exit-when-idle", "--stats-file", str(stats_path),
+        ]  # fmt: skip
+        job = str(PLUGINS.parent / "jobs" / "consume.py")
+        env = {
+            **os.environ,
+            **_connection_env(database.database, env_int(os.environ, "LAGSCHED_BENCH_REDIS_DB", 14, minimum=0)),
+            "PYSPARK_PYTHON": sys.executable,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")])),
+        }
+        started_unix = time.time()
+        with log_path.open("w") as log_file:
+            done = subprocess.run(  # noqa: S603 - our own spark-submit argv
+                submit_command(job, args), env=env, stdout=log_file, stderr=subprocess.STDOUT, timeout=1800, check=False
+            )
+        process_s = time.time() - started_unix
+        if done.returncode != 0:
+            tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-30:])
+            raise RuntimeError(f"the consumer job exited {done.returncode}:\n{tail}")
+        stats = parse_stats(stats_path.read_text().splitlines())
+        figures = spark_figures(stats)
+        first = stats.batches[0]
+        first_start_unix = float(first["t_end"]) - float(first["wall_s"])
+        figures["startup_s"] = round(first_start_unix - started_unix, 3)
+        figures["process_s"] = round(process_s, 3)
+        total = sum(expected.values())
+        if stats.records != total:
+            raise RuntimeError(f"the job reported {stats.records} records, expected {total}")
+        figures["records"] = check_sink(sink, topic, expected)
+        files = list(sink.glob(f"topic={topic}/date=*/*.parquet"))
+        figures["files"] = len(files)
+        figures["bytes"] = sum(f.stat().st_size for f in files)
+        figures["schema_matches_raw"] = _schema_matches(files[0])
+    finally:
+        if os.environ.get("LAGSCHED_BENCH_KEEP_WORK"):
+            print(f"   kept the job's sink, stats and log in {work}", flush=True)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+        drop_database(database)
+        _delete_group(group)
+    return figures
+
+
+def batch_ranges(expected: Mapping[int, int], max_records: int) -> list[list[tuple[int, int, int]]]:
+    """The job's batches over partitions holding ``expected[p]`` records from offset 0.
+
+    Each batch is a list of (partition, start, end), at most `max_records` per partition, as the
+    job plans them on a backlog.
+
+    >>> batch_ranges({0: 5, 1: 3}, 2)
+    [[(0, 0, 2), (1, 0, 2)], [(0, 2, 4), (1, 2, 3)], [(0, 4, 5)]]
+    """
+    out: list[list[tuple[int, int, int]]] = []
+    start = 0
+    while any(n > start for n in expected.values()):
+        out.append([(p, start, min(n, start + max_records)) for p, n in sorted(expected.items()) if n > start])
+        start += max_records
+    return out
+
+
+#: Spark settings tried against the job's write path by ``--spark-phases --variants`` (SQL
+#: settings set on the session at run time; ``kafka.*`` entries go to the Kafka consumer).
+SPARK_VARIANTS: dict[str, dict[str, str]] = {
+    "fetch_8mib": {"kafka.max.partition.fetch.bytes": str(8 << 20), "kafka.fetch.max.bytes": str(64 << 20)},
+    "no_planned_sort": {
+        "spark.sql.optimizer.plannedWrite.enabled": "false",
+        "spark.sql.maxConcurrentOutputFileWriters": "64",
+    },
+    "uncompressed": {"spark.sql.parquet.compression.codec": "uncompressed"},
+}
+
+
+def spark_phases(topic: str, expected: Mapping[int, int], max_records: int, variants: bool) -> dict[str, Any]:
+    """Where a Spark batch's time goes: the job's read and write path, timed piece by piece.
+
+    In one ``local[2]`` session (the job's settings, `lagsched.adapters.spark.session`), after one
+    warm-up batch, three passes over the remaining batches: ``read`` (the Kafka source with
+    headers into a no-op sink: fetch and row decoding), ``convert`` (plus the job's column
+    mapping, `adapters.sink.to_sink_rows`), ``job`` (`adapters.sink.write_batch`, the job's own
+    call: Parquet encoding, compression and the renames). Differences give each phase's cost.
+    With `variants`, the ``job`` pass again under each of `SPARK_VARIANTS`.
+    """
+    from lagsched.adapters import sink as sink_mod
+    from lagsched.adapters import spark
+    from lagsched.adapters.sink import BatchRead
+    from lagsched.connections import kafka_config
+    from lagsched.core.offsets import OffsetRange
+
+    session = spark.session("lagsched-bench-phases", master="local[2]")
+    kafka = kafka_config()
+    batches = batch_ranges(expected, max_records)
+    work = SINK_ROOT / f"lagsched-bench-phases-{uuid.uuid4().hex[:8]}"
+    baseline: dict[str, str | None] = {
+        k: session.conf.get(k, None) for v in SPARK_VARIANTS.values() for k in v if k.startswith("spark.")
+    }
+
+    def ranges(batch: Sequence[tuple[int, int, int]]) -> list[OffsetRange]:
+        return [OffsetRange(topic, p, lo, hi) for p, lo, hi in batch]
+
+    def reads(batch: Sequence[tuple[int, int, int]]) -> list[BatchRead]:
+        return [BatchRead(topic, p, (lo, hi), lo) for p, lo, hi in batch]
+
+    def noop(batch: Sequence[tuple[int, int, int]], convert: bool, conf: Mapping[str, Any]) -> None:
+        df = spark.read_offset_ranges(session, conf, ranges(batch), include_headers=True)
+        (sink_mod.to_sink_rows(df) if convert else df).write.format("noop").mode("overwrite").save()
+
+    def timed(name: str, one: Callable[[Sequence[tuple[int, int, int]]], Any]) -> float:
+        started = time.monotonic()
+        for batch in batches[1:]:
+            one(batch)
+        seconds = time.monotonic() - started
+        print(f"   spark phases {topic}: {name} {seconds:.2f} s", flush=True)
+        return seconds
+
+    try:
+        sink_uri = (work / "warm").as_uri()
+        sink_mod.write_batch(session, kafka, reads(batches[0]), sink_uri)
+        steady = sum(hi - lo for batch in batches[1:] for _p, lo, hi in batch)
+        read_s = timed("read", lambda b: noop(b, False, kafka))
+        convert_s = timed("read+convert", lambda b: noop(b, True, kafka))
+        job_uri = (work / "job").as_uri()
+        job_s = timed("job write_batch", lambda b: sink_mod.write_batch(session, kafka, reads(b), job_uri))
+        out: dict[str, Any] = {
+            "records": steady,
+            "batches": len(batches) - 1,
+            "read_s": round(read_s, 3),
+            "convert_s": round(max(0.0, convert_s - read_s), 3),
+            "write_s": round(max(0.0, job_s - convert_s), 3),
+            "job_s": round(job_s, 3),
+            "job_records_per_s": round(records_per_s(steady, job_s), 1),
+            "read_records_per_s": round(records_per_s(steady, read_s), 1),
+        }
+        if variants:
+            out["variants"] = {}
+            for name, conf in SPARK_VARIANTS.items():
+                kafka_extra = {k.removeprefix("kafka."): v for k, v in conf.items() if k.startswith("kafka.")}
+                for key, value in conf.items():
+                    if key.startswith("spark."):
+                        session.conf.set(key, value)
+                uri = (work / name).as_uri()
+                conf_kafka = {**kafka, **kafka_extra}
+
+                def variant(batch: Sequence[tuple[int, int, int]], uri: str = uri, c: Any = conf_kafka) -> Any:
+                    return sink_mod.write_batch(session, c, reads(batch), uri)
+
+                seconds = timed(name, variant)
+                for key, before in baseline.items():
+                    if before is None:
+                        session.conf.unset(key)
+                    else:
+                        session.conf.set(key, before)
+                out["variants"][name] = {
+                    "settings": conf,
+                    "job_s": round(seconds, 3),
+                    "job_records_per_s": round(records_per_s(steady, seconds), 1),
+                }
+        return out
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        session.stop()
+
+
+def run_spark_phases(topic: str, expected: Mapping[int, int], max_records: int, variants: bool) -> dict[str, Any]:
+    """`spark_phases` in a child process (its own JVM, gone afterwards); its JSON."""
+    import subprocess
+
+    command = [
+        sys.executable, "-m", "lagsched.bench.consumer", "--spark-phases", topic,
+        "--expected", json.dumps(expected), "--max-records", str(max_records),
+        *(["--variants"] if variants else []),
+    ]  # fmt: skip
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800, check=False)  # noqa: S603
+    for line in done.stdout.splitlines():
+        if line.startswith("   "):
+            print(line, flush=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"spark phases failed ({done.returncode}): {done.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
+def _schema_matches(path: Path) -> bool:
+    """Whether a job-written file has the raw consumer's columns and types (metadata aside)."""
+    import pyarrow.parquet as pq
+
+    from lagsched.bench.raw_consumer import SCHEMA
+
+    return bool(pq.read_schema(path).remove_metadata().equals(SCHEMA, check_metadata=False))
+
+
+def _delete_group(group: str) -> None:
+    from lagsched.adapters.kafka_admin import admin_client
+    from lagsched.connections import kafka_config
+
+    try:
+        for future in admin_client(kafka_config()).delete_consumer_groups([group], request_timeout=30).values():
+            future.result(timeout=60)
+    except Exception as exc:  # noqa: BLE001 - clean-up: a missing group (nothing mirrored) is fine
+        if "GROUP_ID_NOT_FOUND" not in repr(exc):
+            print(f"   could not delete consumer group {group}: {exc!r}", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
