@@ -40,6 +40,54 @@ def seed_demo_topics(kafka_config: dict[str, Any]) -> None:
     producer.flush(60)
 
 
+DEMO_SLOTS = 2
+
+
+def consume_demo(cfg: Any, sink: Any) -> list[str]:
+    """Run ``DEMO_SLOTS`` consumer slots side by side until every claimed partition is caught up."""
+    import subprocess
+
+    from lagsched.adapters.spark import submit_command
+    from lagsched.stack.environment import stack_environment
+
+    env = {**os.environ, **stack_environment(cfg)}
+    os.environ.setdefault("LAGSCHED_SPARK_JARS", env["LAGSCHED_SPARK_JARS"])  # submit_command checks them
+    job = str(cfg.repo / "jobs" / "consume.py")
+    procs = []
+    for n in range(1, DEMO_SLOTS + 1):
+        log_path = cfg.logs / f"demo-consume-{n}.log"
+        args = ["--slot", f"demo-{n}", "--sink", sink.as_uri(), "--exit-when-idle", "--min-interval-s", "1"]
+        args += ["--max-records", "50000", "--stats-file", str(cfg.logs / f"demo-consume-{n}.stats")]
+        with log_path.open("wb") as out:
+            cmd = submit_command(job, args, master="local[1]")
+            proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)  # noqa: S603 - our own argv
+            procs.append((f"demo-{n}", log_path, proc))
+    failed = []
+    for name, log_path, proc in procs:
+        code = proc.wait()
+        tail = log_path.read_text(errors="replace").splitlines()
+        done = [line for line in tail if "lagsched.consume: done" in line]
+        print(
+            f"    slot {name}: exit {code}; {done[-1].split(': ', 1)[-1] if done else ''} (log {log_path})", flush=True
+        )
+        if code != 0:
+            print("\n".join("      " + line for line in tail[-10:]), flush=True)
+            failed.append(f"consume {name}")
+    return failed
+
+
+def _show_lag(api: AirflowAPI, when: str) -> list[str]:
+    run_id = api.trigger("lagsched_lag_monitor")
+    state = api.wait_for_run("lagsched_lag_monitor", run_id)
+    if state != "success":
+        return ["lagsched_lag_monitor"]
+    summary = api.xcom("lagsched_lag_monitor", run_id, "measure_lag")
+    print(f"==> lag {when}: total {summary['total_lag']:,}, lost {summary['total_lost']:,}", flush=True)
+    for topic in summary["top"][:5]:
+        print(f"    {topic['topic']:<20} lag {topic['lag']:>9,}", flush=True)
+    return []
+
+
 def _progress_printer() -> Any:
     last: dict[str, str] = {}
 
@@ -101,11 +149,20 @@ def main() -> int:
         "     the monitor runs every minute, so re-trigger lagsched_scaling_evaluator in a few minutes)",
         flush=True,
     )
+    if not failed:
+        sink = cfg.home / "sink"
+        print(
+            f"==> consuming: {DEMO_SLOTS} worker slots (Spark jobs) drain the claimed partitions into {sink}",
+            flush=True,
+        )
+        failed += consume_demo(cfg, sink)
+        failed += _show_lag(api, "after consuming")
     print(
         f"""
 Airflow UI:  {url}   (user: admin, password: in {cfg.airflow_home / PASSWORDS_FILE})
 DAGs:        {url}/dags?tags=lagsched
-Logs:        {cfg.logs}/   (services)  {cfg.airflow_home / "logs"}/  (task logs)
+Logs:        {cfg.logs}/   (services, demo-consume-*.log)  {cfg.airflow_home / "logs"}/  (task logs)
+Sink:        {cfg.home / "sink"}/   (Parquet, topic=<t>/date=<d>/; docs/consumer.md)
 Stop it all: make stack-down
 """,
         flush=True,
