@@ -48,7 +48,8 @@ def where(_: object) -> list[list[str]]:
     import pyarrow  # noqa: F401 - the venv's python has it, the system python does not
     import lagsched  # noqa: F401
 
-    return [[os.getcwd(), sys.executable]]
+    connections = sorted(k for k in os.environ if k.startswith("AIRFLOW_CONN_"))
+    return [[os.getcwd(), sys.executable, ",".join(connections)]]
 
 
 # With both executors registered (minRegisteredResourcesRatio) and one core each, the first wave
@@ -101,7 +102,7 @@ def test_two_workers_register_with_the_master(spark_cluster: StackConfig) -> Non
     assert sorted(w["webuiaddress"] for w in alive) == [
         f"http://127.0.0.1:{port}" for port in spark_cluster.spark_worker_webui_ports
     ]
-    assert len(alive) == 2
+    assert len(alive) == spark_cluster.spark_workers >= 2
     assert all(w["host"] == "127.0.0.1" and w["cores"] == spark_cluster.spark_worker_cores for w in alive)
 
 
@@ -146,9 +147,11 @@ def test_a_job_submitted_to_the_cluster_reads_exact_kafka_ranges_on_both_workers
     assert sorted(result["rows"]) == expected
 
     # Both workers ran executors, each with the venv's python (PYSPARK_PYTHON) and lagsched importable.
-    work_dirs = {Path(cwd) for cwd, _ in result["executors"]}
+    work_dirs = {Path(cwd) for cwd, _, _ in result["executors"]}
     assert {d.parents[1].name for d in work_dirs} == {"spark-worker-1", "spark-worker-2"}
-    assert {python for _, python in result["executors"]} == {sys.executable}
+    assert {python for _, python, _ in result["executors"]} == {sys.executable}
+    # ... and without the Connections (secrets) of the process that started the cluster.
+    assert {connections for _, _, connections in result["executors"]} == {""}
 
     apps = [a for a in master_state(spark_cluster)["completedapps"] if a["name"] == name]
     assert [a["state"] for a in apps] == ["FINISHED"]

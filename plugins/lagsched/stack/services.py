@@ -407,7 +407,9 @@ class _SparkDaemon(Service):
         raise NotImplementedError
 
     def environment(self) -> dict[str, str]:
-        env = dict(os.environ)
+        # Executors inherit the daemons' environment; the Connections (with the MySQL password) of
+        # whichever process started the cluster are no business of theirs: jobs bring their own.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW_")}
         env.update(
             {
                 # spark-class would honour a SPARK_HOME of some other Spark; run pyspark's own.
