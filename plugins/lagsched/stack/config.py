@@ -92,7 +92,7 @@ class StackConfig:
         return self.kafka_jars_override or self.jars / "kafka"
 
     @property
-    def spark_home(self) -> Path:
+    def spark_data(self) -> Path:
         """Data of the local Spark cluster (the workers' work dirs)."""
         return self.home / "spark"
 

@@ -473,7 +473,7 @@ class SparkWorker(_SparkDaemon):
 
     @property
     def work_dir(self) -> Path:
-        return self.cfg.spark_home / self.name
+        return self.cfg.spark_data / self.name
 
     def prepare(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
