@@ -25,6 +25,7 @@ from lagsched.bench.consumer import (
     cpu_usage,
     env_int,
     max_records_per_partition,
+    parse_event_log,
     parse_stats,
     reader_order,
     spark_figures,
@@ -277,6 +278,8 @@ def test_spark_figures_exclude_the_first_batch_and_count_gaps_between_batches() 
     # 1,200 records from the first batch's end to the last's: 6 s, although the batches took 4 s.
     assert (f["steady_records"], f["steady_wall_s"], f["records_per_s"]) == (1200, 6.0, 200.0)
     assert f["steady_batch_wall_s"] == 4.0 and f["batches"] == 3
+    assert f["steady_between_batches_s"] == 2.0  # the driver's loop between batches
+    assert (f["steady_spark_job_s"], f["steady_rename_s"]) == (3.6, 0.2)
     assert stats.records == 1800
 
 
@@ -339,4 +342,36 @@ def test_cpu_usage_separates_the_reader_the_broker_and_the_rest() -> None:
         "broker_cpu_s": 3.0,
         "others_cpu_s": 2.0,
         "cores_busy": 1.7,
+    }
+
+
+def test_parse_event_log_sums_tasks_and_jobs_per_group_and_ignores_untagged_jobs() -> None:
+    def job(job_id: int, group: str | None, stages: list[int], start_ms: int, end_ms: int) -> list[str]:
+        props = {"spark.jobGroup.id": group} if group else {}
+        return [
+            json.dumps({"Event": "SparkListenerJobStart", "Job ID": job_id, "Submission Time": start_ms,
+                        "Stage IDs": stages, "Properties": props}),
+            json.dumps({"Event": "SparkListenerJobEnd", "Job ID": job_id, "Completion Time": end_ms}),
+        ]  # fmt: skip
+
+    def task(stage: int, run_ms: int, cpu_ns: int, gc_ms: int) -> str:
+        metrics = {"Executor Run Time": run_ms, "Executor CPU Time": cpu_ns, "JVM GC Time": gc_ms}
+        return json.dumps({"Event": "SparkListenerTaskEnd", "Stage ID": stage, "Task Metrics": metrics})
+
+    lines = [
+        json.dumps({"Event": "SparkListenerApplicationStart"}),
+        *job(0, "read", [0], 0, 2000),
+        task(0, 1500, 500_000_000, 100),
+        task(0, 1000, 250_000_000, 0),
+        *job(1, None, [1], 2000, 2100),  # e.g. Spark's own listing job: not counted
+        task(1, 5000, 5_000_000_000, 0),
+        *job(2, "read", [2, 3], 3000, 3500),
+        task(3, 400, 100_000_000, 0),
+        *job(3, "job", [4], 4000, 7000),
+        task(4, 2500, 2_000_000_000, 300),
+        "",
+    ]
+    assert parse_event_log(lines) == {
+        "read": {"jobs": 2, "job_wall_s": 2.5, "task_run_s": 2.9, "task_cpu_s": 0.85, "gc_s": 0.1},
+        "job": {"jobs": 1, "job_wall_s": 3.0, "task_run_s": 2.5, "task_cpu_s": 2.0, "gc_s": 0.3},
     }

@@ -176,10 +176,16 @@ def spark_figures(stats: SparkStats) -> dict[str, Any]:
         "steady_wall_s": round(steady_wall, 3),
         "records_per_s": round(records_per_s(steady_records, steady_wall), 1),
         "batches": len(stats.batches),
-        "steady_read_s": total("read_s"),
-        "steady_write_s": total("write_s"),
-        "steady_commit_s": total("commit_s"),
+        # Where the steady state's wall time went, from the job's own stats: its "read_s" is the
+        # Spark job (Kafka read, conversion and Parquet write run fused in one job), its "write_s"
+        # the renames into place; the rest is the driver's planning, commits and the loop between
+        # batches (claims, ownership, offsets).
         "steady_batch_wall_s": total("wall_s"),
+        "steady_spark_job_s": total("read_s"),
+        "steady_rename_s": total("write_s"),
+        "steady_plan_s": total("plan_s"),
+        "steady_commit_s": total("commit_s"),
+        "steady_between_batches_s": round(max(0.0, steady_wall - total("wall_s")), 3),
     }
 
 
@@ -741,15 +747,71 @@ SPARK_VARIANTS: dict[str, dict[str, str]] = {
 }
 
 
+def parse_event_log(lines: Iterable[str]) -> dict[str, dict[str, float]]:
+    """Spark's event log summed per job group: jobs' wall time and their tasks' metrics.
+
+    ``job_wall_s`` is the sum of the jobs' submission-to-completion times; ``task_run_s`` the tasks'
+    executor run time, ``task_cpu_s`` their CPU time and ``gc_s`` their JVM GC time (core-seconds,
+    over all the tasks). ``task_run_s`` well above ``task_cpu_s`` means the tasks waited: on Kafka
+    fetches or disk, or for a core on a busy machine.
+
+    >>> events = [
+    ...     {"Event": "SparkListenerJobStart", "Job ID": 0, "Submission Time": 1000, "Stage IDs": [0],
+    ...      "Properties": {"spark.jobGroup.id": "read"}},
+    ...     {"Event": "SparkListenerTaskEnd", "Stage ID": 0, "Task Metrics": {"Executor Run Time": 900,
+    ...      "Executor CPU Time": 600000000, "JVM GC Time": 50}},
+    ...     {"Event": "SparkListenerJobEnd", "Job ID": 0, "Completion Time": 2500},
+    ... ]
+    >>> parse_event_log(json.dumps(e) for e in events)
+    {'read': {'jobs': 1, 'job_wall_s': 1.5, 'task_run_s': 0.9, 'task_cpu_s': 0.6, 'gc_s': 0.05}}
+    """
+    group_of_job: dict[int, str] = {}
+    group_of_stage: dict[int, str] = {}
+    started: dict[int, float] = {}
+    out: dict[str, dict[str, float]] = {}
+
+    def totals(group: str) -> dict[str, float]:
+        return out.setdefault(
+            group,
+            {"jobs": 0, "job_wall_s": 0.0, "task_run_s": 0.0, "task_cpu_s": 0.0, "gc_s": 0.0},
+        )
+
+    for line in lines:
+        if not line.strip():
+            continue
+        event = json.loads(line)
+        kind = event.get("Event")
+        if kind == "SparkListenerJobStart":
+            group = (event.get("Properties") or {}).get("spark.jobGroup.id")
+            if group is None:
+                continue
+            group_of_job[event["Job ID"]] = group
+            started[event["Job ID"]] = event["Submission Time"] / 1000
+            for stage in event.get("Stage IDs", []):
+                group_of_stage[stage] = group
+        elif kind == "SparkListenerJobEnd" and event.get("Job ID") in group_of_job:
+            t = totals(group_of_job[event["Job ID"]])
+            t["jobs"] += 1
+            t["job_wall_s"] += event["Completion Time"] / 1000 - started[event["Job ID"]]
+        elif kind == "SparkListenerTaskEnd" and event.get("Stage ID") in group_of_stage:
+            metrics = event.get("Task Metrics") or {}
+            t = totals(group_of_stage[event["Stage ID"]])
+            t["task_run_s"] += metrics.get("Executor Run Time", 0) / 1000
+            t["task_cpu_s"] += metrics.get("Executor CPU Time", 0) / 1e9
+            t["gc_s"] += metrics.get("JVM GC Time", 0) / 1000
+    return {g: {k: round(v, 3) if isinstance(v, float) else v for k, v in t.items()} for g, t in out.items()}
+
+
 def spark_phases(topic: str, expected: Mapping[int, int], max_records: int, variants: bool) -> dict[str, Any]:
     """Where a Spark batch's time goes: the job's read and write path, timed piece by piece.
 
-    In one ``local[2]`` session (the job's settings, `lagsched.adapters.spark.session`), after one
-    warm-up batch, three passes over the remaining batches: ``read`` (the Kafka source with
-    headers into a no-op sink: fetch and row decoding), ``convert`` (plus the job's column
-    mapping, `adapters.sink.to_sink_rows`), ``job`` (`adapters.sink.write_batch`, the job's own
-    call: Parquet encoding, compression and the renames). Differences give each phase's cost.
-    With `variants`, the ``job`` pass again under each of `SPARK_VARIANTS`.
+    In one ``local[2]`` session (the job's settings, `lagsched.adapters.spark.session`, plus an
+    event log), after one warm-up batch, three passes over the remaining batches: ``read`` (the
+    Kafka source with headers into a no-op sink: fetch and row decoding), ``convert`` (plus the
+    job's column mapping, `adapters.sink.to_sink_rows`), ``job`` (`adapters.sink.write_batch`, the
+    job's own call: Parquet encoding, compression and the renames). Differences give each phase's
+    cost; the event log gives each pass's task time, CPU and GC (`parse_event_log`). With
+    `variants`, the ``job`` pass again under each of `SPARK_VARIANTS`.
     """
     from lagsched.adapters import sink as sink_mod
     from lagsched.adapters import spark
@@ -757,10 +819,22 @@ def spark_phases(topic: str, expected: Mapping[int, int], max_records: int, vari
     from lagsched.connections import kafka_config
     from lagsched.core.offsets import OffsetRange
 
-    session = spark.session("lagsched-bench-phases", master="local[2]")
+    work = SINK_ROOT / f"lagsched-bench-phases-{uuid.uuid4().hex[:8]}"
+    events = work / "events"
+    events.mkdir(parents=True)
+    session = spark.session(
+        "lagsched-bench-phases",
+        master="local[2]",
+        conf={
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": events.as_uri(),
+            # One plain JSON-lines file (Spark 4 rolls and compresses event logs by default).
+            "spark.eventLog.rolling.enabled": "false",
+            "spark.eventLog.compress": "false",
+        },
+    )
     kafka = kafka_config()
     batches = batch_ranges(expected, max_records)
-    work = SINK_ROOT / f"lagsched-bench-phases-{uuid.uuid4().hex[:8]}"
     baseline: dict[str, str | None] = {
         k: session.conf.get(k, None) for v in SPARK_VARIANTS.values() for k in v if k.startswith("spark.")
     }
@@ -771,11 +845,12 @@ def spark_phases(topic: str, expected: Mapping[int, int], max_records: int, vari
     def reads(batch: Sequence[tuple[int, int, int]]) -> list[BatchRead]:
         return [BatchRead(topic, p, (lo, hi), lo) for p, lo, hi in batch]
 
-    def noop(batch: Sequence[tuple[int, int, int]], convert: bool, conf: Mapping[str, Any]) -> None:
-        df = spark.read_offset_ranges(session, conf, ranges(batch), include_headers=True)
+    def noop(batch: Sequence[tuple[int, int, int]], convert: bool) -> None:
+        df = spark.read_offset_ranges(session, kafka, ranges(batch), include_headers=True)
         (sink_mod.to_sink_rows(df) if convert else df).write.format("noop").mode("overwrite").save()
 
     def timed(name: str, one: Callable[[Sequence[tuple[int, int, int]]], Any]) -> float:
+        session.sparkContext.setJobGroup(name, f"bench pass {name}")
         started = time.monotonic()
         for batch in batches[1:]:
             one(batch)
@@ -784,51 +859,61 @@ def spark_phases(topic: str, expected: Mapping[int, int], max_records: int, vari
         return seconds
 
     try:
-        sink_uri = (work / "warm").as_uri()
-        sink_mod.write_batch(session, kafka, reads(batches[0]), sink_uri)
+        session.sparkContext.setJobGroup("warm-up", "bench warm-up batch")
+        sink_mod.write_batch(session, kafka, reads(batches[0]), (work / "warm").as_uri())
         steady = sum(hi - lo for batch in batches[1:] for _p, lo, hi in batch)
-        read_s = timed("read", lambda b: noop(b, False, kafka))
-        convert_s = timed("read+convert", lambda b: noop(b, True, kafka))
-        job_uri = (work / "job").as_uri()
-        job_s = timed("job write_batch", lambda b: sink_mod.write_batch(session, kafka, reads(b), job_uri))
-        out: dict[str, Any] = {
-            "records": steady,
-            "batches": len(batches) - 1,
-            "read_s": round(read_s, 3),
-            "convert_s": round(max(0.0, convert_s - read_s), 3),
-            "write_s": round(max(0.0, job_s - convert_s), 3),
-            "job_s": round(job_s, 3),
-            "job_records_per_s": round(records_per_s(steady, job_s), 1),
-            "read_records_per_s": round(records_per_s(steady, read_s), 1),
+        wall = {
+            "read": timed("read", lambda b: noop(b, False)),
+            "convert": timed("convert", lambda b: noop(b, True)),
+            "job": timed("job", lambda b: sink_mod.write_batch(session, kafka, reads(b), (work / "job").as_uri())),
         }
+        variant_wall: dict[str, float] = {}
         if variants:
-            out["variants"] = {}
             for name, conf in SPARK_VARIANTS.items():
-                kafka_extra = {k.removeprefix("kafka."): v for k, v in conf.items() if k.startswith("kafka.")}
                 for key, value in conf.items():
                     if key.startswith("spark."):
                         session.conf.set(key, value)
-                uri = (work / name).as_uri()
-                conf_kafka = {**kafka, **kafka_extra}
+                tuned = {**kafka, **{k.removeprefix("kafka."): v for k, v in conf.items() if k.startswith("kafka.")}}
 
-                def variant(batch: Sequence[tuple[int, int, int]], uri: str = uri, c: Any = conf_kafka) -> Any:
+                def variant(
+                    batch: Sequence[tuple[int, int, int]], uri: str = (work / name).as_uri(), c: Any = tuned
+                ) -> Any:
                     return sink_mod.write_batch(session, c, reads(batch), uri)
 
-                seconds = timed(name, variant)
+                variant_wall[name] = timed(name, variant)
                 for key, before in baseline.items():
                     if before is None:
                         session.conf.unset(key)
                     else:
                         session.conf.set(key, before)
-                out["variants"][name] = {
-                    "settings": conf,
-                    "job_s": round(seconds, 3),
-                    "job_records_per_s": round(records_per_s(steady, seconds), 1),
-                }
-        return out
     finally:
-        shutil.rmtree(work, ignore_errors=True)
         session.stop()
+        metrics: dict[str, dict[str, float]] = {}
+        for log_file in sorted(p for p in events.rglob("*") if p.is_file()):
+            metrics.update(parse_event_log(log_file.read_text(errors="replace").splitlines()))
+        shutil.rmtree(work, ignore_errors=True)
+    out: dict[str, Any] = {
+        "records": steady,
+        "batches": len(batches) - 1,
+        "read_s": round(wall["read"], 3),
+        "convert_s": round(max(0.0, wall["convert"] - wall["read"]), 3),
+        "write_s": round(max(0.0, wall["job"] - wall["convert"]), 3),
+        "job_s": round(wall["job"], 3),
+        "job_records_per_s": round(records_per_s(steady, wall["job"]), 1),
+        "read_records_per_s": round(records_per_s(steady, wall["read"]), 1),
+        "passes": {name: {"wall_s": round(w, 3), **metrics.get(name, {})} for name, w in wall.items()},
+    }
+    if variants:
+        out["variants"] = {
+            name: {
+                "settings": SPARK_VARIANTS[name],
+                "wall_s": round(w, 3),
+                "records_per_s": round(records_per_s(steady, w), 1),
+                **metrics.get(name, {}),
+            }
+            for name, w in variant_wall.items()
+        }
+    return out
 
 
 def run_spark_phases(topic: str, expected: Mapping[int, int], max_records: int, variants: bool) -> dict[str, Any]:
