@@ -66,9 +66,10 @@ def assert_exited_ok(slots: list[Slot], timeout: float) -> None:
 def test_three_slots_consume_three_topics_exactly_once(
     consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any]
 ) -> None:
-    # 1, 4 and 12 partitions, 100,000 records in all; each topic's record numbers start at its own
-    # multiple of 12, so a record written under the wrong topic would not pass the content check.
-    layout = {1: (0, 10_000), 4: (120_000, 30_000), 12: (240_000, 60_000)}
+    # 1, 4 and 12 partitions, 100,000 records in all (about 6,000 per partition, 4,000 on the lone
+    # one); each topic's record numbers start at its own multiple of 12, so a record written under
+    # the wrong topic would not pass the content check.
+    layout = {1: (0, 4_000), 4: (120_000, 24_000), 12: (240_000, 72_000)}
     topics: dict[int, str] = {}
     ids: dict[int, str] = {}
     for n, (start, count) in layout.items():
@@ -77,7 +78,9 @@ def test_three_slots_consume_three_topics_exactly_once(
         # As many workers as slots where the partitions allow, so every slot has work.
         ids[n] = consumer.register(topics[n], linker_workers=min(n, 3))
 
-    slots = [consumer.start(f"w{k}", "--exit-when-idle", "--max-records", "2500") for k in (1, 2, 3)]
+    # Small batches: the first slot up claims every partition, and hands rows over to the others
+    # only at its next batch boundary.
+    slots = [consumer.start(f"w{k}", "--exit-when-idle", "--max-records", "1000") for k in (1, 2, 3)]
     assert_exited_ok(slots, timeout=240)
 
     table = consumer.sink_table()
@@ -156,13 +159,19 @@ def test_raising_linker_workers_spreads_partitions_within_a_batch_interval_and_n
         w2 = consumer.start("w2", *args)
         registry = SlotRegistry(redis_client)
         wait_until(lambda: s2 in registry.live_slots(datetime.now(UTC), 3.0), 180, "w2 to heartbeat")
-        # Past w1's first batch (JIT warm-up), so the rescale meets a slot in its steady state, at
-        # whatever point of its batch cycle it happens to be.
+        # Past w1's first batch (JIT warm-up), so the rescale meets w1 in its steady state.
         wait_until(lambda: len(w1.batches()) >= 2, 180, "w1's second batch")
         # w2 is live and in its loop; the topic has one worker, so w2 holds nothing.
         assert live(consumer.holders(topic_id)) == all_w1
 
+        # The worst moment for a rescale: just after w1 recorded a batch (begin_batch sets
+        # pending_end before the write), so the hand-over must wait for the whole batch in flight.
+        wait_until(lambda: not consumer.pending(topic_id), 60, "w1 to finish its batch in flight", poll=0.05)
+        seen = len(w1.batches())
+        wait_until(lambda: bool(consumer.pending(topic_id)), 60, "w1 to start a batch", poll=0.05)
+
         # The evaluator's move, by hand: raise linker_workers, then announce it.
+        t0 = time.monotonic()
         conn = connect(consumer.mysql)
         with conn.cursor() as cur:
             cur.execute("UPDATE topics SET linker_workers = 2 WHERE topic_id = %s", (topic_id,))
@@ -173,12 +182,6 @@ def test_raising_linker_workers_spreads_partitions_within_a_batch_interval_and_n
             "at": datetime.now(UTC).isoformat(), "reason": "test", "rule": "test", "policy": "hevo",
             "decision_id": None,
         }  # fmt: skip
-        # The worst moment: just after w1 recorded a batch (begin_batch sets pending_end before the
-        # write), so the hand-over must wait for the whole batch in flight.
-        wait_until(lambda: not consumer.pending(topic_id), 60, "w1 to finish its batch in flight", poll=0.05)
-        seen = len(w1.batches())
-        wait_until(lambda: bool(consumer.pending(topic_id)), 60, "w1 to start a batch", poll=0.05)
-        t0 = time.monotonic()
         # Both slots listen (pub/sub channels span Redis DBs, so other runs' slots may hear it too).
         assert redis_client.publish(SCALING_CHANNEL, json.dumps(message)) >= 2
 
@@ -191,10 +194,11 @@ def test_raising_linker_workers_spreads_partitions_within_a_batch_interval_and_n
         wait_until(spread, 120, "the partitions to spread 6/6 over w1 and w2", poll=0.1)
         took = time.monotonic() - t0
         in_flight = w1.batches()[seen]["wall_s"]
-        print(f"rescale 1 -> 2 workers: spread 6/6 {took:.2f} s after the announcement, made at the start "
-              f"of a batch of w1 that took {in_flight:.2f} s (batch interval {interval_s} s)")  # fmt: skip
-        # The hand-over happens at w1's next batch boundary, the end of the batch in flight (shorter
-        # than one batch interval here), then w2 claims on its next poll (1 s); slack for a busy machine.
+        print(f"rescale 1 -> 2 workers: spread 6/6 {took:.2f} s after the change, made as w1 started a "
+              f"batch that took {in_flight:.2f} s (batch interval {interval_s} s)")  # fmt: skip
+        # The hand-over happens at w1's next batch boundary, the end of the batch in flight, then w2
+        # claims on its next poll (1 s): within one batch interval (or the batch, if longer), plus
+        # slack for a busy machine.
         assert took <= max(interval_s, in_flight) + 5, f"rescale took {took:.1f} s"
 
         # The topic grows to 16 partitions mid-run; the registry is re-synced, the feed follows.
