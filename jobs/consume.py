@@ -124,7 +124,7 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     wake = threading.Event()
     redis = redis_client(redis_conf)
     registry = SlotRegistry(redis)
-    listener = ScalingListener(redis_client(redis_conf), SCALING_CHANNEL, wake)
+    listener = ScalingListener(redis_client(redis_conf), SCALING_CHANNEL, cluster, wake)
     conn = connect(mysql)
     with open_claim_store(mysql) as store:
         keeper = SlotKeeper(

@@ -61,3 +61,22 @@ def test_an_error_that_cannot_heal_is_not_retried() -> None:
     with pytest.raises(KafkaOffsetsError, match=r"t\[0\].*after 1 attempt"):
         _list(admin, [("t", 0), ("t", 1)], "latest", TopicPartition, timeout_s=1, sleep=lambda _s: None)
     assert len(admin.requests) == 1
+
+
+class RefreshingAdmin(FlakyAdmin):
+    """Like librdkafka: a partition added since the last metadata request is unknown until a refresh."""
+
+    def __init__(self, script: dict[tuple[str, int], list[int | str]]) -> None:
+        super().__init__(script)
+        self.refreshed: list[str | None] = []
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        self.refreshed.append(topic)
+        return None
+
+
+def test_an_unknown_partition_refreshes_the_topics_metadata_then_asks_again() -> None:
+    admin = RefreshingAdmin({("t", 0): [5], ("t", 12): ["_UNKNOWN_PARTITION", 7]})
+    got = _list(admin, [("t", 0), ("t", 12)], "latest", TopicPartition, timeout_s=1, sleep=lambda _s: None)
+    assert got == {("t", 0): 5, ("t", 12): 7}
+    assert admin.refreshed == ["t"]

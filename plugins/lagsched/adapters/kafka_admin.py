@@ -208,6 +208,7 @@ def _list(
                 f"({len(failed)} partition(s) failed, after {attempt + 1} attempt(s)): {exc}"
             ) from exc
         log.info("%d partition(s) answered a retriable error; asking again", len(retriable))
+        _refresh_metadata(admin, {t for (t, _), exc in failed.items() if _is_unknown_partition(exc)}, timeout_s)
         sleep(backoffs_s[attempt])
         pending = retriable
     return out  # pragma: no cover - the loop returns or raises
@@ -240,8 +241,29 @@ def _list_once(
     return failed
 
 
+def _is_unknown_partition(exc: BaseException) -> bool:
+    from confluent_kafka import KafkaError
+
+    error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    return error is not None and error.code() == KafkaError._UNKNOWN_PARTITION
+
+
+def _refresh_metadata(admin: OffsetsAdmin, topics: Collection[str], timeout_s: float) -> None:
+    """Ask for ``topics``' metadata again: a long-lived client keeps its partition list from its
+    last metadata request, and ``list_offsets`` alone never refreshes it, so partitions added since
+    answer "unknown partition" until something does (seen with a consumer slot's client)."""
+    for topic in sorted(topics):
+        try:
+            admin.list_topics(topic=topic, timeout=timeout_s)
+        except Exception as exc:  # noqa: BLE001 - the retry that follows reports what still fails
+            log.info("metadata refresh of %s failed: %s", topic, exc)
+
+
 def _is_retriable(exc: BaseException) -> bool:
     from confluent_kafka import KafkaError
+
+    if _is_unknown_partition(exc):
+        return True  # after a metadata refresh (_refresh_metadata); a partition that really is gone fails again
 
     error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
     return error is not None and (

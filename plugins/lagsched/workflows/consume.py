@@ -181,11 +181,13 @@ class SlotKeeper:
 class ScalingListener:
     """Wakes the loop when a scaling decision is published on ``lagsched:scaling``.
 
-    Any decision sets the event: the loop recomputes ownership at every batch boundary anyway, the
-    event only cuts a wait short so a rescale takes effect within one batch interval.
+    A decision for this cluster sets the event: the loop recomputes ownership at every batch
+    boundary anyway, the event only cuts a wait short so a rescale takes effect within one batch
+    interval.
     """
 
-    def __init__(self, client: Any, channel: str, wake: threading.Event) -> None:
+    def __init__(self, client: Any, channel: str, cluster: str, wake: threading.Event) -> None:
+        self._cluster = cluster
         self._pubsub = client.pubsub(ignore_subscribe_messages=True)
         self._pubsub.subscribe(**{channel: self._on_message})
         self._wake = wake
@@ -193,12 +195,17 @@ class ScalingListener:
         self.decisions = 0
 
     def _on_message(self, message: Mapping[str, Any]) -> None:
-        self.decisions += 1
+        # Redis pub/sub channels span every database of the server: other clusters' (and other
+        # deployments') decisions arrive here too, and only this cluster's matter.
         try:
             detail = json.loads(message.get("data") or "{}")
-            log.info("scaling decision: %s %s -> %s workers", detail.get("topic"), detail.get("old"), detail.get("new"))
         except (TypeError, ValueError):
-            log.info("scaling decision announced: %r", message.get("data"))
+            log.warning("ignoring a malformed message on the scaling channel: %r", message.get("data"))
+            return
+        if not isinstance(detail, dict) or detail.get("cluster") != self._cluster:
+            return
+        self.decisions += 1
+        log.info("scaling decision: %s %s -> %s workers", detail.get("topic"), detail.get("old"), detail.get("new"))
         self._wake.set()
 
     def start(self) -> None:
@@ -206,8 +213,12 @@ class ScalingListener:
 
     def stop(self) -> None:
         if self._thread is not None:
+            # The worker closes the pubsub itself once it leaves get_message; closing it under the
+            # thread printed "Bad file descriptor" tracebacks into every slot's log.
             self._thread.stop()
-        self._pubsub.close()
+            self._thread.join(timeout=5)
+        else:
+            self._pubsub.close()
 
 
 @dataclass
