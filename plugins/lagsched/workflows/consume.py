@@ -252,6 +252,7 @@ class SlotRun:
         self.outcome = RunOutcome(StopReason.BUDGET)
         self._last_batch = clock()
         self._owned = False  # owned some topic at some point of the run
+        self._warned_foreign = False
 
     # ------------------------------------------------------------------ the loop
 
@@ -304,7 +305,18 @@ class SlotRun:
         """One boundary: claim, plan, maybe run a batch. A reason to stop, or None to go on."""
         topics = {t.topic_id: t for t in load_topics(self.conn, self.s.cluster)}
         live = self.registry.live_slots(datetime.now(UTC), self.s.slot_timeout_s)
-        wants = {t: n for t, n in wants_for(self.s.slot_id, current_assignment(self.conn, live)).items() if t in topics}
+        owned = wants_for(self.s.slot_id, current_assignment(self.conn, live))
+        foreign = [t for t, n in owned.items() if n and t not in topics]
+        if foreign and not self._warned_foreign:
+            # Ownership is computed per database over every enabled topic; lanes of another
+            # cluster's topics given to this slot are never claimed by anyone.
+            log.warning(
+                "this slot was given %d topic(s) of other clusters: ownership spans the whole registry "
+                "database, so run one lagsched database (and Redis DB) per Kafka cluster",
+                len(foreign),
+            )
+            self._warned_foreign = True
+        wants = {t: n for t, n in owned.items() if t in topics}
         if any(wants.values()):
             self._owned = True
         elif self._owned:
