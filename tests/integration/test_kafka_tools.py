@@ -41,6 +41,7 @@ def commit(kafka_config: dict[str, Any], group: str, offsets: dict[tuple[str, in
 
 @pytest.fixture
 def group(kafka_config: dict[str, Any]) -> Any:
+    """A fresh consumer group name; the group is deleted afterwards."""
     name = f"lagsched-tools-{uuid.uuid4().hex[:8]}"
     yield name
     admin = AdminClient(kafka_config)  # kept referenced until the future resolves
@@ -74,11 +75,11 @@ def test_describe_an_unknown_group_fails_with_the_tools_own_message(kafka_config
         consumer_groups_describe(kafka_config["bootstrap.servers"], missing)
 
 
-def test_perf_test_reads_a_small_topic(new_topic: Any, kafka_config: dict[str, Any]) -> None:
+def test_perf_test_reads_a_small_topic(new_topic: Any, kafka_config: dict[str, Any], group: str) -> None:
     topic = new_topic(2)
     produce(kafka_config, topic, {0: 3000, 1: 2000})
 
-    result = consumer_perf_test(kafka_config["bootstrap.servers"], topic, 5000)
+    result = consumer_perf_test(kafka_config["bootstrap.servers"], topic, 5000, group=group)
 
     assert result.complete
     assert result.records == 5000
@@ -91,12 +92,12 @@ def test_perf_test_reads_a_small_topic(new_topic: Any, kafka_config: dict[str, A
     assert result.wall_s * 1000 > result.fetch_ms
 
 
-def test_perf_test_short_of_records_is_incomplete(new_topic: Any, kafka_config: dict[str, Any]) -> None:
+def test_perf_test_short_of_records_is_incomplete(new_topic: Any, kafka_config: dict[str, Any], group: str) -> None:
     topic = new_topic(1)
     produce(kafka_config, topic, {0: 300})
 
     # The idle timeout also covers joining the group and the first fetch: generous on a busy machine.
-    result = consumer_perf_test(kafka_config["bootstrap.servers"], topic, 1000, idle_timeout_ms=5000)
+    result = consumer_perf_test(kafka_config["bootstrap.servers"], topic, 1000, idle_timeout_ms=5000, group=group)
 
     assert not result.complete
     assert result.records == 300
