@@ -384,7 +384,9 @@ def test_sigkill_at_random_points_while_records_arrive_leaves_each_record_once(
                     wait_running(slot, lambda: bool(watcher.seen_since(t0)), 240, "Spark to write a batch")
                     time.sleep(rng.uniform(0.0, 0.6))
                 elif mode == "after_write":
-                    _stop_after_rename(consumer, slot, topic, topic_id, files_before, whole=n % 2 == 0)
+                    # The first such kill waits for every file (written, not committed), the next one not.
+                    whole = schedule[:n].count("after_write") % 2 == 0
+                    _stop_after_rename(consumer, slot, topic, topic_id, files_before, whole=whole)
                 elif mode == "later":  # after a batch or two: between batches or in a later one
                     done = rng.choice((1, 2))
                     wait_running(slot, lambda: batch_count(stats) - batches_before >= done, 240, f"{done} batch(es)")
@@ -438,6 +440,7 @@ def test_sigkill_at_random_points_while_records_arrive_leaves_each_record_once(
     print("\nkill test:", json.dumps(summary), *(f"\n  {k}" for k in kills))
     assert len(kills) >= 10
     assert sum(k.mid_batch for k in kills) >= 2, "the schedule aims at batches in flight; none was hit"
+    assert any(k.where == "mid-batch: written, not committed" for k in kills), "never caught a batch before its commit"
 
 
 def _stop_after_rename(
