@@ -76,19 +76,14 @@ def main(argv: list[str]) -> int:
 
 
 def _run(args: argparse.Namespace, stop: threading.Event) -> int:
-    import json
     import uuid
 
-    from lagsched.adapters import sink, spark
-    from lagsched.adapters.claims import open_claim_store
-    from lagsched.adapters.kafka_admin import admin_client
-    from lagsched.adapters.lag_store import SCALING_CHANNEL, redis_client
-    from lagsched.adapters.mysql import connect
-    from lagsched.adapters.slots import SlotRegistry, slot_id_for
+    from lagsched.adapters.failures import mysql_target, naming_connections, redis_target
+    from lagsched.adapters.slots import slot_id_for
     from lagsched.connections import kafka_config, mysql_params, redis_params
     from lagsched.core.batches import StartFrom
     from lagsched.core.names import validate_cluster_name
-    from lagsched.workflows.consume import ConsumerSettings, ScalingListener, SlotKeeper, SlotRun, run_slot
+    from lagsched.workflows.consume import ConsumerSettings
 
     cluster = validate_cluster_name(args.cluster)
     try:
@@ -113,7 +108,29 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     mysql = mysql_params()
     redis_conf = redis_params()
     log.info("slot %s (%s) of cluster %s, sink %s", args.slot, slot_id, cluster, settings.sink)
+    # Every client error below is re-raised naming its Connection (where it points, never secrets).
+    with naming_connections(mysql_target(mysql), redis_target(redis_conf)):
+        return _consume(args, settings, kafka=kafka, mysql=mysql, redis_conf=redis_conf, stop=stop)
 
+
+def _consume(
+    args: argparse.Namespace, settings: Any, *, kafka: Any, mysql: Any, redis_conf: Any, stop: threading.Event
+) -> int:
+    import json
+
+    from lagsched.adapters import sink, spark
+    from lagsched.adapters.claims import open_claim_store
+    from lagsched.adapters.kafka_admin import admin_client
+    from lagsched.adapters.lag_store import SCALING_CHANNEL, redis_client
+    from lagsched.adapters.mysql import connect
+    from lagsched.adapters.slots import SlotRegistry
+    from lagsched.workflows.consume import ScalingListener, SlotKeeper, SlotRun, run_slot
+
+    slot_id, cluster = settings.slot_id, settings.cluster
+    # MySQL and Redis first: a wrong setting fails in a second, not after the JVM's start.
+    conn = connect(mysql)
+    redis = redis_client(redis_conf)
+    redis.ping()
     stats = open(args.stats_file, "a", encoding="utf-8") if args.stats_file else None  # noqa: SIM115
     session = spark.session(f"lagsched-consume-{args.slot}", master=None)
     if stats is not None:
@@ -122,10 +139,8 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
         )
         stats.flush()
     wake = threading.Event()
-    redis = redis_client(redis_conf)
     registry = SlotRegistry(redis)
     listener = ScalingListener(redis_client(redis_conf), SCALING_CHANNEL, cluster, wake)
-    conn = connect(mysql)
     with open_claim_store(mysql) as store:
         keeper = SlotKeeper(
             SlotRegistry(redis_client(redis_conf)),

@@ -607,26 +607,7 @@ _BOUND_S = {"mysql": 30.0, "redis": 30.0, "kafka": 90.0}
 
 @pytest.mark.parametrize(
     "service",
-    [
-        "mysql",
-        pytest.param(
-            "redis",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="open: the message is redis-py's bare 'ConnectionError: Error 111 connecting to "
-                "127.0.0.1:<port>. Connection refused.', which names neither Redis nor the Connection",
-            ),
-        ),
-        pytest.param(
-            "kafka",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="open: kafka_topic_ids drops topics whose describe timed out, so the run takes an "
-                "unreachable broker for a re-created topic, logs that, skips it and never fails (it idles "
-                "to its budget, or exits 0 'caught up' with --exit-when-idle)",
-            ),
-        ),
-    ],
+    ["mysql", "redis", "kafka"],
 )
 def test_unreachable_service_ends_the_run_with_exit_1_and_a_message_naming_it(
     service: str, consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any]

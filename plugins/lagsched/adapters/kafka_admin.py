@@ -393,10 +393,14 @@ def mirror_group_offsets(
 
 
 def kafka_topic_ids(admin: Any, names: Iterable[str], timeout_s: float = 10.0) -> dict[str, str]:
-    """Kafka's own topic id of each of ``names`` the broker answers for (others are left out).
+    """Kafka's own topic id of each of ``names``; topics the broker says do not exist are left out.
 
     A consumer compares it with the registry's before reading: a topic deleted and re-created
     under the same name has new offsets, which old committed offsets must never be applied to.
+
+    Raises:
+        KafkaOffsetsError: the broker did not answer for a topic (down, timed out): that proves
+            nothing about the topic, so it is an error rather than a missing id.
     """
     from confluent_kafka import TopicCollection
 
@@ -411,6 +415,16 @@ def kafka_topic_ids(admin: Any, names: Iterable[str], timeout_s: float = 10.0) -
     for name, future in futures.items():
         try:
             ids[name] = str(future.result(timeout=timeout_s + 5).topic_id)
-        except Exception as exc:  # noqa: BLE001 - unknown or unanswered: the caller skips it
-            log.warning("topic %s: cannot read its topic id (%s)", name, exc)
+        except Exception as exc:  # KafkaException, a timeout
+            error = exc.args[0] if exc.args else None
+            if _is_unknown_topic(error) or getattr(error, "code", lambda: None)() == _unknown_topic_id_code():
+                continue  # the broker says it does not exist: the caller treats it as gone
+            # Anything else (no broker, a timeout) proves nothing about the topic: fail, do not skip.
+            raise KafkaOffsetsError(f"cannot read the topic id of {name!r} from the broker: {exc}") from exc
     return ids
+
+
+def _unknown_topic_id_code() -> int:
+    from confluent_kafka import KafkaError
+
+    return int(getattr(KafkaError, "UNKNOWN_TOPIC_ID", KafkaError.UNKNOWN_TOPIC_OR_PART))

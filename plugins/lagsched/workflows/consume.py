@@ -149,9 +149,10 @@ class SlotKeeper:
             self._claims = list(claims)
 
     def check(self) -> None:
-        """Raise the keeper's failure, if it had one."""
+        """Raise the keeper's failure, if it had one (as it was, so its service can be named)."""
         if self._error is not None:
-            raise LagschedError(f"the slot's heartbeat/lease keeper failed: {self._error}") from self._error
+            log.error("the slot's heartbeat/lease keeper failed; ending the run")
+            raise self._error
 
     def stop(self) -> None:
         self._stop.set()
@@ -225,6 +226,8 @@ class ScalingListener:
 class _Batch:
     plans: dict[tuple[str, int], PartitionPlan]
     claims: dict[tuple[str, int], Claim]
+    #: Held partitions not planned because something is wrong with them (never "caught up").
+    skipped: int = 0
 
 
 class SlotRun:
@@ -332,7 +335,7 @@ class SlotRun:
             log.info("claimed %s", _keys(result.new, topics))
         batch = self._plan(held, topics)
         if not batch.plans:
-            if self.s.exit_when_idle and not result.short:
+            if self.s.exit_when_idle and not result.short and not batch.skipped:
                 log.info("every claimed partition is caught up; exiting (--exit-when-idle)")
                 return StopReason.IDLE
             self._wait(self.s.poll_s)
@@ -376,13 +379,16 @@ class SlotRun:
             raise LagschedError(f"Kafka did not report the claimed partitions' offsets: {exc}") from exc
         offsets = {(o.topic, o.partition): o for per_topic in broker.values() for o in per_topic}
         plans: dict[tuple[str, int], PartitionPlan] = {}
+        skipped = 0
         for c in held:
             name = topics[c.topic_id].name
             if name not in counts:
+                skipped += 1
                 continue  # its topic id did not match: said above
             o = offsets.get((name, c.partition_id))
             if o is None:
                 log.warning("%s[%d] is claimed but the broker does not report it; skipped", name, c.partition_id)
+                skipped += 1
                 continue
             try:
                 plan = plan_partition(
@@ -395,10 +401,11 @@ class SlotRun:
                 )
             except OffsetAheadError as exc:
                 log.error("%s[%d] skipped: %s", name, c.partition_id, exc)
+                skipped += 1
                 continue
             if plan is not None:
                 plans[c.key] = plan
-        return _Batch(plans, {c.key: c for c in held})
+        return _Batch(plans, {c.key: c for c in held}, skipped)
 
     # ------------------------------------------------------------------ one batch
 
@@ -480,6 +487,7 @@ class SlotRun:
             log.warning("%s (the claim table has the offsets; the mirror catches up next batch)", exc)
 
     def _release_all(self) -> None:
+        self.keeper.hold([])  # released rows are not to be renewed (nor warned about) any more
         try:
             held = self.store.held(self.s.slot_id)
             released = self.store.release(self.s.slot_id, held)
