@@ -18,6 +18,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = REPO / "jobs" / "consume.py"
+#: Test runs are short: the C1 compiler alone and the serial GC start a JVM on half the CPU, which
+#: matters when three slots and the services share two cores. Production runs keep the defaults.
+TEST_JVM = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 
 
 def produce(
@@ -161,7 +164,8 @@ class ConsumerHarness:
         assert row is not None, f"{topic} was not registered"
         return str(row[0])
 
-    def start(self, name: str, *args: str, master: str = "local[2]") -> Slot:
+    def start(self, name: str, *args: str, master: str = "local[2]", env: dict[str, str] | None = None) -> Slot:
+        """Start a slot; ``env`` replaces the harness's environment (e.g. a broken Connection)."""
         from lagsched.adapters.spark import submit_command
 
         log = self.workdir / f"{name}.{len(self.slots)}.log"
@@ -172,8 +176,8 @@ class ConsumerHarness:
         ]  # fmt: skip
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                submit_command(str(JOB), argv, master=master),
-                env=self.env(),
+                submit_command(str(JOB), argv, master=master, java_options=TEST_JVM),
+                env=self.env() if env is None else env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

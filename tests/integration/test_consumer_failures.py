@@ -16,7 +16,6 @@ import random
 import re
 import signal
 import socket
-import subprocess
 import threading
 import time
 from collections import Counter, defaultdict
@@ -27,7 +26,6 @@ from typing import Any
 
 import pytest
 from consumer_support import (
-    JOB,
     ConsumerHarness,
     Slot,
     assert_exactly_once,
@@ -223,30 +221,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def start_with_env(consumer: ConsumerHarness, name: str, env: dict[str, str], *args: str) -> Slot:
-    """``consumer.start`` with an environment of the test's own (the harness always builds its own)."""
-    from lagsched.adapters.spark import submit_command
-
-    log_path = consumer.workdir / f"{name}.{len(consumer.slots)}.log"
-    stats = consumer.workdir / f"{name}.stats"
-    argv = [
-        "--slot", name, "--cluster", consumer.cluster, "--sink", f"file://{consumer.sink}", "--stats-file",
-        str(stats), "--min-interval-s", "0", "--min-records", "1", "--heartbeat-s", "1", "--lease-s", "6", *args,
-    ]  # fmt: skip
-    with log_path.open("wb") as out:
-        proc = subprocess.Popen(
-            submit_command(str(JOB), argv),
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd=consumer.workdir,
-        )
-    slot = Slot(name, proc, log_path, stats)
-    consumer.slots.append(slot)
-    return slot
 
 
 def wait_running(slot: Slot, predicate: Callable[[], bool], timeout: float, what: str, poll: float = 0.05) -> float:
@@ -626,7 +600,7 @@ def test_unreachable_service_ends_the_run_with_exit_1_and_a_message_naming_it(
     # A budget, not --exit-when-idle: a production run has none, and a run that shrugs the failure
     # off must still end (with exit 0, failing the test) rather than hang it.
     budget = _BOUND_S[service] + 10
-    slot = start_with_env(consumer, f"bad-{service}", env, "--budget-s", str(budget))
+    slot = consumer.start(f"bad-{service}", "--budget-s", str(budget), env=env)
     t0 = time.monotonic()
     wait_until(lambda: started_count(stats) > 0 or slot.proc.poll() is not None, 240, "Spark to start", poll=0.05)
     t_ready = time.monotonic()

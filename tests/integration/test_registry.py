@@ -110,9 +110,7 @@ def wait_for(step: Callable[[], SyncReport], done: Callable[[SyncReport], bool])
         time.sleep(0.5)
 
 
-def test_recreated_topic_is_a_new_topic_and_skips_nothing(
-    mysql_db: MySQLParams, kafka_config: dict[str, Any]
-) -> None:
+def test_recreated_topic_is_a_new_topic_and_skips_nothing(mysql_db: MySQLParams, kafka_config: dict[str, Any]) -> None:
     from confluent_kafka import Producer
 
     admin = AdminClient(kafka_config)
