@@ -33,7 +33,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
     p = argparse.ArgumentParser(prog="consume.py", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--slot", required=True, help="slot name (a stable id is derived from it) or a slot UUID")
-    p.add_argument("--cluster", default="default", help="lagsched cluster name (default: %(default)s)")
+    p.add_argument(
+        "--cluster", default="lagsched_kafka",
+        help="registry cluster whose topics to consume, as in the DAGs' `cluster` param (default: %(default)s)",
+    )  # fmt: skip
     p.add_argument("--budget-s", type=float, default=3600.0, help="run this long, then finish up (default: 1 hour)")
     p.add_argument("--max-records", type=int, default=100_000, help="max records per partition per batch")
     p.add_argument("--min-interval-s", type=float, default=5.0, help="a batch waits this long since the last ...")

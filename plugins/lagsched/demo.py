@@ -56,7 +56,9 @@ def consume_demo(cfg: Any, sink: Any) -> list[str]:
     procs = []
     for n in range(1, DEMO_SLOTS + 1):
         log_path = cfg.logs / f"demo-consume-{n}.log"
+        # A budget too: on a machine with other topics registered the demo must still end.
         args = ["--slot", f"demo-{n}", "--sink", sink.as_uri(), "--exit-when-idle", "--min-interval-s", "1"]
+        args += ["--budget-s", "300"]
         args += ["--max-records", "50000", "--stats-file", str(cfg.logs / f"demo-consume-{n}.stats")]
         with log_path.open("wb") as out:
             cmd = submit_command(job, args, master="local[1]")

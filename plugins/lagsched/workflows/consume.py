@@ -62,7 +62,8 @@ class ConsumerSettings:
     """A run's knobs (the job's command line; docs/consumer.md explains each)."""
 
     slot_id: str
-    cluster: str = "default"
+    #: The registry cluster (``topics.cluster``); the DAGs' default is the Kafka Connection id.
+    cluster: str = "lagsched_kafka"
     budget_s: float = 3600.0
     max_records: int = 100_000
     min_interval_s: float = 5.0
