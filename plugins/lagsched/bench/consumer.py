@@ -512,16 +512,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, nargs="+", default=list(PARTITION_COUNTS))
     parser.add_argument("--readers", nargs="+", default=["raw", "perf", "spark"], choices=["raw", "perf", "spark"])
     parser.add_argument("--out", default=DEFAULT_OUT)
-    parser.add_argument("--variants", action="store_true", help="also time the job's write under SPARK_VARIANTS")
+    parser.add_argument(
+        "--variants", action="store_true", help="also time the job's write path under each of SPARK_VARIANTS"
+    )
     # Internal: the child process of run_spark_phases.
     parser.add_argument("--spark-phases", metavar="TOPIC", help=argparse.SUPPRESS)
     parser.add_argument("--expected", help=argparse.SUPPRESS)
     parser.add_argument("--max-records", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--variant", choices=sorted(SPARK_VARIANTS), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     _use_local_stack()
     if args.spark_phases:
         expected = {int(p): int(n) for p, n in json.loads(args.expected).items()}
-        print(json.dumps(spark_phases(args.spark_phases, expected, args.max_records, args.variants)))
+        print(json.dumps(spark_phases(args.spark_phases, expected, args.max_records, args.variant)))
         return 0
     records = args.records or env_int(os.environ, "LAGSCHED_BENCH_CONSUMER_RECORDS", DEFAULT_RECORDS)
     draws = args.draws or env_int(os.environ, "LAGSCHED_BENCH_DRAWS", DEFAULT_DRAWS)
@@ -573,7 +576,10 @@ def run(
                 all_runs.append(run_figures)
             if "spark" in readers or variants:
                 print(f"-- {topic}: where Spark's time goes", flush=True)
-                phases.append({"partitions": partitions, **run_spark_phases(topic, expected, max_records, variants)})
+                phase = {"partitions": partitions, **run_spark_phases(topic, expected, max_records)}
+                if variants:
+                    phase["variants"] = {v: run_spark_phases(topic, expected, max_records, v) for v in SPARK_VARIANTS}
+                phases.append(phase)
     finally:
         delete_topics(admin, created)
     if set(readers) != {"raw", "perf", "spark"}:
@@ -708,6 +714,8 @@ def run_spark(topic: str, partitions: int, expected: Mapping[int, int], max_reco
         figures["files"] = len(files)
         figures["bytes"] = sum(f.stat().st_size for f in files)
         figures["schema_matches_raw"] = _schema_matches(files[0])
+        # The job mirrors its offsets into a Kafka consumer group after each commit (issue 9 item 5).
+        figures["mirrored_group_matches"] = _mirrored_offsets(topic, group) == dict(expected)
     finally:
         if os.environ.get("LAGSCHED_BENCH_KEEP_WORK"):
             print(f"   kept the job's sink, stats and log in {work}", flush=True)
@@ -735,15 +743,29 @@ def batch_ranges(expected: Mapping[int, int], max_records: int) -> list[list[tup
     return out
 
 
-#: Spark settings tried against the job's write path by ``--spark-phases --variants`` (SQL
-#: settings set on the session at run time; ``kafka.*`` entries go to the Kafka consumer).
+#: Settings tried against the job's write path by ``--variants``, each in a fresh JVM: ``spark.*``
+#: entries are session settings, ``kafka.*`` ones go to Spark's Kafka consumers (the job's
+#: ``read_offset_ranges`` passes its Kafka config through the same way). Why each: see
+#: docs/consumer-benchmark.md.
 SPARK_VARIANTS: dict[str, dict[str, str]] = {
-    "fetch_8mib": {"kafka.max.partition.fetch.bytes": str(8 << 20), "kafka.fetch.max.bytes": str(64 << 20)},
-    "no_planned_sort": {
-        "spark.sql.optimizer.plannedWrite.enabled": "false",
-        "spark.sql.maxConcurrentOutputFileWriters": "64",
+    # Spark's consumer seeks and asks the broker for the partition's earliest and latest offsets
+    # (two ListOffsets round trips) around every poll, which also drops the fetched-ahead data:
+    # bigger polls make that per-poll cost rarer.
+    "poll_20k_fetch_4mib": {
+        "kafka.max.poll.records": "20000",
+        "kafka.max.partition.fetch.bytes": str(4 << 20),
+        "kafka.fetch.max.bytes": str(16 << 20),
     },
-    "uncompressed": {"spark.sql.parquet.compression.codec": "uncompressed"},
+    # A fixed group id lets Spark's consumer pool reuse one consumer per partition across batches
+    # (by default each query has its own group id, so each batch opens new consumers and the pool
+    # keeps up to 64 stale ones, with their buffers, until they expire).
+    "fixed_group_id": {"kafka.group.id": "lagsched-bench-spark"},
+    "poll_20k_fetch_4mib_fixed_group_id": {
+        "kafka.max.poll.records": "20000",
+        "kafka.max.partition.fetch.bytes": str(4 << 20),
+        "kafka.fetch.max.bytes": str(16 << 20),
+        "kafka.group.id": "lagsched-bench-spark",
+    },
 }
 
 
@@ -802,7 +824,9 @@ def parse_event_log(lines: Iterable[str]) -> dict[str, dict[str, float]]:
     return {g: {k: round(v, 3) if isinstance(v, float) else v for k, v in t.items()} for g, t in out.items()}
 
 
-def spark_phases(topic: str, expected: Mapping[int, int], max_records: int, variants: bool) -> dict[str, Any]:
+def spark_phases(
+    topic: str, expected: Mapping[int, int], max_records: int, variant: str | None = None
+) -> dict[str, Any]:
     """Where a Spark batch's time goes: the job's read and write path, timed piece by piece.
 
     In one ``local[2]`` session (the job's settings, `lagsched.adapters.spark.session`, plus an
@@ -810,8 +834,8 @@ def spark_phases(topic: str, expected: Mapping[int, int], max_records: int, vari
     Kafka source with headers into a no-op sink: fetch and row decoding), ``convert`` (plus the
     job's column mapping, `adapters.sink.to_sink_rows`), ``job`` (`adapters.sink.write_batch`, the
     job's own call: Parquet encoding, compression and the renames). Differences give each phase's
-    cost; the event log gives each pass's task time, CPU and GC (`parse_event_log`). With
-    `variants`, the ``job`` pass again under each of `SPARK_VARIANTS`.
+    cost; the event log gives each pass's task time, CPU and GC (`parse_event_log`). With a
+    `variant` (a `SPARK_VARIANTS` name), only the ``job`` pass, under that variant's settings.
     """
     from lagsched.adapters import sink as sink_mod
     from lagsched.adapters import spark
@@ -819,6 +843,7 @@ def spark_phases(topic: str, expected: Mapping[int, int], max_records: int, vari
     from lagsched.connections import kafka_config
     from lagsched.core.offsets import OffsetRange
 
+    settings = SPARK_VARIANTS[variant] if variant else {}
     work = SINK_ROOT / f"lagsched-bench-phases-{uuid.uuid4().hex[:8]}"
     events = work / "events"
     events.mkdir(parents=True)
@@ -831,13 +856,14 @@ def spark_phases(topic: str, expected: Mapping[int, int], max_records: int, vari
             # One plain JSON-lines file (Spark 4 rolls and compresses event logs by default).
             "spark.eventLog.rolling.enabled": "false",
             "spark.eventLog.compress": "false",
+            **{k: v for k, v in settings.items() if k.startswith("spark.")},
         },
     )
-    kafka = kafka_config()
-    batches = batch_ranges(expected, max_records)
-    baseline: dict[str, str | None] = {
-        k: session.conf.get(k, None) for v in SPARK_VARIANTS.values() for k in v if k.startswith("spark.")
+    kafka = {
+        **kafka_config(),
+        **{k.removeprefix("kafka."): v for k, v in settings.items() if k.startswith("kafka.")},
     }
+    batches = batch_ranges(expected, max_records)
 
     def ranges(batch: Sequence[tuple[int, int, int]]) -> list[OffsetRange]:
         return [OffsetRange(topic, p, lo, hi) for p, lo, hi in batch]
@@ -855,75 +881,55 @@ def spark_phases(topic: str, expected: Mapping[int, int], max_records: int, vari
         for batch in batches[1:]:
             one(batch)
         seconds = time.monotonic() - started
-        print(f"   spark phases {topic}: {name} {seconds:.2f} s", flush=True)
+        print(f"   spark phases {topic}{f' ({variant})' if variant else ''}: {name} {seconds:.2f} s", flush=True)
         return seconds
 
+    wall: dict[str, float] = {}
     try:
         session.sparkContext.setJobGroup("warm-up", "bench warm-up batch")
         sink_mod.write_batch(session, kafka, reads(batches[0]), (work / "warm").as_uri())
-        steady = sum(hi - lo for batch in batches[1:] for _p, lo, hi in batch)
-        wall = {
-            "read": timed("read", lambda b: noop(b, False)),
-            "convert": timed("convert", lambda b: noop(b, True)),
-            "job": timed("job", lambda b: sink_mod.write_batch(session, kafka, reads(b), (work / "job").as_uri())),
-        }
-        variant_wall: dict[str, float] = {}
-        if variants:
-            for name, conf in SPARK_VARIANTS.items():
-                for key, value in conf.items():
-                    if key.startswith("spark."):
-                        session.conf.set(key, value)
-                tuned = {**kafka, **{k.removeprefix("kafka."): v for k, v in conf.items() if k.startswith("kafka.")}}
-
-                def variant(
-                    batch: Sequence[tuple[int, int, int]], uri: str = (work / name).as_uri(), c: Any = tuned
-                ) -> Any:
-                    return sink_mod.write_batch(session, c, reads(batch), uri)
-
-                variant_wall[name] = timed(name, variant)
-                for key, before in baseline.items():
-                    if before is None:
-                        session.conf.unset(key)
-                    else:
-                        session.conf.set(key, before)
+        if variant is None:
+            wall["read"] = timed("read", lambda b: noop(b, False))
+            wall["convert"] = timed("convert", lambda b: noop(b, True))
+        wall["job"] = timed("job", lambda b: sink_mod.write_batch(session, kafka, reads(b), (work / "job").as_uri()))
     finally:
         session.stop()
         metrics: dict[str, dict[str, float]] = {}
         for log_file in sorted(p for p in events.rglob("*") if p.is_file()):
             metrics.update(parse_event_log(log_file.read_text(errors="replace").splitlines()))
         shutil.rmtree(work, ignore_errors=True)
+    steady = sum(hi - lo for batch in batches[1:] for _p, lo, hi in batch)
     out: dict[str, Any] = {
         "records": steady,
         "batches": len(batches) - 1,
-        "read_s": round(wall["read"], 3),
-        "convert_s": round(max(0.0, wall["convert"] - wall["read"]), 3),
-        "write_s": round(max(0.0, wall["job"] - wall["convert"]), 3),
         "job_s": round(wall["job"], 3),
         "job_records_per_s": round(records_per_s(steady, wall["job"]), 1),
-        "read_records_per_s": round(records_per_s(steady, wall["read"]), 1),
-        "passes": {name: {"wall_s": round(w, 3), **metrics.get(name, {})} for name, w in wall.items()},
     }
-    if variants:
-        out["variants"] = {
-            name: {
-                "settings": SPARK_VARIANTS[name],
-                "wall_s": round(w, 3),
-                "records_per_s": round(records_per_s(steady, w), 1),
-                **metrics.get(name, {}),
+    if variant is None:
+        out.update(
+            {
+                "read_s": round(wall["read"], 3),
+                "convert_s": round(max(0.0, wall["convert"] - wall["read"]), 3),
+                "write_s": round(max(0.0, wall["job"] - wall["convert"]), 3),
+                "read_records_per_s": round(records_per_s(steady, wall["read"]), 1),
             }
-            for name, w in variant_wall.items()
-        }
+        )
+    else:
+        out["settings"] = settings
+    out["passes"] = {name: {"wall_s": round(w, 3), **metrics.get(name, {})} for name, w in wall.items()}
     return out
 
 
-def run_spark_phases(topic: str, expected: Mapping[int, int], max_records: int, variants: bool) -> dict[str, Any]:
+def run_spark_phases(
+    topic: str, expected: Mapping[int, int], max_records: int, variant: str | None = None
+) -> dict[str, Any]:
     """`spark_phases` in a child process (its own JVM, gone afterwards); its JSON."""
     import subprocess
 
     command = [
         sys.executable, "-m", "lagsched.bench.consumer", "--spark-phases", topic,
         "--expected", json.dumps(expected), "--max-records", str(max_records),
-        *(["--variants"] if variants else []),
+        *(["--variant", variant] if variant else []),
     ]  # fmt: skip
     env = {
         **os.environ,
@@ -949,12 +955,30 @@ def _schema_matches(path: Path) -> bool:
     return bool(pq.read_schema(path).remove_metadata().equals(SCHEMA, check_metadata=False))
 
 
+def _mirrored_offsets(topic: str, group: str) -> dict[int, int]:
+    """The next offsets the job mirrored into its consumer group, per partition ({} if none)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    from lagsched.adapters.kafka_admin import admin_client
+    from lagsched.connections import kafka_config
+
+    admin = admin_client(kafka_config())  # kept referenced: its futures die with it
+    futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=30)
+    try:
+        result = futures[group].result(timeout=60)
+    except Exception as exc:  # noqa: BLE001 - reported as a figure, not a failure of the benchmark
+        print(f"   could not read consumer group {group}: {exc!r}", file=sys.stderr, flush=True)
+        return {}
+    return {tp.partition: tp.offset for tp in result.topic_partitions if tp.topic == topic and tp.error is None}
+
+
 def _delete_group(group: str) -> None:
     from lagsched.adapters.kafka_admin import admin_client
     from lagsched.connections import kafka_config
 
+    admin = admin_client(kafka_config())  # kept referenced: its futures die with it
     try:
-        for future in admin_client(kafka_config()).delete_consumer_groups([group], request_timeout=30).values():
+        for future in admin.delete_consumer_groups([group], request_timeout=30).values():
             future.result(timeout=60)
     except Exception as exc:  # noqa: BLE001 - clean-up: a missing group (nothing mirrored) is fine
         if "GROUP_ID_NOT_FOUND" not in repr(exc):
