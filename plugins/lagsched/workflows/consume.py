@@ -257,6 +257,7 @@ class SlotRun:
         self._last_batch = clock()
         self._owned = False  # owned some topic at some point of the run
         self._warned_foreign = False
+        self._said: set[tuple[str, str | None, str]] = set()  # topic id mismatches already logged
 
     # ------------------------------------------------------------------ the loop
 
@@ -369,12 +370,16 @@ class SlotRun:
             for name in list(counts):
                 row = next(t for t in topics.values() if t.name == name)
                 if row.kafka_topic_id is not None and ids.get(name) != row.kafka_topic_id:
+                    del counts[name]
+                    mismatch = (name, ids.get(name), row.kafka_topic_id)
+                    if mismatch in self._said:
+                        continue
+                    self._said.add(mismatch)
                     log.error(
                         "topic %s: Kafka's topic id is %s, the registry's %s: it was deleted or re-created; "
                         "not reading it until the topic sync registers the new one",
                         name, ids.get(name), row.kafka_topic_id,
                     )  # fmt: skip
-                    del counts[name]
             broker = read_offsets(self.admin, counts)
         except KafkaOffsetsError as exc:
             raise LagschedError(f"Kafka did not report the claimed partitions' offsets: {exc}") from exc
