@@ -203,6 +203,14 @@ def test_lost_records_when_retention_deletes_unread_data(
     assert [(r.lag, r.lost) for r in stored] == [(20, 90)]
     assert summary.as_dict()["lost"] == {topic: 90}
     assert topic_id == t.topic_id
+    # The consumer then skips the gap: records it in retention_gaps and commits the log start. The
+    # same 90 records stay counted as lost, now as skipped rather than ahead of the offset.
+    record_gap(db, RetentionGap(topic_id, 0, 10, 100), slot_id="00000000-0000-0000-0000-000000000001")
+    set_committed(db, topic_id, 0, 100)
+    after = measure_at(T0 + 10).topic(topic)
+    assert (after.lost, after.lost_skipped, after.lag) == (90, 90, 20)
+    assert after.partition_lags[0].lost == 0
+    assert f"{topic}: 90 (already skipped by the consumer: 90)" in measure_at(T0 + 20).table()
 
 
 def test_time_lag_on_a_busy_topic_interpolates_between_samples(
@@ -308,11 +316,3 @@ def test_worker_rate_counts_only_holders_with_a_live_lease(
     assert m.consumption_rate == pytest.approx(4.0)  # 2 x 120 records in 60 s
     # One live worker: the dead slot must not halve the per-worker rate.
     assert m.worker_rate == pytest.approx(4.0)
-    # The consumer then skips the gap: records it in retention_gaps and commits the log start. The
-    # same 90 records stay counted as lost, now as skipped rather than ahead of the offset.
-    record_gap(db, RetentionGap(topic_id, 0, 10, 100), slot_id="00000000-0000-0000-0000-000000000001")
-    set_committed(db, topic_id, 0, 100)
-    after = measure_at(T0 + 10).topic(topic)
-    assert (after.lost, after.lost_skipped, after.lag) == (90, 90, 20)
-    assert after.partition_lags[0].lost == 0
-    assert f"{topic}: 90 (already skipped by the consumer: 90)" in measure_at(T0 + 20).table()
