@@ -53,7 +53,6 @@ from lagsched.adapters.mysql import connect
 from lagsched.connections import MySQLParams
 from lagsched.core.claims import (
     Claim,
-    ClaimLostError,
     ClaimResult,
     LockMode,
     RetryPolicy,
@@ -61,6 +60,7 @@ from lagsched.core.claims import (
     claim_status,
     judge_claim,
     lease_expiry,
+    lost_claim,
     rows_to_release,
     select_lock_mode,
     shortfall,
@@ -648,16 +648,12 @@ class ClaimStore:
                 verdict = judge_claim(slot_id, claim, state)
             if verdict is None:
                 raise RuntimeError(f"commit to {topic_id}[{partition_id}] matched no row although it is held")
-            raise ClaimLostError(
-                f"slot {slot_id} lost the claim on {topic_id}[{partition_id}] (epoch {epoch}): {verdict.detail}. "
+            raise lost_claim(
+                slot_id,
+                claim,
+                verdict,
                 f"Offset {offset} was not committed; stop consuming this partition, drop its output not yet "
                 "committed, and claim again.",
-                reason=verdict.reason,
-                topic_id=topic_id,
-                partition_id=partition_id,
-                epoch=epoch,
-                holder=verdict.holder,
-                current_epoch=verdict.current_epoch,
             )
 
         return self._run("commit_offset", op)
@@ -687,15 +683,11 @@ class ClaimStore:
             state, committed = self._row_state(cur, topic_id, partition_id)
             verdict = judge_claim(slot_id, claim, state)
             if verdict is not None:
-                raise ClaimLostError(
-                    f"slot {slot_id} lost the claim on {topic_id}[{partition_id}] (epoch {epoch}): "
-                    f"{verdict.detail}. The batch [{start}, {end}) was not started; stop consuming this partition.",
-                    reason=verdict.reason,
-                    topic_id=topic_id,
-                    partition_id=partition_id,
-                    epoch=epoch,
-                    holder=verdict.holder,
-                    current_epoch=verdict.current_epoch,
+                raise lost_claim(
+                    slot_id,
+                    claim,
+                    verdict,
+                    f"The batch [{start}, {end}) was not started; stop consuming this partition.",
                 )
             assert state is not None and state.lease_expires_at is not None  # held, so judged live
             if committed != claim.committed_offset:

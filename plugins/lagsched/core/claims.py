@@ -54,6 +54,7 @@ __all__ = [
     "is_renew_due",
     "judge_claim",
     "lease_expiry",
+    "lost_claim",
     "parse_server_version",
     "rows_to_claim",
     "rows_to_release",
@@ -485,6 +486,20 @@ class Staleness:
     detail: str
     holder: str | None = None
     current_epoch: int | None = None
+
+
+def lost_claim(slot_id: str, claim: Claim, verdict: Staleness, consequence: str) -> ClaimLostError:
+    """The ``ClaimLostError`` for ``claim`` judged lost, its message ending with ``consequence``."""
+    return ClaimLostError(
+        f"slot {slot_id} lost the claim on {claim.topic_id}[{claim.partition_id}] (epoch {claim.claim_epoch}): "
+        f"{verdict.detail}. {consequence}",
+        reason=verdict.reason,
+        topic_id=claim.topic_id,
+        partition_id=claim.partition_id,
+        epoch=claim.claim_epoch,
+        holder=verdict.holder,
+        current_epoch=verdict.current_epoch,
+    )
 
 
 def _ts(value: datetime | None) -> str:
