@@ -766,6 +766,24 @@ SPARK_VARIANTS: dict[str, dict[str, str]] = {
         "kafka.fetch.max.bytes": str(16 << 20),
         "kafka.group.id": "lagsched-bench-spark",
     },
+    "poll_10k_fetch_2mib": {
+        "kafka.max.poll.records": "10000",
+        "kafka.max.partition.fetch.bytes": str(2 << 20),
+        "kafka.fetch.max.bytes": str(8 << 20),
+    },
+    # Spark's tasks wait on the broker most of their time (see above): more task threads than
+    # cores let one task compute while another waits.
+    "local_4": {"spark.master": "local[4]"},
+    "local_4_fixed_group_id": {"spark.master": "local[4]", "kafka.group.id": "lagsched-bench-spark"},
+    "local_6_fixed_group_id": {"spark.master": "local[6]", "kafka.group.id": "lagsched-bench-spark"},
+    # In local mode the executors live in the driver's JVM: 1 GiB by default, and each consumer
+    # holds up to a fetch of data.
+    "poll_20k_fetch_4mib_2gib": {
+        "kafka.max.poll.records": "20000",
+        "kafka.max.partition.fetch.bytes": str(4 << 20),
+        "kafka.fetch.max.bytes": str(16 << 20),
+        "spark.driver.memory": "2g",
+    },
 }
 
 
