@@ -13,6 +13,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("lagsched.bench.assignment", []),
     ("lagsched.bench.claims", []),
     ("lagsched.bench.lag", []),
+    ("lagsched.bench.consumer", []),
     ("lagsched.sim.__main__", ["--keda-sweep", f"{RESULTS}/simulation_keda_sweep.json"]),
     (
         "lagsched.sim.__main__",
