@@ -6,7 +6,7 @@ Run from the repository root (the local stack must be up)::
 
 Loads ``LAGSCHED_BENCH_CONSUMER_RECORDS`` records (default 3,000,000: ~100-byte values, a key and
 one header each) into a 4-partition and a 12-partition topic, then, ``LAGSCHED_BENCH_DRAWS`` times
-(default 2) per topic, reads all of them with three readers, in a rotating order:
+(default 3) per topic, reads all of them with three readers, in a rotating order:
 
 * ``raw``: `lagsched.bench.raw_consumer`, a tuned confluent-kafka consumer writing the job's
   Parquet layout with pyarrow;
@@ -37,7 +37,7 @@ from typing import Any
 
 DEFAULT_OUT = "bench/results/consumer.json"
 DEFAULT_RECORDS = 3_000_000
-DEFAULT_DRAWS = 2
+DEFAULT_DRAWS = 3
 PARTITION_COUNTS = (4, 12)
 VALUE_BYTES = 100
 #: Batches per Spark run (the first is reported on its own, the rest are the steady state); the
@@ -508,7 +508,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m lagsched.bench.consumer", description=(__doc__ or "").split("\n\n")[0]
     )
     parser.add_argument("--records", type=int, default=None, help="default: LAGSCHED_BENCH_CONSUMER_RECORDS or 3M")
-    parser.add_argument("--draws", type=int, default=None, help="default: LAGSCHED_BENCH_DRAWS or 2")
+    parser.add_argument("--draws", type=int, default=None, help="default: LAGSCHED_BENCH_DRAWS or 3")
     parser.add_argument("--partitions", type=int, nargs="+", default=list(PARTITION_COUNTS))
     parser.add_argument("--readers", nargs="+", default=["raw", "perf", "spark"], choices=["raw", "perf", "spark"])
     parser.add_argument("--out", default=DEFAULT_OUT)
@@ -547,6 +547,7 @@ def run(
     bootstrap = kafka_config()
     admin = admin_client(bootstrap)
     broker_pid = _broker_pid()
+    load_start = os.getloadavg()
     prefix = f"bench-consumer-{uuid.uuid4().hex[:6]}"
     created: list[str] = []
     all_runs: list[dict[str, Any]] = []
@@ -571,7 +572,10 @@ def run(
                         figures = run_perf(bootstrap, topic, records)
                     else:
                         figures = run_spark(topic, partitions, expected, max_records)
-                    run_figures[reader] = {**figures, "cpu": cpu_usage(before, cpu_snapshot(broker_pid))}
+                    cpu = cpu_usage(before, cpu_snapshot(broker_pid))
+                    # CPU per record barely depends on what else runs; throughput does.
+                    cpu["reader_cpu_us_per_record"] = round(cpu["reader_cpu_s"] / records * 1e6, 3)
+                    run_figures[reader] = {**figures, "cpu": cpu}
                     print(f"   {reader}: {json.dumps(run_figures[reader])}", flush=True)
                 all_runs.append(run_figures)
             if "spark" in readers or variants:
@@ -582,9 +586,19 @@ def run(
                 phases.append(phase)
     finally:
         delete_topics(admin, created)
+    machine = {
+        "cores": os.cpu_count(),
+        "load_average_start": [round(x, 2) for x in load_start],
+        "load_average_end": [round(x, 2) for x in os.getloadavg()],
+        # Other work's CPU while a reader ran, worst draw: above a few seconds, the draws competed.
+        "others_cpu_s_max": max(
+            (float(r[k]["cpu"]["others_cpu_s"]) for r in all_runs for k in ("raw", "perf", "spark") if k in r),
+            default=0.0,
+        ),
+    }
     if set(readers) != {"raw", "perf", "spark"}:
-        return {"records": records, "runs": all_runs, "spark_phases": phases}
-    return {**summarize(records, all_runs), "spark_phases": phases}
+        return {"records": records, "machine": machine, "runs": all_runs, "spark_phases": phases}
+    return {**summarize(records, all_runs), "machine": machine, "spark_phases": phases}
 
 
 #: The perf test's fetch size per partition: the raw consumer's (8 MiB), for a ceiling; its
@@ -775,7 +789,6 @@ SPARK_VARIANTS: dict[str, dict[str, str]] = {
     # cores let one task compute while another waits.
     "local_4": {"spark.master": "local[4]"},
     "local_4_fixed_group_id": {"spark.master": "local[4]", "kafka.group.id": "lagsched-bench-spark"},
-    "local_6_fixed_group_id": {"spark.master": "local[6]", "kafka.group.id": "lagsched-bench-spark"},
     # In local mode the executors live in the driver's JVM: 1 GiB by default, and each consumer
     # holds up to a fetch of data.
     "poll_20k_fetch_4mib_2gib": {
