@@ -2,7 +2,7 @@
 
 Run from the repository root (the local stack must be up)::
 
-    PYTHONPATH=plugins python -m lagsched.bench lagsched.bench.consumer
+    PYTHONPATH=plugins python -m lagsched.bench lagsched.bench.consumer   # or -m lagsched.bench.consumer [--help]
 
 Loads ``LAGSCHED_BENCH_CONSUMER_RECORDS`` records (default 3,000,000: ~100-byte values, a key and
 one header each) into a 4-partition and a 12-partition topic, then, ``LAGSCHED_BENCH_DRAWS`` times
@@ -16,8 +16,15 @@ one header each) into a 4-partition and a 12-partition topic, then, ``LAGSCHED_B
   owning the topic, each run with a fresh database and sink.
 
 Each reader's output is checked: the raw and Spark sinks must hold every (partition, offset) once,
-the perf test must count every record. Writes ``bench/results/consumer.json`` (see `summarize`);
-the topics are deleted at the end, also on failure. Target: ratio = spark / raw >= 1.0.
+the perf test must count every record. Then, once per topic, where Spark's time goes
+(`spark_phases`: the job's read, convert and write paths timed apart, with Spark's event log);
+``--variants`` adds the job's write path under each of `SPARK_VARIANTS`. Writes
+``bench/results/consumer.json`` (see `summarize`); the topics are deleted at the end, also on
+failure. Target: ratio = spark / raw >= 1.0. Method and figures: docs/consumer-benchmark.md.
+
+Environment: ``LAGSCHED_BENCH_REDIS_DB`` (default 14) the Redis DB of the job's slot,
+``LAGSCHED_BENCH_SINK_ROOT`` (default /var/tmp), ``LAGSCHED_BENCH_KEEP_WORK=1`` keeps a Spark run's
+sink, stats file and log.
 """
 
 from __future__ import annotations
@@ -43,10 +50,10 @@ VALUE_BYTES = 100
 #: Batches per Spark run (the first is reported on its own, the rest are the steady state); the
 #: job's --max-records is the per-partition share of one batch.
 SPARK_BATCHES = 5
-#: Where each run's own sink folder goes (disk-backed, unlike /tmp on many machines); the folders
-#: have random names and are removed after each run.
 #: The repository's plugins/ folder (the job needs the package on its PYTHONPATH).
 PLUGINS = Path(__file__).resolve().parents[2]
+#: Where each run's own sink folder goes (disk-backed, unlike /tmp on many machines); the folders
+#: have random names and are removed after each run.
 SINK_ROOT = Path(os.environ.get("LAGSCHED_BENCH_SINK_ROOT", "/var/tmp"))  # noqa: S108
 
 
