@@ -66,6 +66,8 @@ def stack_environment(cfg: StackConfig) -> dict[str, str]:
         "AIRFLOW__API_AUTH__JWT_SECRET": stack_secrets(cfg)["AIRFLOW__API_AUTH__JWT_SECRET"],
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{cfg.airflow_home / 'airflow.db'}",
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "True",
+        # The Test button of Admin > Connections (off by default in Airflow 3).
+        "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
         # Spark: the venv's python on the workers, the venv's spark-submit on PATH for SparkSubmitHook.
         "PYSPARK_PYTHON": sys.executable,
         # The stack lives on loopback; without this a driver advertises the first non-loopback
