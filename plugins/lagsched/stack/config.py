@@ -72,6 +72,11 @@ class StackConfig:
     #: ``LAGSCHED_KAFKA_JARS``: a folder of Kafka's jars to use instead of the ones `make deps`
     #: fetched (for example the libs/ folder of a Kafka distribution); see :attr:`kafka_jars`.
     kafka_jars_override: Path | None = None
+    #: The optional 3-broker rack cluster (``python -m lagsched.stack.kafka_cluster up``): broker
+    #: ``i`` (0-based, rack ``a``, ``b``, ``c``) listens on this plus ``i``...
+    kafka_rack_port: int = 19192
+    #: ... and its controller on this plus ``i``.
+    kafka_rack_controller_port: int = 19195
 
     @property
     def logs(self) -> Path:
@@ -116,6 +121,19 @@ class StackConfig:
     def kafka_bootstrap(self) -> str:
         return f"127.0.0.1:{self.kafka_port}"
 
+    @property
+    def kafka_rack_ports(self) -> tuple[int, ...]:
+        """The rack cluster's client ports, broker 1 (rack a) first."""
+        return tuple(self.kafka_rack_port + i for i in range(3))
+
+    @property
+    def kafka_rack_controller_ports(self) -> tuple[int, ...]:
+        return tuple(self.kafka_rack_controller_port + i for i in range(3))
+
+    @property
+    def kafka_rack_bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in self.kafka_rack_ports)
+
 
 def load() -> StackConfig:
     """Read the stack's settings from the environment (no I/O beyond reading variables)."""
@@ -136,7 +154,21 @@ def load() -> StackConfig:
         spark_worker_memory=_memory("LAGSCHED_SPARK_WORKER_MEMORY", "1g"),
         spark_app_cores=_count("LAGSCHED_SPARK_APP_CORES", 1, 1, 4096),
         kafka_jars_override=Path(raw_jars).resolve() if (raw_jars := os.environ.get("LAGSCHED_KAFKA_JARS")) else None,
+        kafka_rack_port=_port("LAGSCHED_KAFKA_RACK_PORT", 19192),
+        kafka_rack_controller_port=_port("LAGSCHED_KAFKA_RACK_CONTROLLER_PORT", 19195),
     )
+    for name, ports in (
+        ("LAGSCHED_KAFKA_RACK_PORT", cfg.kafka_rack_ports),
+        ("LAGSCHED_KAFKA_RACK_CONTROLLER_PORT", cfg.kafka_rack_controller_ports),
+    ):
+        if max(ports) > 65535:
+            raise ValueError(f"{name}={ports[0]} leaves no room for 3 brokers (one port each, counting up)")
+    clash = set(cfg.kafka_rack_ports) & set(cfg.kafka_rack_controller_ports)
+    if clash:
+        raise ValueError(
+            f"LAGSCHED_KAFKA_RACK_PORT and LAGSCHED_KAFKA_RACK_CONTROLLER_PORT overlap on {sorted(clash)}; "
+            "each takes 3 consecutive ports"
+        )
     if max(cfg.spark_worker_webui_ports) > 65535:
         raise ValueError(
             f"LAGSCHED_SPARK_WORKER_WEBUI_PORT={cfg.spark_worker_webui_port} leaves no room for "
