@@ -40,8 +40,10 @@ __all__ = [
     "BrokerTopics",
     "OffsetsAdmin",
     "admin_client",
+    "broker_racks",
     "fetch_broker_topics",
     "fetch_offsets",
+    "leader_racks",
     "list_partitions",
     "read_offsets",
 ]
@@ -422,6 +424,55 @@ def kafka_topic_ids(admin: Any, names: Iterable[str], timeout_s: float = 10.0) -
             # Anything else (no broker, a timeout) proves nothing about the topic: fail, do not skip.
             raise KafkaOffsetsError(f"cannot read the topic id of {name!r} from the broker: {exc}") from exc
     return ids
+
+
+def leader_racks(admin: Any, names: Iterable[str], timeout_s: float = 10.0) -> dict[str, dict[int, str | None]]:
+    """Each partition's leader rack (``broker.rack``) for ``names``, from one ``DescribeTopics``.
+
+    A partition without a leader, or led by a broker without ``broker.rack``, maps to None. Topics
+    the broker does not know are left out (rack awareness is a preference: the caller then simply
+    has none for them).
+
+    Raises:
+        KafkaOffsetsError: the broker did not answer (down, timed out).
+    """
+    from confluent_kafka import TopicCollection
+
+    wanted = sorted({validate_topic_name(n) for n in names})
+    if not wanted:
+        return {}
+    try:
+        futures = admin.describe_topics(TopicCollection(wanted), request_timeout=timeout_s)
+    except Exception as exc:  # KafkaException: keep callers client-agnostic
+        raise KafkaOffsetsError(f"cannot describe topics {wanted}: {exc}") from exc
+    racks: dict[str, dict[int, str | None]] = {}
+    for name, future in futures.items():
+        try:
+            described = future.result(timeout=timeout_s + 5)
+        except Exception as exc:  # KafkaException, a timeout
+            error = exc.args[0] if exc.args else None
+            if _is_unknown_topic(error):
+                continue
+            raise KafkaOffsetsError(f"cannot read the partition leaders of {name!r}: {exc}") from exc
+        racks[name] = {
+            int(p.id): (p.leader.rack or None) if p.leader is not None and p.leader.id >= 0 else None
+            for p in described.partitions
+        }
+    return racks
+
+
+def broker_racks(admin: Any, timeout_s: float = 10.0) -> dict[int, str | None]:
+    """Every live broker's id and rack (``DescribeCluster``; plain metadata carries no rack in
+    confluent-kafka's ``BrokerMetadata``).
+
+    Raises:
+        KafkaOffsetsError: the cluster did not answer.
+    """
+    try:
+        described = admin.describe_cluster(request_timeout=timeout_s).result(timeout=timeout_s + 5)
+    except Exception as exc:  # KafkaException, a timeout
+        raise KafkaOffsetsError(f"cannot describe the Kafka cluster (its brokers' racks): {exc}") from exc
+    return {int(n.id): (n.rack or None) for n in described.nodes}
 
 
 def _unknown_topic_id_code() -> int:
