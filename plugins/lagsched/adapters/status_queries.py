@@ -1,0 +1,161 @@
+"""Read-only queries of the status read model (the lagsched page, ``lagsched status``, metrics).
+
+Every statement here is a SELECT: the tables' writers stay in their repository modules
+(``topics.py``, ``claims.py``, ``decisions.py``, ``gaps.py``); this module only joins what they
+wrote into the shapes the status views need, in a few queries per page load instead of one per
+topic or slot. Lease liveness is judged by the database's clock, as the claim protocol does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from lagsched.adapters.topics import transaction
+from lagsched.core.names import validate_cluster_name, validate_topic_name
+from lagsched.core.status import DecisionView, GapView
+
+if TYPE_CHECKING:
+    import pymysql
+    import pymysql.cursors
+
+    Connection = pymysql.connections.Connection[pymysql.cursors.Cursor]
+
+__all__ = ["PartitionState", "clusters", "partition_states", "recent_decisions", "retention_gaps"]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """One ``topic_partitions`` row of an enabled topic, with its claim columns.
+
+    Attributes:
+        topic: topic name.
+        partition: partition number.
+        committed_offset: next offset to consume; None before the first commit.
+        claimed_by: the slot named as holder (its lease may have run out; see ``live``).
+        lease_expires_at: epoch seconds, None when unclaimed.
+        live: the lease is live by the database's clock at read time.
+        pending: the recorded, uncommitted batch ``[start, end)``, if any.
+    """
+
+    topic: str
+    partition: int
+    committed_offset: int | None
+    claimed_by: str | None
+    lease_expires_at: float | None
+    live: bool
+    pending: tuple[int, int] | None
+
+
+def _epoch(value: Any) -> float | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise TypeError(f"expected a DATETIME/TIMESTAMP value, got {value!r}")
+    # Sessions run in UTC (lagsched.adapters.mysql.connect), so naive values are UTC wall time.
+    aware = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return aware.timestamp()
+
+
+def _to_db(at: float) -> datetime:
+    return datetime.fromtimestamp(at, tz=UTC).replace(tzinfo=None)
+
+
+def clusters(conn: Connection) -> list[str]:
+    """Registry clusters with at least one enabled topic, sorted."""
+    with transaction(conn) as cur:
+        cur.execute("SELECT DISTINCT cluster FROM topics WHERE enabled ORDER BY cluster")
+        return [str(r[0]) for r in cur.fetchall()]
+
+
+def partition_states(conn: Connection, cluster: str) -> list[PartitionState]:
+    """Every partition row of the cluster's enabled topics, by topic name then partition (one query)."""
+    with transaction(conn) as cur:
+        cur.execute(
+            "SELECT t.name, p.partition_id, p.committed_offset, p.claimed_by, p.lease_expires_at,"
+            " p.lease_expires_at > CURRENT_TIMESTAMP(6), p.pending_start, p.pending_end"
+            " FROM topics AS t JOIN topic_partitions AS p ON p.topic_id = t.topic_id"
+            " WHERE t.cluster = %s AND t.enabled AND p.partition_id < t.partition_count"
+            " ORDER BY t.name, p.partition_id",
+            (validate_cluster_name(cluster),),
+        )
+        rows = cur.fetchall()
+    return [
+        PartitionState(
+            topic=str(name),
+            partition=int(pid),
+            committed_offset=None if committed is None else int(committed),
+            claimed_by=None if holder is None else str(holder),
+            lease_expires_at=_epoch(lease),
+            live=bool(live) and holder is not None,
+            pending=None if start is None or end is None else (int(start), int(end)),
+        )
+        for name, pid, committed, holder, lease, live, start, end in rows
+    ]
+
+
+def recent_decisions(
+    conn: Connection,
+    cluster: str,
+    *,
+    topic: str | None = None,
+    since: float | None = None,
+    limit: int = 50,
+) -> list[DecisionView]:
+    """The cluster's newest scaling decisions (of one topic when given), newest first.
+
+    ``since`` keeps only decisions at or after that time (epoch seconds).
+    """
+    if not 1 <= limit <= 10_000:
+        raise ValueError(f"limit={limit}; use 1 to 10000")
+    where, args = ["cluster = %s"], [validate_cluster_name(cluster)]
+    if topic is not None:
+        where.append("topic = %s")
+        args.append(validate_topic_name(topic))
+    params: list[Any] = list(args)
+    if since is not None:
+        where.append("decided_at >= %s")
+        params.append(_to_db(since))
+    params.append(limit)
+    sql = (
+        "SELECT decision_id, decided_at, topic, old_workers, new_workers, rule, policy, reason, lag_records,"  # noqa: S608 - fixed clauses, values as parameters
+        f" time_lag_s FROM scaling_decisions WHERE {' AND '.join(where)}"
+        " ORDER BY decided_at DESC, decision_id DESC LIMIT %s"
+    )
+    with transaction(conn) as cur:
+        cur.execute(sql, tuple(params))
+        rows = cur.fetchall()
+    return [
+        DecisionView(
+            decision_id=int(r[0]),
+            decided_at=_epoch(r[1]) or 0.0,
+            topic=str(r[2]),
+            old_workers=int(r[3]),
+            new_workers=int(r[4]),
+            rule=str(r[5]),
+            policy=str(r[6]),
+            reason=str(r[7]),
+            lag=int(r[8]),
+            time_lag_s=float(r[9]),
+        )
+        for r in rows
+    ]
+
+
+def retention_gaps(conn: Connection, cluster: str, *, limit: int = 100) -> list[GapView]:
+    """The cluster's newest recorded retention gaps (enabled topics), newest first."""
+    if not 1 <= limit <= 10_000:
+        raise ValueError(f"limit={limit}; use 1 to 10000")
+    with transaction(conn) as cur:
+        cur.execute(
+            "SELECT t.name, g.partition_id, g.from_offset, g.to_offset, g.records, g.slot_id, g.detected_at"
+            " FROM retention_gaps AS g JOIN topics AS t ON t.topic_id = g.topic_id"
+            " WHERE t.cluster = %s AND t.enabled ORDER BY g.detected_at DESC, t.name, g.partition_id LIMIT %s",
+            (validate_cluster_name(cluster), limit),
+        )
+        rows: Sequence[Any] = cur.fetchall()
+    return [
+        GapView(str(n), int(p), int(a), int(b), int(rec), str(s), _epoch(at) or 0.0) for n, p, a, b, rec, s, at in rows
+    ]

@@ -1,0 +1,532 @@
+"""The status read model's values and rules: what the lagsched page, ``lagsched status`` and the
+Prometheus endpoint show, with no client library in sight.
+
+`lagsched.workflows.status` reads MySQL and Redis and builds these values; everything that can be
+decided without I/O is here so it is unit-tested: a topic's state, the anomalies worth an
+operator's look, the ``linker_workers`` step line of the charts, and the Prometheus text format.
+
+Times are seconds since the epoch (UTC) throughout; `iso` renders them for JSON.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from lagsched.core.lag import OffsetSample, estimate_time_lag
+
+__all__ = [
+    "STATES",
+    "Anomaly",
+    "ClaimView",
+    "ClusterStatus",
+    "DecisionView",
+    "GapView",
+    "HistoryPoint",
+    "Metric",
+    "PartitionFigures",
+    "SlotView",
+    "TopicView",
+    "WorkersStep",
+    "escape_label_value",
+    "find_anomalies",
+    "iso",
+    "partition_figures",
+    "render_prometheus",
+    "topic_state",
+    "workers_steps",
+]
+
+#: A topic's pipeline state, as the lag monitor records it on each `LagRecord` (Burrow's terms).
+STATES = ("ok", "stalled", "stopped")
+
+
+def iso(at: float | None) -> str | None:
+    """``at`` (epoch seconds) as ISO 8601 in UTC, None stays None.
+
+    >>> iso(0.0)
+    '1970-01-01T00:00:00+00:00'
+    """
+    return None if at is None else datetime.fromtimestamp(at, tz=UTC).isoformat()
+
+
+def topic_state(state: str | None) -> str:
+    """The state to show: the recorded one, ``ok`` when none was recorded or it is unknown to us.
+
+    Records written before the monitor tracked stuck pipelines carry no state; they were not
+    judged, and showing them as stuck would be an alarm nobody raised.
+
+    >>> topic_state(None), topic_state("stalled"), topic_state("weird")
+    ('ok', 'stalled', 'ok')
+    """
+    return state if state in STATES else "ok"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimView:
+    """One claimed ``topic_partitions`` row.
+
+    Attributes:
+        topic: topic name.
+        partition: partition number.
+        committed_offset: the next offset to consume as stored by the pipeline; None before the first commit.
+        lease_expires_at: when the holder's lease runs out.
+        live: the lease was live at read time, by the database's clock (a dead lease means the row is free).
+        pending: the batch ``[start, end)`` recorded but not yet committed, if any.
+    """
+
+    topic: str
+    partition: int
+    committed_offset: int | None
+    lease_expires_at: float | None
+    live: bool
+    pending: tuple[int, int] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "committed_offset": self.committed_offset,
+            "lease_expires_at": iso(self.lease_expires_at),
+            "live": self.live,
+            "pending": None if self.pending is None else list(self.pending),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SlotView:
+    """A worker slot: live by its heartbeat, or still named as a holder on some row.
+
+    Attributes:
+        slot_id: the slot's UUID.
+        name: its configured name when known (``<cluster>-slot-<n>`` of the consume DAG), else None.
+        last_seen: its last heartbeat, None when it never beat or left.
+        live: its heartbeat is within the timeout.
+        claims: the rows of the cluster it holds, by topic then partition.
+    """
+
+    slot_id: str
+    name: str | None
+    last_seen: float | None
+    live: bool
+    claims: tuple[ClaimView, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "slot_id": self.slot_id,
+            "name": self.name,
+            "last_seen": iso(self.last_seen),
+            "live": self.live,
+            "claims": [c.as_dict() for c in self.claims],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionView:
+    """One ``scaling_decisions`` row, as shown: a change of ``linker_workers`` and why."""
+
+    decision_id: int
+    decided_at: float
+    topic: str
+    old_workers: int
+    new_workers: int
+    rule: str
+    policy: str
+    reason: str
+    lag: int
+    time_lag_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "decision_id": self.decision_id,
+            "decided_at": iso(self.decided_at),
+            "topic": self.topic,
+            "old_workers": self.old_workers,
+            "new_workers": self.new_workers,
+            "rule": self.rule,
+            "policy": self.policy,
+            "reason": self.reason,
+            "lag": self.lag,
+            "time_lag_s": round(self.time_lag_s, 3),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class GapView:
+    """Records ``[from_offset, to_offset)`` of a partition that retention deleted before they were read."""
+
+    topic: str
+    partition: int
+    from_offset: int
+    to_offset: int
+    records: int
+    slot_id: str
+    detected_at: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "from_offset": self.from_offset,
+            "to_offset": self.to_offset,
+            "records": self.records,
+            "slot_id": self.slot_id,
+            "detected_at": iso(self.detected_at),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    """Something an operator should look at, in words.
+
+    Attributes:
+        kind: ``lost_records`` | ``offset_ahead`` | ``not_measured`` | ``holder_not_live``.
+        topic: the topic concerned.
+        partition: the partition, when it is about one.
+        detail: what was seen and what it means.
+    """
+
+    kind: str
+    topic: str
+    partition: int | None
+    detail: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "topic": self.topic, "partition": self.partition, "detail": self.detail}
+
+
+@dataclass(frozen=True, slots=True)
+class TopicView:
+    """One enabled topic: its figures at the newest measurement and its scaling state.
+
+    Attributes:
+        topic_id: registry id.
+        name: topic name.
+        partitions: partitions registered.
+        lag: records behind at the newest measurement (lost records excluded); None when never measured.
+        lost: records lost to retention at the newest measurement.
+        time_lag_s: age of the oldest unread record at the newest measurement, seconds.
+        ingress_rate: records/s produced (newest measurement's window).
+        consumption_rate: records/s committed by the pipeline (same window).
+        measured_at: time of the newest measurement, None when never measured.
+        linker_workers: slots that consume it now.
+        owners: live slots holding its rows now (slot ids, sorted).
+        state: ``ok`` | ``stalled`` | ``stopped`` (the lag monitor's judgement).
+        state_reason: why, in words (empty when ok).
+        override: the active manual override, as its JSON dict, or None.
+    """
+
+    topic_id: str
+    name: str
+    partitions: int
+    lag: int | None
+    lost: int
+    time_lag_s: float
+    ingress_rate: float
+    consumption_rate: float
+    measured_at: float | None
+    linker_workers: int
+    owners: tuple[str, ...]
+    state: str = "ok"
+    state_reason: str = ""
+    override: Mapping[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "topic_id": self.topic_id,
+            "name": self.name,
+            "partitions": self.partitions,
+            "lag": self.lag,
+            "lost": self.lost,
+            "time_lag_s": round(self.time_lag_s, 3),
+            "ingress_rate": round(self.ingress_rate, 3),
+            "consumption_rate": round(self.consumption_rate, 3),
+            "measured_at": iso(self.measured_at),
+            "linker_workers": self.linker_workers,
+            "owners": list(self.owners),
+            "state": self.state,
+            "state_reason": self.state_reason,
+            "override": None if self.override is None else dict(self.override),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStatus:
+    """Everything the page shows about one cluster at one instant (`as_dict` is the JSON of ``/api/status``)."""
+
+    cluster: str
+    at: float
+    topics: tuple[TopicView, ...]
+    slots: tuple[SlotView, ...]
+    decisions: tuple[DecisionView, ...]
+    overrides: tuple[Mapping[str, Any], ...] = ()
+    retention_gaps: tuple[GapView, ...] = ()
+    anomalies: tuple[Anomaly, ...] = ()
+    slot_timeout_s: float = 60.0
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def stuck(self) -> tuple[TopicView, ...]:
+        """Topics the lag monitor judged stalled or stopped."""
+        return tuple(t for t in self.topics if t.state != "ok")
+
+    @property
+    def live_slots(self) -> tuple[SlotView, ...]:
+        return tuple(s for s in self.slots if s.live)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster,
+            "at": iso(self.at),
+            "slot_timeout_s": self.slot_timeout_s,
+            "topics": [t.as_dict() for t in self.topics],
+            "slots": [s.as_dict() for s in self.slots],
+            "live_slots": len(self.live_slots),
+            "decisions": [d.as_dict() for d in self.decisions],
+            "overrides": [dict(o) for o in self.overrides],
+            "stuck": [{"topic": t.name, "state": t.state, "reason": t.state_reason} for t in self.stuck],
+            "retention_gaps": [g.as_dict() for g in self.retention_gaps],
+            "anomalies": [a.as_dict() for a in self.anomalies],
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionFigures:
+    """One partition's lag and time lag at the newest measurement, from the stored sample windows.
+
+    Attributes:
+        topic: topic name.
+        partition: partition number.
+        latest: high watermark at the newest measurement.
+        committed: the pipeline's committed offset at that measurement.
+        lag: ``latest - committed`` (never below 0).
+        time_lag_s: age of the oldest unread record, seconds (`lagsched.core.lag.estimate_time_lag`).
+        at: time of the measurement.
+    """
+
+    topic: str
+    partition: int
+    latest: int
+    committed: int
+    lag: int
+    time_lag_s: float
+    at: float
+
+
+def partition_figures(
+    topic: str,
+    partition: int,
+    latest_window: Sequence[OffsetSample],
+    committed_window: Sequence[OffsetSample],
+) -> PartitionFigures | None:
+    """A partition's figures from its (time, offset) windows, oldest first; None when either is empty.
+
+    A partition with no committed sample (nothing
+    committed yet) has no lag figure here: its lag depends on the topic's ``no_offset_policy``,
+    which only the monitor applies, so the endpoint leaves it out rather than guess.
+    """
+    if not latest_window or not committed_window:
+        return None
+    head, pos = latest_window[-1], committed_window[-1]
+    lag = max(0, head.offset - pos.offset)
+    time_lag = estimate_time_lag(latest_window, committed=pos.offset, now=head.at, latest=head.offset)
+    return PartitionFigures(topic, partition, head.offset, pos.offset, lag, time_lag, head.at)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkersStep:
+    """A point of the ``linker_workers`` step line: from ``at`` on, ``workers``; ``reason`` says why."""
+
+    at: float
+    workers: int
+    rule: str = ""
+    reason: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"at": iso(self.at), "t": self.at, "workers": self.workers, "rule": self.rule, "reason": self.reason}
+
+
+def workers_steps(decisions: Sequence[DecisionView], current: int, start: float, end: float) -> list[WorkersStep]:
+    """The ``linker_workers`` of one topic over ``[start, end]`` as a step line, from its decisions.
+
+    ``decisions`` are the topic's, in any order. The line starts at ``start`` with the value in
+    force then (the ``old_workers`` of the first decision after ``start``, or the newest value of
+    an earlier one, or ``current`` when there is none), steps at each decision inside the window,
+    and ends at ``end`` with ``current``, the value the registry holds now.
+
+    >>> d = [DecisionView(1, 50.0, "t", 1, 3, "hevo_step", "hevo", "lag rising", 900, 12.0)]
+    >>> [(s.at, s.workers) for s in workers_steps(d, 3, 0.0, 100.0)]
+    [(0.0, 1), (50.0, 3), (100.0, 3)]
+    """
+    ordered = sorted(decisions, key=lambda d: (d.decided_at, d.decision_id))
+    before = [d for d in ordered if d.decided_at <= start]
+    inside = [d for d in ordered if start < d.decided_at <= end]
+    if before:
+        first = before[-1].new_workers
+    elif inside:
+        first = inside[0].old_workers
+    else:
+        first = current
+    steps = [WorkersStep(start, first)]
+    steps += [WorkersStep(d.decided_at, d.new_workers, d.rule, d.reason) for d in inside]
+    if end > steps[-1].at:
+        steps.append(WorkersStep(end, current))
+    return steps
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryPoint:
+    """One lag measurement of a topic, for the charts."""
+
+    at: float
+    lag: int
+    time_lag_s: float
+    lost: int
+    state: str = "ok"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "at": iso(self.at),
+            "t": self.at,
+            "lag": self.lag,
+            "time_lag_s": round(self.time_lag_s, 3),
+            "lost": self.lost,
+            "state": self.state,
+        }
+
+
+def find_anomalies(
+    topics: Sequence[TopicView],
+    committed: Mapping[tuple[str, int], int | None],
+    heads: Mapping[tuple[str, int], int],
+    claims: Iterable[tuple[str, ClaimView]],
+    live_slots: Iterable[str],
+) -> list[Anomaly]:
+    """What the status read model flags, in a fixed order (topic, then kind).
+
+    * ``lost_records``: the newest measurement counts records retention deleted before the
+      pipeline read them (see the retention gaps for where);
+    * ``offset_ahead``: a committed offset (``committed``, from MySQL) beyond the newest high
+      watermark sampled (``heads``): stored by hand, or the topic was re-created under the same name
+      without a sync. Its lag is unknown;
+    * ``not_measured``: an enabled topic with no stored measurement (the monitor has not run since
+      it was registered, or the broker no longer has it);
+    * ``holder_not_live``: a row whose lease is still live while its holder's heartbeat is not: the
+      slot died and the row stays blocked until the lease runs out.
+    """
+    out: list[Anomaly] = []
+    live = set(live_slots)
+    blocked: dict[str, list[tuple[str, ClaimView]]] = {}
+    for slot_id, c in claims:
+        if c.live and slot_id not in live:
+            blocked.setdefault(c.topic, []).append((slot_id, c))
+    for t in sorted(topics, key=lambda t: t.name):
+        if t.measured_at is None:
+            out.append(
+                Anomaly("not_measured", t.name, None, "no lag measurement stored: is the lag monitor DAG running?")
+            )
+        if t.lost:
+            out.append(
+                Anomaly(
+                    "lost_records",
+                    t.name,
+                    None,
+                    f"{t.lost:,} record(s) deleted by retention before they were consumed",
+                )
+            )
+        for p in range(t.partitions):
+            pos, head = committed.get((t.name, p)), heads.get((t.name, p))
+            if pos is not None and head is not None and pos > head:
+                out.append(
+                    Anomaly(
+                        "offset_ahead",
+                        t.name,
+                        p,
+                        f"committed offset {pos:,} is {pos - head:,} beyond the high watermark {head:,}: lag unknown "
+                        "(offsets stored by hand, or the topic was re-created without a sync)",
+                    )
+                )
+        for slot_id, c in sorted(blocked.get(t.name, []), key=lambda x: x[1].partition):
+            out.append(
+                Anomaly(
+                    "holder_not_live",
+                    t.name,
+                    c.partition,
+                    f"held by slot {slot_id}, whose heartbeat stopped; free when its lease ends at "
+                    f"{iso(c.lease_expires_at)}",
+                )
+            )
+    return out
+
+
+# -- Prometheus text format ------------------------------------------------------------------------
+
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """One metric family: its samples are (labels, value)."""
+
+    name: str
+    help: str
+    kind: str  # "gauge" | "counter"
+    samples: tuple[tuple[Mapping[str, str], float], ...]
+
+    def __post_init__(self) -> None:
+        if not _METRIC_NAME.fullmatch(self.name):
+            raise ValueError(f"metric name {self.name!r} is not legal in Prometheus")
+        if self.kind not in ("gauge", "counter"):
+            raise ValueError(f"metric kind {self.kind!r}: use 'gauge' or 'counter'")
+        for labels, _ in self.samples:
+            for k in labels:
+                if not _LABEL_NAME.fullmatch(k) or k.startswith("__"):
+                    raise ValueError(f"label name {k!r} of {self.name} is not legal in Prometheus")
+
+
+def escape_label_value(value: str) -> str:
+    r"""A label value escaped for the text format: backslash, double quote and newline.
+
+    >>> escape_label_value('a"b\\c\nd')
+    'a\\"b\\\\c\\nd'
+    """
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _value(v: float) -> str:
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    return repr(int(v)) if float(v).is_integer() and abs(v) < 2**53 else repr(float(v))
+
+
+def render_prometheus(metrics: Iterable[Metric]) -> str:
+    """The Prometheus text exposition format (version 0.0.4) of ``metrics``, ending in a newline.
+
+    >>> print(render_prometheus([Metric("x_total", "Things.", "counter", (({"t": "a"}, 2.0),))]), end="")
+    # HELP x_total Things.
+    # TYPE x_total counter
+    x_total{t="a"} 2
+    """
+    lines: list[str] = []
+    for m in metrics:
+        lines.append(f"# HELP {m.name} {_escape_help(m.help)}")
+        lines.append(f"# TYPE {m.name} {m.kind}")
+        for labels, value in m.samples:
+            if labels:
+                body = ",".join(f'{k}="{escape_label_value(str(v))}"' for k, v in sorted(labels.items()))
+                lines.append(f"{m.name}{{{body}}} {_value(value)}")
+            else:
+                lines.append(f"{m.name} {_value(value)}")
+    return "\n".join(lines) + "\n" if lines else ""

@@ -1,0 +1,303 @@
+"""The status read model: what is happening in one cluster, for the page, the CLI and the metrics.
+
+Reads only. Sources:
+
+* MySQL: the registry's enabled topics and their ``linker_workers`` (`lagsched.adapters.topics`),
+  every partition row's committed offset and claim (`lagsched.adapters.status_queries`), recent
+  ``scaling_decisions``, recorded ``retention_gaps``, and the active manual overrides
+  (`lagsched.adapters.overrides`, when that module and its table exist);
+* Redis: the live worker slots (`lagsched.adapters.slots.SlotRegistry`) and the lag monitor's
+  stored measurements (`lagsched.adapters.lag_store.LagStore`): the newest `LagRecord` of each
+  topic gives its lag, lost records, time lag and state; the sample windows give per-partition
+  figures for the metrics endpoint.
+
+``now`` is a parameter (epoch seconds): slot liveness and override expiry are judged at it, so
+tests pass fixed times. Lease liveness is the database's own judgement, as in the claim protocol.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from lagsched.adapters.lag_store import LagRecord, LagStore
+from lagsched.adapters.slots import SlotRegistry, slot_id_for
+from lagsched.adapters.status_queries import clusters, partition_states, recent_decisions, retention_gaps
+from lagsched.adapters.topics import load_topics
+from lagsched.core.names import validate_cluster_name, validate_topic_name
+from lagsched.core.status import (
+    ClaimView,
+    ClusterStatus,
+    HistoryPoint,
+    Metric,
+    PartitionFigures,
+    SlotView,
+    TopicView,
+    find_anomalies,
+    partition_figures,
+    topic_state,
+    workers_steps,
+)
+
+__all__ = ["cluster_status", "lag_history", "list_clusters", "metrics", "partition_metrics"]
+
+log = logging.getLogger(__name__)
+
+#: Slot names the consume DAG gives (``<cluster>-slot-<n>``) are recognised up to this n.
+SLOT_NAMES_TRIED = 256
+#: The evaluator's default slot timeout (`lagsched.tasks.run_evaluation`): live means the same here.
+DEFAULT_SLOT_TIMEOUT_S = 60.0
+
+
+def list_clusters(mysql: Any) -> list[str]:
+    """Registry clusters with an enabled topic, sorted."""
+    return clusters(mysql)
+
+
+def _slot_names(cluster: str) -> dict[str, str]:
+    # Slot ids are uuid5 of the slot's name, so the consume DAG's names can be recognised.
+    return {slot_id_for(f"{cluster}-slot-{n}"): f"{cluster}-slot-{n}" for n in range(SLOT_NAMES_TRIED)}
+
+
+def _override_dicts(mysql: Any, cluster: str, now: float) -> tuple[list[dict[str, Any]], str | None]:
+    """Active overrides as JSON dicts, and a note when they could not be read."""
+    try:
+        from lagsched.adapters.overrides import active_overrides  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return [], "manual overrides are not available in this version (lagsched.adapters.overrides is missing)"
+    import pymysql
+
+    try:
+        rows = active_overrides(mysql, cluster, datetime.fromtimestamp(now, tz=UTC))
+    except pymysql.err.ProgrammingError as exc:
+        mysql.rollback()
+        if exc.args and exc.args[0] == 1146:  # no such table: migration V006 not applied yet
+            return [], "manual overrides are not available: run the lagsched_setup DAG to apply migration V006"
+        raise
+    out = []
+    for row in rows:
+        d = dataclasses.asdict(row) if dataclasses.is_dataclass(row) and not isinstance(row, type) else dict(row)
+        out.append({k: (v.astimezone(UTC).isoformat() if isinstance(v, datetime) else v) for k, v in d.items()})
+    return out, None
+
+
+def cluster_status(
+    mysql: Any,
+    redis: Any,
+    cluster: str,
+    now: float,
+    *,
+    slot_timeout_s: float = DEFAULT_SLOT_TIMEOUT_S,
+    decisions_limit: int = 50,
+    gaps_limit: int = 100,
+) -> ClusterStatus:
+    """The status of `cluster` at `now` (epoch seconds).
+
+    Args:
+        mysql: an open lagsched MySQL connection (`lagsched.adapters.mysql.connect`).
+        redis: a ``redis.Redis`` (`lagsched.adapters.lag_store.redis_client`).
+        cluster: registry cluster name.
+        now: the instant slot liveness and override expiry are judged at.
+        slot_timeout_s: a slot silent this long is not live (the evaluator's default).
+        decisions_limit: newest decisions listed.
+        gaps_limit: newest retention gaps listed.
+    """
+    validate_cluster_name(cluster)
+    topics = load_topics(mysql, cluster)
+    parts = partition_states(mysql, cluster)
+    decisions = recent_decisions(mysql, cluster, limit=decisions_limit)
+    gaps = retention_gaps(mysql, cluster, limit=gaps_limit)
+    overrides, note = _override_dicts(mysql, cluster, now)
+
+    store = LagStore(redis, cluster)
+    names = [t.name for t in topics]
+    records = store.read_lag_records(names)
+    heads = _heads(store, [(p.topic, p.partition) for p in parts])
+
+    registry = SlotRegistry(redis)
+    live = registry.live_slots(datetime.fromtimestamp(now, tz=UTC), slot_timeout_s)
+    claims_by_slot: dict[str, list[ClaimView]] = {}
+    owners: dict[str, set[str]] = {}
+    for p in parts:
+        if p.claimed_by is None or not p.live:
+            continue  # a row whose lease ran out is free: its last holder holds nothing
+        claims_by_slot.setdefault(p.claimed_by, []).append(
+            ClaimView(p.topic, p.partition, p.committed_offset, p.lease_expires_at, p.live, p.pending)
+        )
+        owners.setdefault(p.topic, set()).add(p.claimed_by)
+    slot_names = _slot_names(cluster)
+    slots = tuple(
+        SlotView(s, slot_names.get(s), registry.last_seen(s), s in live, tuple(claims_by_slot.get(s, ())))
+        for s in sorted(set(live) | set(claims_by_slot))
+    )
+
+    override_by_topic = {str(o.get("topic")): o for o in overrides}
+    views = []
+    for t in topics:
+        newest: LagRecord | None = records.get(t.name, ())[-1] if records.get(t.name) else None
+        views.append(
+            TopicView(
+                topic_id=t.topic_id,
+                name=t.name,
+                partitions=t.partition_count,
+                lag=None if newest is None else newest.lag,
+                lost=0 if newest is None else newest.lost,
+                time_lag_s=0.0 if newest is None else newest.time_lag_s,
+                ingress_rate=0.0 if newest is None else newest.ingress_rate,
+                consumption_rate=0.0 if newest is None else newest.consumption_rate,
+                measured_at=None if newest is None else newest.at,
+                linker_workers=t.linker_workers,
+                owners=tuple(sorted(owners.get(t.name, ()))),
+                # Read with defaults: records stored before the monitor judged stuck pipelines have neither.
+                state=topic_state(getattr(newest, "state", None)),
+                state_reason=str(getattr(newest, "state_reason", "") or ""),
+                override=override_by_topic.get(t.name),
+            )
+        )
+    anomalies = find_anomalies(
+        views,
+        {(p.topic, p.partition): p.committed_offset for p in parts},
+        heads,
+        [(slot_id, c) for slot_id, cs in claims_by_slot.items() for c in cs],
+        live,
+    )
+    return ClusterStatus(
+        cluster=cluster,
+        at=now,
+        topics=tuple(views),
+        slots=slots,
+        decisions=tuple(decisions),
+        overrides=tuple(overrides),
+        retention_gaps=tuple(gaps),
+        anomalies=tuple(anomalies),
+        slot_timeout_s=slot_timeout_s,
+        notes=() if note is None else (note,),
+    )
+
+
+def _heads(store: LagStore, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """The newest sampled high watermark of each partition (absent when never sampled)."""
+    windows = store.read_windows([store.latest_key(t, p) for t, p in partitions])
+    return {tp: w.samples[-1].offset for tp, w in zip(partitions, windows, strict=True) if w.samples}
+
+
+def lag_history(
+    redis: Any,
+    cluster: str,
+    topic: str,
+    *,
+    mysql: Any | None = None,
+    now: float | None = None,
+    decisions_limit: int = 500,
+) -> dict[str, Any]:
+    """A topic's chart data: lag and time lag per stored measurement, and ``linker_workers`` as steps.
+
+    The measurements are the lag monitor's records in Redis (they expire after ``sample_ttl_s``);
+    the ``linker_workers`` line comes from ``scaling_decisions`` (needs ``mysql``; without it the
+    line is empty) over the same span, ending at ``now`` (default: the newest measurement) with
+    the value the registry holds. Each step carries the decision's rule and reason.
+    """
+    validate_cluster_name(cluster)
+    validate_topic_name(topic)
+    store = LagStore(redis, cluster)
+    records = store.read_lag_records([topic])[topic]
+    points = [HistoryPoint(r.at, r.lag, r.time_lag_s, r.lost, topic_state(getattr(r, "state", None))) for r in records]
+    out: dict[str, Any] = {
+        "cluster": cluster,
+        "topic": topic,
+        "points": [p.as_dict() for p in points],
+        "workers": [],
+        "decisions": [],
+    }
+    if mysql is None:
+        return out
+    current = next((t.linker_workers for t in load_topics(mysql, cluster) if t.name == topic), None)
+    decisions = recent_decisions(mysql, cluster, topic=topic, limit=decisions_limit)
+    end = now if now is not None else (points[-1].at if points else None)
+    start = points[0].at if points else None
+    if current is not None and start is not None and end is not None:
+        out["workers"] = [s.as_dict() for s in workers_steps(decisions, current, start, max(start, end))]
+    out["linker_workers"] = current
+    out["decisions"] = [d.as_dict() | {"t": d.decided_at} for d in decisions if start is None or d.decided_at >= start]
+    return out
+
+
+def partition_metrics(redis: Any, cluster: str, partitions: Mapping[str, int]) -> list[PartitionFigures]:
+    """Per-partition lag and time lag at the newest measurement, from the stored sample windows.
+
+    ``partitions`` maps topic name -> partition count. Partitions with no committed sample yet are
+    left out (see `lagsched.core.status.partition_figures`).
+    """
+    store = LagStore(redis, cluster)
+    tps = [(t, p) for t, n in sorted(partitions.items()) for p in range(n)]
+    latest = store.read_windows([store.latest_key(t, p) for t, p in tps])
+    committed = store.read_windows([store.committed_key(t, p) for t, p in tps])
+    out = []
+    for (t, p), lw, cw in zip(tps, latest, committed, strict=True):
+        fig = partition_figures(t, p, lw.samples, cw.samples)
+        if fig is not None:
+            out.append(fig)
+    return out
+
+
+def metrics(
+    mysql: Any, redis: Any, now: float, *, cluster_names: Iterable[str] | None = None, slot_timeout_s: float = 60.0
+) -> list[Metric]:
+    """The Prometheus metric families of every cluster (or of ``cluster_names``) at ``now``."""
+    names = list(cluster_names) if cluster_names is not None else list_clusters(mysql)
+    p_lag: list[tuple[dict[str, str], float]] = []
+    p_time: list[tuple[dict[str, str], float]] = []
+    t_lag: list[tuple[dict[str, str], float]] = []
+    t_time: list[tuple[dict[str, str], float]] = []
+    t_lost: list[tuple[dict[str, str], float]] = []
+    t_workers: list[tuple[dict[str, str], float]] = []
+    t_rate: list[tuple[dict[str, str], float]] = []
+    t_in: list[tuple[dict[str, str], float]] = []
+    t_state: list[tuple[dict[str, str], float]] = []
+    t_at: list[tuple[dict[str, str], float]] = []
+    t_owners: list[tuple[dict[str, str], float]] = []
+    slot_claims: dict[str, int] = {}
+    # Slots are shared by every cluster (one heartbeat set), so they are counted once.
+    live = len(SlotRegistry(redis).live_slots(datetime.fromtimestamp(now, tz=UTC), slot_timeout_s))
+    for cluster in names:
+        st = cluster_status(mysql, redis, cluster, now, slot_timeout_s=slot_timeout_s, decisions_limit=1, gaps_limit=1)
+        for s in st.slots:
+            slot_claims[s.slot_id] = slot_claims.get(s.slot_id, 0) + len(s.claims)
+        for t in st.topics:
+            lb = {"cluster": cluster, "topic": t.name}
+            t_workers.append((lb, t.linker_workers))
+            t_owners.append((lb, len(t.owners)))
+            t_state.extend(({**lb, "state": s}, 1.0 if t.state == s else 0.0) for s in ("ok", "stalled", "stopped"))
+            if t.measured_at is None:
+                continue  # never measured: no figure rather than a misleading 0
+            t_lag.append((lb, float(t.lag or 0)))
+            t_time.append((lb, t.time_lag_s))
+            t_lost.append((lb, t.lost))
+            t_rate.append((lb, t.consumption_rate))
+            t_in.append((lb, t.ingress_rate))
+            t_at.append((lb, t.measured_at))
+        for f in partition_metrics(redis, cluster, {t.name: t.partitions for t in st.topics}):
+            lb = {"cluster": cluster, "topic": f.topic, "partition": str(f.partition)}
+            p_lag.append((lb, f.lag))
+            p_time.append((lb, f.time_lag_s))
+    Samples = list[tuple[dict[str, str], float]]
+    per_slot: Samples = [({"slot": s}, float(n)) for s, n in sorted(slot_claims.items())]
+    families: list[tuple[str, str, Samples]] = [
+        ("lagsched_partition_lag_records", "Records behind per partition at the newest measurement.", p_lag),
+        ("lagsched_partition_time_lag_seconds", "Age of the oldest unread record per partition.", p_time),
+        ("lagsched_topic_lag_records", "Records behind per topic (lost records excluded).", t_lag),
+        ("lagsched_topic_time_lag_seconds", "Age of the oldest unread record of the topic (worst partition).", t_time),
+        ("lagsched_topic_lost_records", "Records deleted by retention before they were consumed.", t_lost),
+        ("lagsched_topic_linker_workers", "Worker slots the topic is scaled to (linker_workers).", t_workers),
+        ("lagsched_topic_owners", "Live slots holding the topic's partitions now.", t_owners),
+        ("lagsched_topic_consume_rate_records_per_second", "Records/s committed by the pipeline.", t_rate),
+        ("lagsched_topic_ingress_rate_records_per_second", "Records/s produced into the topic.", t_in),
+        ("lagsched_topic_state", "1 for the topic's pipeline state (ok, stalled, stopped), else 0.", t_state),
+        ("lagsched_topic_measured_timestamp_seconds", "When the topic was last measured (epoch seconds).", t_at),
+        ("lagsched_live_slots", "Worker slots with a heartbeat within the timeout.", [({}, float(live))]),
+        ("lagsched_slot_claimed_partitions", "Partitions each slot holds with a live lease.", per_slot),
+    ]
+    return [Metric(name, text, "gauge", tuple(samples)) for name, text, samples in families]
