@@ -1,13 +1,35 @@
-"""Resolve lagsched's Airflow Connection ids into typed client settings.
+"""Resolve lagsched's Airflow Connection ids into typed client settings, the way Airflow does.
 
-Credentials come only from Airflow Connections: defined in the UI/metadata DB, or as
-``AIRFLOW_CONN_<ID>`` environment variables (JSON or URI form, Airflow's own formats). Outside a
-running Airflow (CLI, benchmarks, Spark jobs) the environment form is read directly so those tools do
-not need the metadata DB.
+Every lookup goes through Airflow (`airflow.sdk.BaseHook.get_connection`), so it follows Airflow's
+own order: the configured secrets backend (Vault, AWS Secrets Manager, ...), then
+``AIRFLOW_CONN_<ID>`` environment variables (URI form, ``__extra__`` included, or JSON form), then
+the metadata database (through the API server inside a task). Outside a running Airflow (the CLI,
+the Spark job, benchmarks) Airflow's chain is the secrets backend and the environment, so the
+environment form works with no metadata database.
 
-A Connection that is missing raises `ConnectionNotFound`; one that is defined but unusable
-(malformed JSON or URI, a required field missing, a port that is not a number) raises
-`ConnectionInvalid`. Both name the Connection and are permanent: a retry cannot fix them.
+The three Connections (docs/connections.md):
+
+================  ==============================  ===============================================
+id                type                            read as
+================  ==============================  ===============================================
+lagsched_kafka    ``kafka`` (apache-kafka         the extra is the confluent-kafka client config,
+                  provider)                       as-is, through the provider's hook
+lagsched_mysql    ``mysql`` (our hook,            host, port (3306), login, password, schema
+                  `lagsched.hooks.mysql`)         (the database)
+lagsched_redis    ``redis`` (redis provider) or   host (127.0.0.1), port (6379), password,
+                  ``lagsched_redis`` (our hook,   extra ``db`` (0)
+                  with a Test button)
+================  ==============================  ===============================================
+
+Errors, each naming the Connection:
+
+- `ConnectionNotFound`: no backend defines it (permanent: someone has to add it).
+- `ConnectionInvalid`: defined but unusable as written (malformed JSON or URI, a required field
+  missing, a port that is not a number); permanent.
+- `ConnectionLookupFailed`: a place that could hold it failed to answer (the metadata database,
+  the API server, a secrets backend); retryable, and the message says what failed. Airflow itself
+  reports such an outage as "isn't defined"; here it never reads as a missing Connection.
+
 `where_mysql`, `where_redis` and `where_kafka` describe where a Connection points, without its
 secrets, for the error messages of the clients built from it.
 """
@@ -16,12 +38,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
 
-from lagsched.core.errors import ConnectionInvalid, ConnectionNotFound
+from lagsched.core.errors import ConnectionFailure, ConnectionInvalid, ConnectionNotFound
 
 __all__ = [
     "KAFKA_CONN_ID",
@@ -29,9 +50,11 @@ __all__ = [
     "REDIS_CONN_ID",
     "ConnectionInfo",
     "ConnectionInvalid",
+    "ConnectionLookupFailed",
     "ConnectionNotFound",
     "MySQLParams",
     "RedisParams",
+    "child_environment",
     "get_connection",
     "kafka_config",
     "mysql_params",
@@ -45,10 +68,36 @@ KAFKA_CONN_ID = "lagsched_kafka"
 MYSQL_CONN_ID = "lagsched_mysql"
 REDIS_CONN_ID = "lagsched_redis"
 
+#: Connection types each service accepts; an empty type (a JSON form without ``conn_type``) is
+#: accepted too, as Airflow does.
+KAFKA_CONN_TYPES = ("kafka",)
+MYSQL_CONN_TYPES = ("mysql",)
+REDIS_CONN_TYPES = ("redis", "lagsched_redis")
+
 #: Kafka client settings that say where and as whom a client connects; anything else in the extra
 #: (and every ``*.password``, ``*.key``, ``*.secret``, ``sasl.oauthbearer.*`` setting) stays out of
 #: messages.
 _KAFKA_DESCRIBED = ("bootstrap.servers", "security.protocol", "sasl.mechanism", "sasl.mechanisms", "sasl.username")
+
+#: How a failing backend is named in messages.
+_BACKEND_NAMES = {
+    "MetastoreBackend": "Airflow's metadata database",
+    "ExecutionAPISecretsBackend": "the Airflow API server",
+    "EnvironmentVariablesBackend": "the environment",
+}
+
+#: Longest part of a backend's own error message that goes into ours.
+_DETAIL_CHARS = 300
+
+
+class ConnectionLookupFailed(ConnectionFailure):
+    """Airflow could not say whether the Connection exists: the metadata database, the API server or
+    a secrets backend failed to answer. Retryable (``permanent`` is False); the message names the
+    Connection and what failed.
+    """
+
+    def __init__(self, message: str, *, conn_id: str) -> None:
+        super().__init__(message, conn_id=conn_id, permanent=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +141,10 @@ def _env_name(conn_id: str) -> str:
     return f"AIRFLOW_CONN_{conn_id.upper()}"
 
 
+def _fix(conn_id: str) -> str:
+    return f"fix it in Admin > Connections (or {_env_name(conn_id)})"
+
+
 def _port(conn_id: str, value: Any) -> int | None:
     if value is None or value == "":
         return None
@@ -101,7 +154,7 @@ def _port(conn_id: str, value: Any) -> int | None:
         port = -1
     if isinstance(value, bool) or not 0 < port < 65536:
         raise ConnectionInvalid(
-            f"Connection {conn_id!r}: port {value!r} is not a TCP port (1 to 65535); fix it in Admin > Connections",
+            f"Connection {conn_id!r}: port {value!r} is not a TCP port (1 to 65535); {_fix(conn_id)}",
             conn_id=conn_id,
         )
     return port
@@ -115,127 +168,215 @@ def _extra(conn_id: str, value: Any) -> dict[str, Any]:
             value = json.loads(value)
         except json.JSONDecodeError as exc:
             raise ConnectionInvalid(
-                f"Connection {conn_id!r}: its extra is not valid JSON ({exc.msg} at {exc.pos}); "
-                "fix it in Admin > Connections",
+                f"Connection {conn_id!r}: its extra is not valid JSON ({exc.msg} at {exc.pos}); {_fix(conn_id)}",
                 conn_id=conn_id,
             ) from None
     if not isinstance(value, dict):
         raise ConnectionInvalid(
-            f"Connection {conn_id!r}: its extra must be a JSON object, got {type(value).__name__}; "
-            "fix it in Admin > Connections",
+            f"Connection {conn_id!r}: its extra must be a JSON object, got {type(value).__name__}; {_fix(conn_id)}",
             conn_id=conn_id,
         )
     return dict(value)
 
 
-def _from_env(conn_id: str) -> ConnectionInfo | None:
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= _DETAIL_CHARS else text[: _DETAIL_CHARS - 3] + "..."
+
+
+def _environment_problem(conn_id: str, exc: BaseException) -> ConnectionInvalid:
+    """Why Airflow could not read ``AIRFLOW_CONN_<ID>``: its JSON, its port, or its URI."""
     name = _env_name(conn_id)
-    raw = os.environ.get(name)
-    if raw is None:
-        return None
-    raw = raw.strip()
+    raw = os.environ.get(name, "").strip()
     if raw.startswith("{"):
         try:
             data = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ConnectionInvalid(f"{name} is not valid JSON: {exc.msg} at {exc.pos}", conn_id=conn_id) from None
-        if not isinstance(data, dict):  # pragma: no cover - a leading "{" parses to an object or fails
-            raise ConnectionInvalid(f"{name} must be a JSON object", conn_id=conn_id)
-        return ConnectionInfo(
+        except json.JSONDecodeError as bad:
+            return ConnectionInvalid(f"{name} is not valid JSON: {bad.msg} at {bad.pos}", conn_id=conn_id)
+        if isinstance(data, dict):
+            _port(conn_id, data.get("port"))  # raises ours, naming the bad port
+        return ConnectionInvalid(
+            f"{name} is not a Connection in Airflow's JSON form ({_short(exc)}); "
+            'e.g. {"conn_type": "mysql", "host": "db", "login": "u", "password": "p", "schema": "lagsched"}',
             conn_id=conn_id,
-            conn_type=str(data.get("conn_type", "")),
-            host=data.get("host"),
-            port=_port(conn_id, data.get("port")),
-            login=data.get("login"),
-            password=data.get("password"),
-            schema=data.get("schema"),
-            extra=_extra(conn_id, data.get("extra")),
         )
-    parts = urlsplit(raw)
-    try:
-        port = parts.port  # urllib raises ValueError on a port that is not a number in range
-    except ValueError:
-        raise ConnectionInvalid(f"{name}: the URI's port is not a TCP port (1 to 65535)", conn_id=conn_id) from None
-    return ConnectionInfo(
+    return ConnectionInvalid(
+        f"{name} is not a valid Connection URI ({_short(exc)}); e.g. mysql://user:password@host:3306/database",
         conn_id=conn_id,
-        conn_type=parts.scheme.replace("-", "_"),
-        host=unquote(parts.hostname) if parts.hostname else None,
-        port=port,
-        login=unquote(parts.username) if parts.username else None,
-        password=unquote(parts.password) if parts.password else None,
-        schema=unquote(parts.path.lstrip("/")) or None,
-        extra=dict(parse_qsl(parts.query)),
+    )
+
+
+def _ask_api_server(conn_id: str) -> tuple[bool, str | None]:
+    """Ask the API server for the Connection as a task does, seeing the error Airflow hides.
+
+    Returns (found, problem): Airflow's Execution API backend answers None both for "not defined"
+    and for an API server that did not answer; this tells them apart.
+    """
+    from airflow.sdk.exceptions import AirflowRuntimeError, ErrorType
+    from airflow.sdk.execution_time import task_runner
+    from airflow.sdk.execution_time.comms import ErrorResponse, GetConnection
+
+    comms = getattr(task_runner, "SUPERVISOR_COMMS", None)
+    if comms is None:
+        return False, None
+    try:
+        answer = comms.send(GetConnection(conn_id=conn_id))
+    except AirflowRuntimeError as exc:
+        error = exc.error
+    except Exception as exc:  # noqa: BLE001 - the channel to the supervisor failed: that is the answer
+        return False, f"asking the Airflow API server failed: {_short(exc)}"
+    else:
+        if not isinstance(answer, ErrorResponse):
+            return True, None
+        error = answer
+    if error.error == ErrorType.CONNECTION_NOT_FOUND:
+        return False, None
+    detail = str(error.detail)[:_DETAIL_CHARS] if error.detail else ""
+    return False, f"the Airflow API server answered {error.error.value} {detail}".rstrip()
+
+
+def _diagnose(conn_id: str) -> tuple[bool, list[str]]:
+    """After Airflow said "isn't defined": ask each backend again, keeping the errors Airflow drops.
+
+    Returns (found now, problems). Raises `ConnectionInvalid` when the environment variable is there
+    but malformed (Airflow skips it as if it were absent).
+    """
+    from airflow.sdk.exceptions import AirflowSecretsBackendAccessDenied
+    from airflow.sdk.execution_time.secrets.execution_api import ExecutionAPISecretsBackend
+    from airflow.sdk.execution_time.supervisor import ensure_secrets_backend_loaded
+
+    problems: list[str] = []
+    for backend in ensure_secrets_backend_loaded():
+        kind = type(backend).__name__
+        if isinstance(backend, ExecutionAPISecretsBackend):
+            found, problem = _ask_api_server(conn_id)
+        else:
+            try:
+                found, problem = backend.get_connection(conn_id=conn_id) is not None, None
+            except AirflowSecretsBackendAccessDenied:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any backend error is what Airflow hid; report it
+                if kind == "EnvironmentVariablesBackend":
+                    raise _environment_problem(conn_id, exc) from None
+                where = _BACKEND_NAMES.get(kind, f"the secrets backend {kind}")
+                found, problem = False, f"{where} failed: {_short(exc)}"
+        if found:
+            return True, problems
+        if problem:
+            problems.append(problem)
+    return False, problems
+
+
+def _airflow_connection(conn_id: str) -> Any:
+    """The Connection from Airflow's chain of backends, with an outage told apart from "not defined"."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        return BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        pass  # Airflow says this also when a backend failed: find out which it was.
+    found, problems = _diagnose(conn_id)
+    if found:  # a backend that failed a moment ago answered now
+        try:
+            return BaseHook.get_connection(conn_id)
+        except AirflowNotFoundException:
+            problems.append("it was found on a second look, then not on a third")
+    if problems:
+        raise ConnectionLookupFailed(
+            f"Connection {conn_id!r} could not be looked up: {'; '.join(problems)}; a retry may help once that is back",
+            conn_id=conn_id,
+        )
+    raise ConnectionNotFound(
+        f"Connection {conn_id!r} is not defined: add it in Airflow (Admin > Connections), "
+        f"in the secrets backend, or set {_env_name(conn_id)}; see docs/connections.md",
+        conn_id=conn_id,
     )
 
 
 def get_connection(conn_id: str) -> ConnectionInfo:
-    """The Connection ``conn_id`` from the environment, else from Airflow.
+    """The Connection ``conn_id``, looked up as Airflow does (secrets backend, environment, metastore).
 
     Raises:
-        ConnectionNotFound: neither defines it.
+        ConnectionNotFound: no backend defines it.
         ConnectionInvalid: it is defined but malformed.
+        ConnectionLookupFailed: a backend failed to answer (retryable).
     """
-    info = _from_env(conn_id)
-    if info is not None:
-        return info
-    try:
-        from airflow.sdk import BaseHook
-        from airflow.sdk.exceptions import AirflowNotFoundException
-    except ImportError:  # pragma: no cover - lagsched always installs Airflow
-        raise ConnectionNotFound(f"Connection {conn_id!r} is not set ({_env_name(conn_id)})", conn_id=conn_id) from None
-    try:
-        conn = BaseHook.get_connection(conn_id)
-    except AirflowNotFoundException as exc:
-        # Only "not defined" is turned into ours: anything else (the API server not answering)
-        # propagates as it is, so the task retries it.
-        raise ConnectionNotFound(
-            f"Connection {conn_id!r} is not defined: add it in Airflow (Admin > Connections) "
-            f"or set {_env_name(conn_id)}; see README",
-            conn_id=conn_id,
-        ) from exc
+    conn = _airflow_connection(conn_id)
     return ConnectionInfo(
         conn_id=conn_id,
         conn_type=conn.conn_type or "",
-        host=conn.host,
+        host=conn.host or None,
         port=_port(conn_id, conn.port),
-        login=conn.login,
-        password=conn.password,
-        schema=conn.schema,
+        login=conn.login or None,
+        password=conn.password or None,
+        schema=conn.schema or None,
         # extra_dejson logs and drops an extra that is not JSON; read the raw text to say so.
         extra=_extra(conn_id, conn.extra),
     )
 
 
+def _of_type(info: ConnectionInfo, allowed: tuple[str, ...]) -> ConnectionInfo:
+    if info.conn_type and info.conn_type not in allowed:
+        raise ConnectionInvalid(
+            f"Connection {info.conn_id!r} has type {info.conn_type!r}; lagsched reads it as "
+            f"{' or '.join(repr(t) for t in allowed)}; {_fix(info.conn_id)}",
+            conn_id=info.conn_id,
+        )
+    return info
+
+
 def kafka_config(conn_id: str = KAFKA_CONN_ID) -> dict[str, Any]:
-    """confluent-kafka client settings: the Connection's extra, as the Kafka provider reads it."""
-    info = get_connection(conn_id)
-    config = dict(info.extra)
-    if not config.get("bootstrap.servers"):
+    """confluent-kafka client settings: the Connection's extra, built by the Kafka provider's hook.
+
+    The provider's hook resolves allow-listed callbacks (``[apache_kafka] callback_allowlist``) and
+    the managed OAuth token callbacks (Amazon MSK IAM, Google Managed Kafka); every other setting,
+    SASL and SSL included, goes to the client as written.
+    """
+    info = _of_type(get_connection(conn_id), KAFKA_CONN_TYPES)
+    if not info.extra.get("bootstrap.servers"):
         raise ConnectionInvalid(
             f"Connection {conn_id!r} needs 'bootstrap.servers' in its extra JSON "
-            '(e.g. {"bootstrap.servers": "broker1:9092"}); fix it in Admin > Connections',
+            f'(e.g. {{"bootstrap.servers": "broker1:9092"}}); {_fix(conn_id)}',
             conn_id=conn_id,
         )
+    from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        config: dict[str, Any] = KafkaBaseHook(kafka_config_id=conn_id)._build_config()  # type: ignore[no-untyped-call]
+    except AirflowNotFoundException:
+        # The hook looks the Connection up again: gone since the line above, or a backend failed.
+        _airflow_connection(conn_id)  # raises what it is, if it still is
+        raise ConnectionLookupFailed(
+            f"Connection {conn_id!r} could not be looked up: it came and went between two lookups; a retry may help",
+            conn_id=conn_id,
+        ) from None
+    except ValueError as exc:  # a callback the allowlist refuses
+        raise ConnectionInvalid(f"Connection {conn_id!r}: {exc}; {_fix(conn_id)}", conn_id=conn_id) from None
     return config
 
 
 def mysql_params(conn_id: str = MYSQL_CONN_ID) -> MySQLParams:
     """Host, port (default 3306), login, password and schema (the database) of a MySQL Connection."""
-    info = get_connection(conn_id)
+    info = _of_type(get_connection(conn_id), MYSQL_CONN_TYPES)
     host, login, schema = info.host or "", info.login or "", info.schema or ""
     missing = [name for name, value in (("host", host), ("login", login), ("schema", schema)) if not value]
     if missing:
         raise ConnectionInvalid(
             f"Connection {conn_id!r} needs host, login and schema (the database); missing: {', '.join(missing)}; "
-            "fix it in Admin > Connections",
+            f"{_fix(conn_id)}",
             conn_id=conn_id,
         )
     return MySQLParams(host, info.port or 3306, login, info.password or "", schema, conn_id)
 
 
 def redis_params(conn_id: str = REDIS_CONN_ID) -> RedisParams:
-    """Host (default 127.0.0.1), port (default 6379), password and extra ``db`` of a Redis Connection."""
-    info = get_connection(conn_id)
+    """Host (default 127.0.0.1), port (default 6379), password and extra ``db`` of a Redis Connection.
+
+    Read as the Redis provider's hook reads it: a password of ``none`` or ``false`` means none.
+    """
+    info = _of_type(get_connection(conn_id), REDIS_CONN_TYPES)
     db = info.extra.get("db")
     if db is None or db == "":
         db = 0  # unset: Redis's default database
@@ -245,11 +386,45 @@ def redis_params(conn_id: str = REDIS_CONN_ID) -> RedisParams:
         number = -1
     if isinstance(db, bool) or number < 0 or str(number) != str(db).strip():
         raise ConnectionInvalid(
-            f"Connection {conn_id!r}: extra 'db' must be a database number (0, 1, ...), got {db!r}; "
-            "fix it in Admin > Connections",
+            f"Connection {conn_id!r}: extra 'db' must be a database number (0, 1, ...), got {db!r}; {_fix(conn_id)}",
             conn_id=conn_id,
         )
-    return RedisParams(info.host or "127.0.0.1", info.port or 6379, number, info.password, conn_id)
+    password = None if str(info.password).lower() in ("none", "false", "") else info.password
+    return RedisParams(info.host or "127.0.0.1", info.port or 6379, number, password, conn_id)
+
+
+def child_environment(conn_ids: Iterable[str]) -> dict[str, str]:
+    """``AIRFLOW_CONN_<ID>`` variables (Airflow's JSON form) for a child process without Airflow.
+
+    Call it inside the task that starts the child (the consume DAG's Spark jobs): each Connection is
+    resolved here through Airflow's secrets backends and metastore, and the child reads it back from
+    its environment with `get_connection`. Every value is registered with Airflow's secrets masker,
+    so it shows as ``***`` in task logs and rendered fields; never log it, never push it to XCom.
+
+    Raises:
+        ConnectionNotFound, ConnectionInvalid, ConnectionLookupFailed: as `get_connection`.
+    """
+    env: dict[str, str] = {}
+    for conn_id in conn_ids:
+        info = get_connection(conn_id)
+        form: dict[str, Any] = {"conn_type": info.conn_type}
+        for key in ("host", "port", "login", "password", "schema"):
+            value = getattr(info, key)
+            if value is not None:
+                form[key] = value
+        if info.extra:
+            form["extra"] = info.extra
+        env[_env_name(conn_id)] = encoded = json.dumps(form)
+        _mask(encoded)
+    return env
+
+
+def _mask(secret: str) -> None:
+    try:
+        from airflow.sdk.log import mask_secret
+    except ImportError:  # pragma: no cover - lagsched always installs Airflow
+        return
+    mask_secret(secret)
 
 
 def where_mysql(params: MySQLParams) -> str:
