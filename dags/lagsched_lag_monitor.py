@@ -5,30 +5,38 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from airflow.sdk import Param, dag, task
+from airflow.sdk import Asset, Param, dag, task
+
+#: Updated by every successful measurement; the scaling evaluator is scheduled on it.
+LAG_MEASURED = Asset("lagsched://lag/measured")
 
 DOC = """
 ### lagsched lag monitor
 
-Every minute, for the cluster in the `cluster` param (the registry's `topics.cluster`), it
+Every minute, for every cluster of the Variable `lagsched_clusters` (absent: the cluster
+`lagsched_kafka`, every topic, through the Connection `lagsched_kafka`), or only the cluster in
+the `cluster` param (a name that is not configured: that cluster through `lagsched_kafka`, every
+topic), mapped one task per cluster:
 
-0. syncs the topic registry with the broker: new topics and new partitions get rows, a topic
-   deleted on the broker is disabled with its offsets kept (task `sync_registry`);
+0. syncs the topic registry with the cluster's broker: new topics and new partitions get rows, a
+   topic deleted on the broker, or outside the cluster's `topics`/`topic_pattern`, is disabled
+   with its offsets kept (task `sync_registry`);
 1. reads the enabled topics and the pipeline's own committed offsets from the `lagsched_mysql`
    registry (`topics`, `topic_partitions`);
-2. reads every partition's latest and log-start offset from `lagsched_kafka`, in one batched
-   Admin `list_offsets` call per offset kind;
+2. reads every partition's latest and log-start offset from the cluster's Kafka Connection, in one
+   batched Admin `list_offsets` call per offset kind;
 3. computes lag (records), **lost records** (deleted by retention before they were consumed:
    reported, never counted as lag), time lag (seconds, interpolated from the stored samples; exactly
    0 when caught up) and ingress/consumption rates;
 4. stores the samples and one lag record per topic in `lagsched_redis` (window and TTL from the
-   Variable), where the scaling evaluator reads them;
+   Variable `lagsched_settings`), where the scaling evaluator reads them;
 5. logs a table of the most lagging topics and every topic with lost records; the same summary is
-   the task's XCom.
+   the task's XCom. Each successful measurement updates the asset `lagsched://lag/measured`, which
+   starts the scaling evaluator.
 
-Settings: the Variable `lagsched_settings` (JSON, see docs/configuration.md; absent = defaults),
-read when the task runs. A malformed Variable fails the run at once, naming the field, the value
-and what is allowed; nothing is measured or stored.
+Settings: the Variables `lagsched_settings` and `lagsched_clusters` (JSON, see docs/configuration.md
+and docs/dags.md; absent = defaults), read when the tasks run. A malformed Variable fails the run at
+once, naming the field, the value and what is allowed; nothing is measured or stored.
 
 Failures name the Connection to fix (Admin > Connections) and where it points. What a retry
 cannot fix fails the run at once, without retries: a wrong password or database, a missing or
@@ -51,34 +59,42 @@ time. If you change `measure_every_s`, change the schedule to match. See docs/la
     default_args={"retries": 2, "retry_delay": timedelta(seconds=10)},
     params={
         "cluster": Param(
-            "lagsched_kafka", type="string", description="Registry cluster name (topics.cluster) to measure."
+            "", type="string", description="Registry cluster (topics.cluster) to measure; empty = every configured one."
         ),
         "top": Param(10, type="integer", minimum=1, description="Topics listed in the summary table."),
     },
 )
 def lagsched_lag_monitor() -> None:
-    @task(execution_timeout=timedelta(seconds=30))
-    def sync_registry() -> dict[str, Any]:
-        from airflow.sdk import get_current_context
+    @task(execution_timeout=timedelta(seconds=20))
+    def clusters() -> list[dict[str, Any]]:
+        from airflow.sdk import Variable, get_current_context
 
+        from lagsched.tasks import fail_fast, run_resolve_clusters
+
+        with fail_fast():
+            return run_resolve_clusters(
+                Variable.get("lagsched_clusters", default=None), str(get_current_context()["params"]["cluster"])
+            )
+
+    @task(execution_timeout=timedelta(seconds=30))
+    def sync_registry(cluster: dict[str, Any]) -> dict[str, Any]:
         from lagsched.tasks import fail_fast, run_registry_sync
 
         with fail_fast():
-            return run_registry_sync(str(get_current_context()["params"]["cluster"]))
+            run_registry_sync(cluster)
+        return cluster  # the measurement of this cluster comes next
 
-    @task(execution_timeout=timedelta(seconds=50))
-    def measure_lag() -> dict[str, Any]:
+    @task(execution_timeout=timedelta(seconds=50), outlets=[LAG_MEASURED])
+    def measure_lag(cluster: dict[str, Any]) -> dict[str, Any]:
         from airflow.sdk import Variable, get_current_context
 
         from lagsched.tasks import fail_fast, run_monitor
 
         params = get_current_context()["params"]
         with fail_fast():
-            return run_monitor(
-                str(params["cluster"]), Variable.get("lagsched_settings", default=None), top=int(params["top"])
-            )
+            return run_monitor(cluster, Variable.get("lagsched_settings", default=None), top=int(params["top"]))
 
-    sync_registry() >> measure_lag()
+    measure_lag.expand(cluster=sync_registry.expand(cluster=clusters()))
 
 
 lagsched_lag_monitor()

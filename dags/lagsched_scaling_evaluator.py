@@ -5,26 +5,32 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from airflow.sdk import Param, dag, task
+from airflow.sdk import Asset, Param, dag, task
+
+#: The lag monitor's asset: every successful measurement starts an evaluation.
+LAG_MEASURED = Asset("lagsched://lag/measured")
 
 DOC = """
 ### lagsched scaling evaluator
 
-Every five minutes, for the cluster in the `cluster` param, it evaluates every enabled topic with
-the policy of the Variable `lagsched_settings` (hevo, keda or capacity; see
-docs/configuration.md) over the lag history the lag monitor stored in Redis, and for each change:
+Runs after every lag measurement (scheduled on the asset `lagsched://lag/measured`, which the
+lag monitor updates), for every cluster of the Variable `lagsched_clusters`, or only the one in the
+`cluster` param, mapped one task per cluster. It evaluates every enabled topic with the policy of
+the Variable `lagsched_settings` (hevo, keda or capacity; see docs/configuration.md) over the lag
+history the lag monitor stored in Redis, and for each change:
 
 1. updates `topics.linker_workers` as a compare-and-set (`WHERE linker_workers = <old>`), so two
    evaluators can never both apply a step;
 2. records the decision in `scaling_decisions` (time, topic, old and new workers, lag, time lag,
    slope, fit, policy, rule, reason in words) in the same transaction;
-3. publishes it on the Redis channel `lagsched:scaling` so running jobs can store their offsets
-   and re-claim with the new worker count.
+3. publishes it on the Redis channel `lagsched:scaling` so running slots re-claim with the new
+   worker count (and the consume DAG runs more or fewer slots at its next run).
 
-A topic is evaluated when at least `evaluate_every` new measurements arrived since its last
-evaluation; history older than 3 x `measure_every_s` is ignored (the monitor is not running).
-Scale-ups are capped at the live worker slots when workers heartbeat (slot timeout in the
-`slot_timeout_s` param); with no slot registered at all, there is no live-slot cap.
+A topic is evaluated at its first run, then once at least `evaluate_every` new measurements arrived
+since its last evaluation: since the evaluator runs after each measurement, `evaluate_every` means
+exactly that many measurements. History older than 3 x `measure_every_s` is ignored (the monitor is
+not running). Scale-ups are capped at the live worker slots when slots heartbeat (slot timeout in
+the `slot_timeout_s` param); with no slot registered at all, there is no live-slot cap.
 
 A retry never applies a step twice: decisions are keyed by the run id. A malformed Variable fails
 the run at once with the field, the value and what is allowed, and changes nothing.
@@ -37,7 +43,7 @@ See docs/lag.md for the table and the message format.
 
 @dag(
     dag_id="lagsched_scaling_evaluator",
-    schedule="*/5 * * * *",
+    schedule=[LAG_MEASURED],
     start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
@@ -46,7 +52,9 @@ See docs/lag.md for the table and the message format.
     default_args={"retries": 2, "retry_delay": timedelta(seconds=15)},
     params={
         "cluster": Param(
-            "lagsched_kafka", type="string", description="Registry cluster name (topics.cluster) to evaluate."
+            "",
+            type="string",
+            description="Registry cluster (topics.cluster) to evaluate; empty = every configured one.",
         ),
         "slot_timeout_s": Param(
             60.0, type="number", exclusiveMinimum=0, description="A slot silent this long is not live."
@@ -54,8 +62,19 @@ See docs/lag.md for the table and the message format.
     },
 )
 def lagsched_scaling_evaluator() -> None:
+    @task(execution_timeout=timedelta(seconds=20))
+    def clusters() -> list[dict[str, Any]]:
+        from airflow.sdk import Variable, get_current_context
+
+        from lagsched.tasks import fail_fast, run_resolve_clusters
+
+        with fail_fast():
+            return run_resolve_clusters(
+                Variable.get("lagsched_clusters", default=None), str(get_current_context()["params"]["cluster"])
+            )
+
     @task(execution_timeout=timedelta(minutes=4))
-    def evaluate_and_apply() -> dict[str, Any]:
+    def evaluate_and_apply(cluster: dict[str, Any]) -> dict[str, Any]:
         from airflow.sdk import Variable, get_current_context
 
         from lagsched.tasks import fail_fast, run_evaluation
@@ -64,14 +83,14 @@ def lagsched_scaling_evaluator() -> None:
         params = context["params"]
         with fail_fast():
             return run_evaluation(
-                str(params["cluster"]),
+                cluster,
                 Variable.get("lagsched_settings", default=None),
                 # The run id is the same for every try of this run: a retry finds what it applied.
                 evaluation_id=str(context["run_id"]),
                 slot_timeout_s=float(params["slot_timeout_s"]),
             )
 
-    evaluate_and_apply()
+    evaluate_and_apply.expand(cluster=clusters())
 
 
 lagsched_scaling_evaluator()

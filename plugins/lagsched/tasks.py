@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from lagsched.core.clusters import ClusterConfig, parse_clusters, select_clusters
 from lagsched.core.config import parse_settings
 from lagsched.core.names import validate_cluster_name
 
@@ -31,11 +32,18 @@ __all__ = [
     "fail_fast",
     "run_check_kafka",
     "run_check_redis",
+    "run_consume_plan",
     "run_evaluation",
+    "run_maintenance",
     "run_migrations",
     "run_monitor",
     "run_registry_sync",
+    "run_resolve_clusters",
 ]
+
+#: A cluster as the DAGs pass it between tasks: a name (the ``cluster`` param, every topic through
+#: ``lagsched_kafka``) or ``ClusterConfig.as_dict()`` (from ``run_resolve_clusters``).
+ClusterArg = str | Mapping[str, Any]
 
 log = logging.getLogger(__name__)
 
@@ -119,11 +127,36 @@ def run_migrations() -> list[str]:
     return applied
 
 
-def run_registry_sync(cluster: str) -> dict[str, Any]:
+def run_resolve_clusters(
+    raw_clusters: str | bytes | Mapping[str, Any] | None, cluster: str = ""
+) -> list[dict[str, Any]]:
+    """The clusters a run works on, from the Variable ``lagsched_clusters`` and the ``cluster`` param.
+
+    An empty ``cluster`` means every configured cluster; a name means that one (a name that is not
+    configured: that cluster through ``lagsched_kafka``, every topic). JSON-ready, one entry per
+    mapped task. Opens no connection.
+
+    Raises:
+        ConfigError: the Variable is malformed (the run fails before anything is read or changed).
+    """
+    chosen = select_clusters(parse_clusters(raw_clusters), cluster.strip())
+    log.info("clusters: %s", ", ".join(f"{c.name} (Kafka Connection {c.kafka_conn_id})" for c in chosen))
+    return [c.as_dict() for c in chosen]
+
+
+def _cluster(cluster: ClusterArg) -> ClusterConfig:
+    if isinstance(cluster, str):
+        return select_clusters((), validate_cluster_name(cluster))[0]
+    return ClusterConfig.from_dict(cluster)
+
+
+def run_registry_sync(cluster: ClusterArg) -> dict[str, Any]:
     """Bring the registry in step with the broker before measuring; the lag monitor DAG's first task.
 
     New topics and new partitions get rows, deleted or re-created topics are handled as
-    `lagsched.workflows.topic_sync` describes. Returns what changed (JSON, for XCom).
+    `lagsched.workflows.topic_sync` describes; a configured cluster's topic filter decides which
+    broker topics it manages (the rest are not registered, or disabled). Returns what changed
+    (JSON, for XCom), with the cluster's name under ``cluster``.
     """
     from lagsched.adapters.failures import KafkaConnection, mysql_target, naming_connections
     from lagsched.adapters.kafka_admin import admin_client
@@ -131,20 +164,26 @@ def run_registry_sync(cluster: str) -> dict[str, Any]:
     from lagsched.connections import kafka_config, mysql_params
     from lagsched.workflows.topic_sync import sync_registry
 
-    validate_cluster_name(cluster)
-    kafka, mysql_p = KafkaConnection(kafka_config()), mysql_params()
+    c = _cluster(cluster)
+    kafka, mysql_p = KafkaConnection(kafka_config(c.kafka_conn_id)), mysql_params()
     with naming_connections(kafka.target, mysql_target(mysql_p)):
         admin = kafka.client(admin_client)
         mysql = connect(mysql_p)
         try:
-            report = sync_registry(mysql, admin, cluster)
+            report = sync_registry(mysql, admin, c.name, topic_filter=None if c.manages_every_topic else c.manages)
         finally:
             mysql.close()
-    return report.as_dict()
+    summary = {"cluster": c.name, **report.as_dict()}
+    log.info("registry sync: %s", summary)
+    return summary
 
 
 def run_monitor(
-    cluster: str, raw_settings: str | bytes | Mapping[str, Any] | None, *, now: float | None = None, top: int = 10
+    cluster: ClusterArg,
+    raw_settings: str | bytes | Mapping[str, Any] | None,
+    *,
+    now: float | None = None,
+    top: int = 10,
 ) -> dict[str, Any]:
     """One measurement; the lag monitor DAG's task.
 
@@ -162,17 +201,17 @@ def run_monitor(
     from lagsched.workflows.lag_monitor import measure
 
     settings = parse_settings({} if raw_settings is None else raw_settings)
-    validate_cluster_name(cluster)
-    kafka, mysql_p, redis_p = KafkaConnection(kafka_config()), mysql_params(), redis_params()
+    c = _cluster(cluster)
+    kafka, mysql_p, redis_p = KafkaConnection(kafka_config(c.kafka_conn_id)), mysql_params(), redis_params()
     with naming_connections(kafka.target, mysql_target(mysql_p), redis_target(redis_p)):
         admin = kafka.client(admin_client)
         mysql = connect(mysql_p)
         try:
             redis = redis_client(redis_p)
             try:
-                store = LagStore(redis, cluster, max_samples=settings.sample_window, max_age_s=settings.sample_ttl_s)
+                store = LagStore(redis, c.name, max_samples=settings.sample_window, max_age_s=settings.sample_ttl_s)
                 summary = measure(
-                    cluster,
+                    c.name,
                     mysql=mysql,
                     admin=admin,
                     store=store,
@@ -189,7 +228,7 @@ def run_monitor(
 
 
 def run_evaluation(
-    cluster: str,
+    cluster: ClusterArg,
     raw_settings: str | bytes | Mapping[str, Any] | None,
     *,
     evaluation_id: str,
@@ -211,7 +250,7 @@ def run_evaluation(
     from lagsched.workflows.scaling import count_live_slots, evaluate_cluster
 
     parse_settings({} if raw_settings is None else raw_settings)  # fail before connecting
-    validate_cluster_name(cluster)
+    name = _cluster(cluster).name
     at = time.time() if now is None else now
     mysql_p, redis_p = mysql_params(), redis_params()
     with naming_connections(mysql_target(mysql_p), redis_target(redis_p)):
@@ -223,7 +262,7 @@ def run_evaluation(
                 if slots is None:
                     log.info("no worker slot has registered a heartbeat: live slots unknown, no live-slot cap")
                 summary = evaluate_cluster(
-                    cluster,
+                    name,
                     raw_settings,
                     mysql=mysql,
                     redis=redis,
@@ -238,3 +277,97 @@ def run_evaluation(
         _warn_if_redis_ignores_password(redis_p)
     log.info("scaling evaluation\n%s", summary.table())
     return summary.as_dict()
+
+
+def run_consume_plan(
+    clusters: Sequence[Mapping[str, Any]],
+    options: Mapping[str, Any],
+    *,
+    idle_wait_s: float = 60.0,
+    poll_s: float = 5.0,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[dict[str, Any]]:
+    """The consume DAG's planning task: one mapped-operator kwargs dict per slot to run.
+
+    Each cluster gets as many slots as its largest enabled ``linker_workers``, at most its
+    ``max_slots`` (`lagsched.workflows.consume_plan`). When no cluster needs a slot, it looks again
+    every ``poll_s`` for up to ``idle_wait_s`` before returning an empty plan: the DAG is
+    continuous, and an idle run that ended at once would start the next one at once, loading the
+    scheduler and its database for nothing.
+
+    Args:
+        clusters: ``run_resolve_clusters`` output.
+        options: `SlotOptions` fields (``budget_s``, ``sink``, ``min_interval_s``, ``min_records``).
+    """
+    from lagsched.adapters.failures import mysql_target, naming_connections
+    from lagsched.adapters.mysql import connect
+    from lagsched.connections import mysql_params
+    from lagsched.workflows.consume_plan import SlotOptions, plan_consume
+
+    chosen = [ClusterConfig.from_dict(c) for c in clusters]
+    slot_options = SlotOptions(**dict(options))
+    mysql_p = mysql_params()
+    deadline = clock() + idle_wait_s
+    with naming_connections(mysql_target(mysql_p)):
+        mysql = connect(mysql_p)
+        try:
+            while True:
+                plan = plan_consume(mysql, chosen, slot_options)
+                mysql.commit()  # end the read: the next look must see the evaluator's commits
+                if plan.slots or clock() >= deadline:
+                    break
+                sleep(poll_s)
+        finally:
+            mysql.close()
+    if not plan.slots:
+        log.info("no enabled topic in %s: no slot to run", ", ".join(c.name for c in chosen))
+    return [s.as_kwargs() for s in plan.slots]
+
+
+def run_maintenance(
+    clusters: Sequence[Mapping[str, Any]],
+    *,
+    keep_days: float = 30.0,
+    slot_horizon_s: float = 3600.0,
+    report_window_s: float = 3600.0,
+    now: float | None = None,
+) -> dict[str, Any]:
+    """The maintenance DAG's task: `lagsched.workflows.maintenance.maintain` over ``clusters``.
+
+    Logs `MaintenanceReport.table` (retention losses and anomalies as ``RETENTION LOSS`` and
+    ``ANOMALY`` lines, at warning level when there are any) and returns `MaintenanceReport.as_dict`.
+    """
+    from lagsched.adapters.failures import KafkaConnection, mysql_target, naming_connections, redis_target
+    from lagsched.adapters.kafka_admin import admin_client
+    from lagsched.adapters.lag_store import redis_client
+    from lagsched.adapters.mysql import connect
+    from lagsched.connections import kafka_config, mysql_params, redis_params
+    from lagsched.workflows.maintenance import maintain
+
+    chosen = [ClusterConfig.from_dict(c) for c in clusters]
+    kafkas = {c.name: KafkaConnection(kafka_config(c.kafka_conn_id)) for c in chosen}
+    mysql_p, redis_p = mysql_params(), redis_params()
+    with naming_connections(*(k.target for k in kafkas.values()), mysql_target(mysql_p), redis_target(redis_p)):
+        admins = {name: k.client(admin_client) for name, k in kafkas.items()}
+        mysql = connect(mysql_p)
+        try:
+            redis = redis_client(redis_p)
+            try:
+                report = maintain(
+                    chosen,
+                    mysql=mysql,
+                    redis=redis,
+                    admins=admins,
+                    now=time.time() if now is None else now,
+                    keep_days=keep_days,
+                    slot_horizon_s=slot_horizon_s,
+                    report_window_s=report_window_s,
+                )
+            finally:
+                redis.close()
+        finally:
+            mysql.close()
+    troubled = any(c.retention_losses or c.lost_pending or c.anomalies for c in report.clusters)
+    log.log(logging.WARNING if troubled else logging.INFO, "maintenance\n%s", report.table())
+    return report.as_dict()

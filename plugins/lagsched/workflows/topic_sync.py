@@ -3,17 +3,25 @@
 One `sync_registry` call reads the cluster's topics with the Admin API (three requests for the
 whole cluster) and applies the plan to MySQL in one transaction, under a lock on the cluster's
 rows so two concurrent syncs agree.
+
+**Topic filter** (a cluster's ``topics``/``topic_pattern`` in the Variable ``lagsched_clusters``,
+`lagsched.core.clusters`): the sync sees only the broker's topics that the filter accepts. A topic
+outside it is never registered; a registered topic that falls outside it (the filter was
+narrowed) is **disabled** like a topic deleted on the broker: its row and offsets are kept, the
+monitor stops measuring it and the slots stop consuming it; when the filter takes it back (the
+same Kafka topic), it is re-enabled with its offsets. Disabling rather than ignoring is the
+point: a filter is how an operator says "not this topic any more".
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from lagsched.adapters.kafka_admin import fetch_broker_topics
+from lagsched.adapters.kafka_admin import BrokerTopics, fetch_broker_topics
 from lagsched.adapters.topics import apply_sync
 from lagsched.core.names import validate_cluster_name, validate_topic_name
 from lagsched.core.registry import TopicDefaults, plan_sync
@@ -29,7 +37,8 @@ class SyncReport:
 
     Attributes:
         added: topics registered for the first time.
-        disabled: topics gone from the broker, now disabled (offsets kept).
+        disabled: topics gone from the broker or outside the cluster's topic filter, now disabled
+            (offsets kept).
         reenabled: disabled topics that came back (the same Kafka topic).
         recreated: topics deleted and created again under the same name: a new registry row
             without offsets, the old one disabled with its history.
@@ -66,6 +75,7 @@ def sync_registry(
     defaults: TopicDefaults | None = None,
     *,
     only: Iterable[str] | None = None,
+    topic_filter: Callable[[str], bool] | None = None,
     timeout_s: float = 15.0,
 ) -> SyncReport:
     """Read the broker and apply it to the registry of `cluster`.
@@ -77,11 +87,18 @@ def sync_registry(
         defaults: worker settings of a brand-new topic.
         only: restrict the sync to these topic names (validated); topics outside the list are
             neither added nor disabled. ``None`` syncs the whole cluster.
+        topic_filter: the cluster's managed topics (``ClusterConfig.manages``): a broker topic it
+            rejects is treated as absent, so it is not registered, and disabled if it was.
         timeout_s: broker request timeout.
     """
     validate_cluster_name(cluster)
     wanted = None if only is None else {validate_topic_name(n) for n in only}
     broker = fetch_broker_topics(admin, timeout_s)
+    if topic_filter is not None:
+        broker = BrokerTopics(
+            tuple(t for t in broker.topics if topic_filter(t.name)),
+            tuple(n for n in broker.uncertain if topic_filter(n)),
+        )
     planner = partial(plan_sync, broker=broker.topics, defaults=defaults, uncertain=broker.uncertain, only=wanted)
     applied = apply_sync(conn, cluster, planner)
     plan = applied.plan

@@ -1,0 +1,69 @@
+"""lagsched_maintenance: expire dead slots, trim history, report retention losses and anomalies."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from airflow.sdk import Param, dag, task
+
+DOC = """
+### lagsched maintenance
+
+Hourly, for every cluster of the Variable `lagsched_clusters` (absent: `lagsched_kafka`):
+
+1. **expires dead slots**: slots silent for more than `slot_horizon_s` leave the live set in Redis
+   (a slot that stops cleanly leaves at once; a crashed one stays until this);
+2. **trims history**: the Redis lag history of topics no longer enabled (deleted, or outside the
+   cluster's topic filter); `scaling_decisions` and `retention_gaps` rows older than `keep_days`
+   (each topic's newest decision is kept: the evaluator's cooldown reads it);
+3. **reports** retention losses (records deleted by retention before a slot read them, recorded by
+   the slots within `report_window_s`, and those still ahead of the committed offsets) and
+   anomalies (a committed offset beyond the broker's high watermark: a topic re-created behind the
+   registry's back, or offsets set by hand). They appear as `RETENTION LOSS` and `ANOMALY`
+   warning lines in the task log, and in the XCom.
+
+Logic: `lagsched.workflows.maintenance`. Failures name the Connection to fix; a service that is
+down is retried (twice, 1 min apart). A malformed `lagsched_clusters` fails the run at once.
+"""
+
+
+@dag(
+    dag_id="lagsched_maintenance",
+    schedule="@hourly",
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
+    catchup=False,
+    max_active_runs=1,
+    doc_md=DOC,
+    tags=["lagsched"],
+    default_args={"retries": 2, "retry_delay": timedelta(minutes=1)},
+    params={
+        "keep_days": Param(30, type="number", minimum=1, maximum=3650, description="Days of decisions and gaps kept."),
+        "slot_horizon_s": Param(
+            3600, type="number", minimum=60, description="Slots silent longer than this are dropped from the live set."
+        ),
+        "report_window_s": Param(
+            3600, type="number", minimum=60, description="Retention losses recorded within this are reported."
+        ),
+    },
+)
+def lagsched_maintenance() -> None:
+    @task(execution_timeout=timedelta(minutes=10))
+    def maintain() -> dict[str, Any]:
+        from airflow.sdk import Variable, get_current_context
+
+        from lagsched.tasks import fail_fast, run_maintenance, run_resolve_clusters
+
+        params = get_current_context()["params"]
+        with fail_fast():
+            return run_maintenance(
+                run_resolve_clusters(Variable.get("lagsched_clusters", default=None)),
+                keep_days=float(params["keep_days"]),
+                slot_horizon_s=float(params["slot_horizon_s"]),
+                report_window_s=float(params["report_window_s"]),
+            )
+
+    maintain()
+
+
+lagsched_maintenance()

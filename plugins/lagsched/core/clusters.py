@@ -1,0 +1,239 @@
+"""The Kafka clusters lagsched watches: the Airflow Variable ``lagsched_clusters``, validated. Pure.
+
+One JSON object keyed by registry cluster name (the ``topics.cluster`` of its rows, the DAGs'
+``cluster`` param, the consumer's ``--cluster``); each value says which Kafka Connection reaches
+the cluster, which of its topics lagsched manages, and how many consumer slots it may run::
+
+    {
+      "lagsched_kafka": {},
+      "eu": {"kafka_conn_id": "lagsched_kafka_eu", "topics": ["orders", "payments"],
+             "topic_pattern": "^clicks\\\\..*", "max_slots": 8}
+    }
+
+Fields of a cluster (all optional):
+
+* ``kafka_conn_id``: the Kafka Connection (type ``kafka``); default ``lagsched_kafka``. Ids follow
+  Airflow's rule ``[A-Za-z0-9_.-]``.
+* ``topics``: topic names to manage (legal Kafka names).
+* ``topic_pattern``: a Python regular expression a topic name must match in full (``re.fullmatch``).
+  With ``topics`` too, a topic is managed if either says so; with neither, every topic is.
+* ``max_slots``: consumer slots the consume DAG runs at most for this cluster (1 to 1,000;
+  default 4). The Airflow pool ``lagsched_consume`` bounds the slots of all clusters together.
+
+An absent Variable means one cluster, ``lagsched_kafka``, with every topic (`DEFAULT_CLUSTERS`).
+A malformed one raises a single `ConfigError` listing every problem (field path, value, what is
+allowed), so a run that reads it fails before it changes anything.
+
+Example:
+    >>> [c.name for c in parse_clusters(None)]
+    ['lagsched_kafka']
+    >>> eu = parse_clusters({"eu": {"kafka_conn_id": "kafka_eu", "topic_pattern": r"clicks\\..*"}})[0]
+    >>> (eu.kafka_conn_id, eu.manages("clicks.web"), eu.manages("orders"))
+    ('kafka_eu', True, False)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lagsched.core.errors import ConfigError, TopicNameError
+from lagsched.core.names import validate_cluster_name, validate_topic_name
+
+__all__ = [
+    "CLUSTERS_VARIABLE",
+    "DEFAULT_CLUSTER",
+    "DEFAULT_CLUSTERS",
+    "DEFAULT_KAFKA_CONN_ID",
+    "DEFAULT_MAX_SLOTS",
+    "MAX_SLOTS",
+    "ClusterConfig",
+    "managed",
+    "parse_clusters",
+    "select_clusters",
+]
+
+CLUSTERS_VARIABLE = "lagsched_clusters"
+DEFAULT_KAFKA_CONN_ID = "lagsched_kafka"
+#: The cluster of an absent Variable, and of every DAG's default before clusters were configurable.
+DEFAULT_CLUSTER = "lagsched_kafka"
+DEFAULT_MAX_SLOTS = 4
+MAX_SLOTS = 1000
+_CONN_ID = re.compile(r"[A-Za-z0-9_.-]{1,250}")
+_FIELDS = ("kafka_conn_id", "topics", "topic_pattern", "max_slots")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """One configured Kafka cluster.
+
+    Attributes:
+        name: registry cluster name (``topics.cluster``).
+        kafka_conn_id: the Airflow Connection (type ``kafka``) that reaches it.
+        topics: topic names to manage; empty with no pattern = every topic.
+        topic_pattern: regular expression a managed topic name matches in full, or None.
+        max_slots: consumer slots the consume DAG runs at most for this cluster.
+    """
+
+    name: str
+    kafka_conn_id: str = DEFAULT_KAFKA_CONN_ID
+    topics: tuple[str, ...] = ()
+    topic_pattern: str | None = None
+    max_slots: int = DEFAULT_MAX_SLOTS
+
+    @property
+    def manages_every_topic(self) -> bool:
+        return not self.topics and self.topic_pattern is None
+
+    def manages(self, topic: str) -> bool:
+        """Whether ``topic`` is one of this cluster's managed topics."""
+        if self.manages_every_topic or topic in self.topics:
+            return True
+        return self.topic_pattern is not None and re.fullmatch(self.topic_pattern, topic) is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready (XCom, mapped task arguments); `from_dict` reads it back."""
+        return {
+            "name": self.name,
+            "kafka_conn_id": self.kafka_conn_id,
+            "topics": list(self.topics),
+            "topic_pattern": self.topic_pattern,
+            "max_slots": self.max_slots,
+        }
+
+    @classmethod
+    def from_dict(cls, value: Mapping[str, Any]) -> ClusterConfig:
+        """The inverse of `as_dict` (validated like the Variable, so a hand-edited XCom cannot slip by)."""
+        name = value.get("name")
+        body = {k: v for k, v in value.items() if k != "name"}
+        return parse_clusters({str(name): body})[0]
+
+
+DEFAULT_CLUSTERS: tuple[ClusterConfig, ...] = (ClusterConfig(DEFAULT_CLUSTER),)
+
+
+def _decode(raw: str | bytes | Mapping[str, Any] | None) -> Any:
+    if raw is None:
+        return None
+    if isinstance(raw, Mapping):
+        return raw
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    if not text.strip():
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"invalid {CLUSTERS_VARIABLE}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
+            'expected an object keyed by cluster name, e.g. {"lagsched_kafka": {}}',
+            field="",
+            value=text[:80],
+            allowed="a JSON object",
+        ) from None
+
+
+def _check_cluster(name: str, body: Any, problems: list[tuple[str, object, str]]) -> ClusterConfig | None:
+    before = len(problems)
+    try:
+        validate_cluster_name(name)
+    except TopicNameError:
+        problems.append((name, name, "a cluster name of 1 to 255 characters from [a-zA-Z0-9._-]"))
+    if not isinstance(body, Mapping):
+        problems.append((name, body, "an object (use {} for the defaults)"))
+        return None
+    for key in body:
+        if key not in _FIELDS:
+            problems.append((f"{name}.{key}", body[key], f"one of the fields {', '.join(_FIELDS)}"))
+    conn_id = body.get("kafka_conn_id", DEFAULT_KAFKA_CONN_ID)
+    if not isinstance(conn_id, str) or not _CONN_ID.fullmatch(conn_id):
+        problems.append((f"{name}.kafka_conn_id", conn_id, "a Connection id of 1 to 250 characters [A-Za-z0-9_.-]"))
+    topics = body.get("topics", [])
+    if not isinstance(topics, list):
+        problems.append((f"{name}.topics", topics, "a list of topic names"))
+        topics = []
+    for i, topic in enumerate(topics):
+        try:
+            validate_topic_name(topic)
+        except TopicNameError:
+            problems.append((f"{name}.topics[{i}]", topic, "a legal Kafka topic name ([a-zA-Z0-9._-], 1-249)"))
+    pattern = body.get("topic_pattern")
+    if pattern is not None:
+        if not isinstance(pattern, str) or not pattern:
+            problems.append((f"{name}.topic_pattern", pattern, "a non-empty regular expression, or null"))
+        else:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                problems.append((f"{name}.topic_pattern", pattern, f"a valid Python regular expression ({exc})"))
+    max_slots = body.get("max_slots", DEFAULT_MAX_SLOTS)
+    # bool is an int in Python; `true` slots is a mistake, not 1.
+    if isinstance(max_slots, bool) or not isinstance(max_slots, int) or not 1 <= max_slots <= MAX_SLOTS:
+        problems.append((f"{name}.max_slots", max_slots, f"an integer from 1 to {MAX_SLOTS}"))
+    if len(problems) > before:
+        return None
+    return ClusterConfig(name, conn_id, tuple(dict.fromkeys(topics)), pattern, max_slots)
+
+
+def parse_clusters(raw: str | bytes | Mapping[str, Any] | None) -> tuple[ClusterConfig, ...]:
+    """Validate the ``lagsched_clusters`` Variable; None or blank = `DEFAULT_CLUSTERS`.
+
+    Clusters come back sorted by name, so every reader maps them in the same order.
+
+    Raises:
+        ConfigError: the Variable is malformed; the message names every bad field path, the value
+            and what is allowed (``field``/``value``/``allowed`` describe the first).
+    """
+    data = _decode(raw)
+    if data is None:
+        return DEFAULT_CLUSTERS
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"invalid {CLUSTERS_VARIABLE}: expected an object keyed by cluster name, got {type(data).__name__}",
+            field="",
+            value=data,
+            allowed='an object, e.g. {"lagsched_kafka": {}}',
+        )
+    if not data:
+        raise ConfigError(
+            f"invalid {CLUSTERS_VARIABLE}: no cluster configured; delete the Variable for the default "
+            f"({DEFAULT_CLUSTER}, every topic) or name at least one cluster",
+            field="",
+            value=data,
+            allowed="at least one cluster",
+        )
+    problems: list[tuple[str, object, str]] = []
+    clusters = [_check_cluster(str(name), body, problems) for name, body in sorted(data.items())]
+    if problems:
+        listed = "; ".join(f"{path} = {value!r}: expected {allowed}" for path, value, allowed in problems)
+        path, value, allowed = problems[0]
+        raise ConfigError(f"invalid {CLUSTERS_VARIABLE}: {listed}", field=path, value=value, allowed=allowed)
+    return tuple(c for c in clusters if c is not None)
+
+
+def select_clusters(clusters: Sequence[ClusterConfig], name: str | None) -> tuple[ClusterConfig, ...]:
+    """The clusters a DAG run works on: all of them for an empty ``name``, else the one named.
+
+    A name that is not configured is a cluster of the default Kafka Connection with every topic:
+    the DAGs' ``cluster`` param meant exactly that before clusters were configurable, and a test or
+    an ad-hoc run can still use it that way.
+
+    >>> [c.name for c in select_clusters(DEFAULT_CLUSTERS, "")]
+    ['lagsched_kafka']
+    >>> select_clusters(DEFAULT_CLUSTERS, "adhoc")[0].kafka_conn_id
+    'lagsched_kafka'
+    """
+    if not name:
+        return tuple(clusters)
+    validate_cluster_name(name)
+    for c in clusters:
+        if c.name == name:
+            return (c,)
+    return (ClusterConfig(name),)
+
+
+def managed(cluster: ClusterConfig, topics: Iterable[str]) -> list[str]:
+    """The names among ``topics`` that ``cluster`` manages, in their order."""
+    return [t for t in topics if cluster.manages(t)]

@@ -1,0 +1,263 @@
+"""``LagschedSparkSubmitOperator``: the provider's SparkSubmitOperator, made fit to run a consumer slot.
+
+Three things differ from the provider's operator (apache-spark provider 6.3):
+
+1. **Connections reach the job without passing through Airflow's templates.** The Spark job has no
+   Airflow; it reads its Connections from ``AIRFLOW_CONN_*`` variables (docs/consumer.md). They are
+   resolved at execute time, through Airflow's secrets backends, and put into the environment of
+   the ``spark-submit`` process only: never into ``env_vars`` (templated, so rendered in the UI and
+   stored with the task instance), ``conf`` or the command line. The Kafka Connection of the slot's
+   cluster (``kafka_conn_id``) is handed over under the id the job reads, ``lagsched_kafka``.
+2. **A kill stops the slot at a batch boundary.** The provider's ``on_kill`` SIGKILLs
+   ``spark-submit``, and Airflow's supervisor signals the task's whole process group, which reaches
+   Spark's JVM: either way the batch in flight is abandoned (safe, it is redone, but wasted). Here
+   ``spark-submit`` runs in a session of its own (the group signal never reaches it), and
+   ``on_kill`` sends SIGTERM to the job's Python driver alone, which finishes the batch, commits,
+   releases its rows and exits 0; then it waits up to ``stop_timeout_s`` and only then falls back to
+   the provider's kill. If Airflow kills the task process before that (its escalation to SIGKILL
+   comes a few seconds after SIGTERM), the detached driver still finishes its batch and exits;
+   the job's ``--budget-s`` bounds how long it can outlive the task.
+3. **Defaults for lagsched**: the master from the ``lagsched_spark`` Connection (host ``local[1]``,
+   ``spark://...``, ``yarn``; a missing Connection fails the task, where the provider would silently
+   use YARN), the Kafka connector jars from ``LAGSCHED_SPARK_JARS`` as ``spark.jars`` (never
+   resolved from Maven at start), this Python on the executors, and the ``lagsched`` package on the
+   driver's ``PYTHONPATH``.
+
+Exit status 3 of the job (the slot lost a claim: it was a stale holder) fails the task like any
+failure, so Airflow retries it and the retry claims again under a new epoch.
+
+In ``deploy_mode=cluster`` the driver runs on the cluster and does not see this process's
+environment: give the cluster the Connections through its own secret store instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+__all__ = ["CHILD_CONNECTIONS", "EXIT_LOST_CLAIM", "LagschedSparkSubmitOperator", "child_connections_environment"]
+
+#: Connections the consumer job reads (docs/consumer.md), under these ids.
+CHILD_CONNECTIONS = ("lagsched_kafka", "lagsched_mysql", "lagsched_redis")
+#: `jobs/consume.py` exits with 3 when the slot lost a claim (a stale holder).
+EXIT_LOST_CLAIM = 3
+_PLUGINS = Path(__file__).resolve().parents[1]
+
+
+def _env_name(conn_id: str) -> str:
+    return f"AIRFLOW_CONN_{conn_id.upper()}"
+
+
+def child_connections_environment(kafka_conn_id: str, conn_ids: Sequence[str] = CHILD_CONNECTIONS) -> dict[str, str]:
+    """``AIRFLOW_CONN_*`` values for the job: ``conn_ids``, with ``lagsched_kafka`` taken from ``kafka_conn_id``.
+
+    Resolved inside a task, through Airflow's secrets backends. Never logged.
+    """
+    resolve = [kafka_conn_id if cid == "lagsched_kafka" else cid for cid in conn_ids]
+    try:
+        from lagsched.connections import child_environment  # type: ignore[attr-defined,unused-ignore]
+    except ImportError:
+        resolved = _child_environment_fallback(resolve)
+    else:
+        resolved = dict(child_environment(resolve))
+    env = {}
+    for cid, asked in zip(conn_ids, resolve, strict=True):
+        env[_env_name(cid)] = resolved[_env_name(asked)]
+    return env
+
+
+# FALLBACK until lagsched.connections.child_environment (interface I1) lands: the same JSON form,
+# built from the Connection Airflow resolves. Delete this function when I1 is merged.
+def _child_environment_fallback(conn_ids: Sequence[str]) -> dict[str, str]:
+    from airflow.sdk import BaseHook
+
+    env: dict[str, str] = {}
+    for cid in conn_ids:
+        conn = BaseHook.get_connection(cid)
+        value = {
+            "conn_type": conn.conn_type,
+            "host": conn.host,
+            "port": conn.port,
+            "login": conn.login,
+            "password": conn.password,
+            "schema": conn.schema,
+            "extra": conn.extra_dejson,
+        }
+        env[_env_name(cid)] = json.dumps({k: v for k, v in value.items() if v not in (None, "", {})})
+    return env
+
+
+def connector_jars_from_environment() -> str:
+    """``LAGSCHED_SPARK_JARS`` (comma-separated), each checked to exist; the task fails naming the fix."""
+    raw = os.environ.get("LAGSCHED_SPARK_JARS", "")
+    jars = [j for j in raw.split(",") if j]
+    missing = [j for j in jars if not os.path.exists(j)]
+    if not jars or missing:
+        raise RuntimeError(
+            "Spark's Kafka connector jars are not available to this Airflow worker "
+            f"(LAGSCHED_SPARK_JARS={raw!r}, missing: {missing}): run `make deps` and start Airflow with "
+            "`lagsched stack env` applied, or set LAGSCHED_SPARK_JARS to the jars' paths"
+        )
+    return ",".join(jars)
+
+
+class _GracefulSparkSubmitHook(SparkSubmitHook):
+    """The provider's hook with the job's Connections in the child's environment, in its own session."""
+
+    _lagsched_child_env: Mapping[str, str] = {}
+
+    def _build_spark_submit_command(self, application: str) -> list[str]:
+        command: list[str] = super()._build_spark_submit_command(application)
+        # The provider hands `_env` to Popen (and builds it from env_vars just above); merged here,
+        # after the command is built, the Connections go to the process only, never into its argv.
+        self._env = {**(self._env or {}), **self._lagsched_child_env}
+        return command
+
+    def submit(self, application: str = "", **kwargs: Any) -> str | None:
+        # Its own session: Airflow's SIGTERM to the task's process group must not reach Spark's JVM.
+        kwargs.setdefault("start_new_session", True)
+        return super().submit(application, **kwargs)
+
+
+class LagschedSparkSubmitOperator(SparkSubmitOperator):
+    """Run one lagsched Spark job (a consumer slot); see the module doc.
+
+    Args:
+        kafka_conn_id: the Kafka Connection of the slot's cluster, handed to the job as
+            ``lagsched_kafka``.
+        stop_timeout_s: after a kill, how long to wait for the job to finish its batch and exit.
+        conn_id: the Spark Connection (its host is the master).
+        kwargs: everything `SparkSubmitOperator` takes (``application``, ``application_args``, ...).
+    """
+
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "kafka_conn_id")
+
+    def __init__(
+        self,
+        *,
+        kafka_conn_id: str = "lagsched_kafka",
+        stop_timeout_s: float = 120.0,
+        conn_id: str = "lagsched_spark",
+        name: str = "lagsched-consume",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(conn_id=conn_id, name=name, **kwargs)
+        self.kafka_conn_id = kafka_conn_id
+        self.stop_timeout_s = stop_timeout_s
+        self._lagsched_child_env: dict[str, str] = {}
+
+    @property
+    def slot(self) -> str:
+        """The ``--slot`` argument, for logs and the mapped task's label."""
+        args = list(self.application_args or [])
+        return str(args[args.index("--slot") + 1]) if "--slot" in args[:-1] else ""
+
+    def execute(self, context: Any) -> None:
+        from airflow.sdk import BaseHook
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        try:
+            BaseHook.get_connection(self._conn_id)
+        except AirflowNotFoundException:
+            from airflow.sdk.exceptions import AirflowFailException
+
+            raise AirflowFailException(
+                f"the Spark Connection {self._conn_id!r} is not defined (Admin > Connections): create it with "
+                "type spark and the master as host (local[1], spark://host:7077, yarn); without it Spark "
+                "would silently submit to YARN"
+            ) from None
+        if not self.jars:
+            self.jars = connector_jars_from_environment()
+        conf = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable}
+        log4j = os.path.join(os.path.dirname(os.path.abspath(self.application)), "log4j2.properties")
+        if os.path.exists(log4j):  # the job's quiet logging (jobs/log4j2.properties)
+            conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
+        self.conf = {**conf, **(self.conf or {})}
+        child = child_connections_environment(self.kafka_conn_id)
+        # The job imports the lagsched package; Airflow puts plugins/ on sys.path, not on PYTHONPATH.
+        pythonpath = os.pathsep.join(filter(None, [str(_PLUGINS), os.environ.get("PYTHONPATH")]))
+        self._lagsched_child_env = {**child, "PYTHONPATH": pythonpath}
+        self.log.info("slot %s: submitting %s to %s", self.slot, self.application, self._conn_id)
+        try:
+            super().execute(context)
+        except Exception:
+            code = self._returncode()
+            if code == EXIT_LOST_CLAIM:
+                self.log.error(
+                    "slot %s lost a claim (exit 3: a stale holder, another slot took its rows); "
+                    "the retry claims again under a new epoch",
+                    self.slot,
+                )
+            raise
+
+    def _get_hook(self) -> SparkSubmitHook:
+        hook = super()._get_hook()
+        # The provider builds the hook with some twenty arguments; re-class it rather than copy them.
+        hook.__class__ = _GracefulSparkSubmitHook
+        hook._lagsched_child_env = self._lagsched_child_env  # type: ignore[attr-defined]
+        return hook
+
+    def _returncode(self) -> int | None:
+        process = getattr(self._hook, "_submit_sp", None) if self._hook is not None else None
+        return None if process is None else process.returncode
+
+    def on_kill(self) -> None:
+        """Ask the job's Python driver to stop at a batch boundary; kill only if it does not in time."""
+        process: subprocess.Popen[str] | None = getattr(self._hook, "_submit_sp", None) if self._hook else None
+        if process is None or process.poll() is not None:
+            return
+        drivers = python_drivers(process.pid, self.application)
+        if not drivers:
+            self.log.info("slot %s: no Python driver yet; stopping spark-submit", self.slot)
+            super().on_kill()
+            return
+        for pid in drivers:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+        self.log.info(
+            "slot %s: asked the driver (pid %s) to finish its batch and stop; waiting up to %.0f s",
+            self.slot, drivers, self.stop_timeout_s,
+        )  # fmt: skip
+        try:
+            code = process.wait(timeout=self.stop_timeout_s)
+        except subprocess.TimeoutExpired:
+            self.log.warning(
+                "slot %s: the driver did not stop within %.0f s; killing spark-submit (its batch is redone "
+                "by the next holder)",
+                self.slot, self.stop_timeout_s,
+            )  # fmt: skip
+            super().on_kill()
+            return
+        self.log.info("slot %s: stopped at a batch boundary (exit %s)", self.slot, code)
+
+
+def python_drivers(root_pid: int, application: str) -> list[int]:
+    """Descendants of ``root_pid`` (spark-submit) that run ``application``: the job's Python driver."""
+    import psutil  # type: ignore[import-untyped,unused-ignore]
+
+    try:
+        children = psutil.Process(root_pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    script = os.path.basename(application)
+    found = []
+    for child in children:
+        try:
+            cmdline = child.cmdline()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        # The JVM's own command line also names the script (as SparkSubmit's argument): skip java.
+        if cmdline and "java" not in os.path.basename(cmdline[0]) and any(a.endswith(script) for a in cmdline[1:]):
+            found.append(child.pid)
+    return found

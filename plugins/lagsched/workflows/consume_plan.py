@@ -1,0 +1,169 @@
+"""The consume DAG's planning step: how many slots each cluster needs this run, and their arguments.
+
+A cluster needs as many slots as its most demanding enabled topic has ``linker_workers``: a topic's
+lanes go to distinct slots (docs/assignment.md), so fewer slots would leave lanes unowned. It is
+capped by the cluster's ``max_slots`` (Variable ``lagsched_clusters``); the Airflow pool
+``lagsched_consume`` then bounds how many of all clusters' slots run at once. A cluster with no
+enabled topic needs none.
+
+Slots are named ``<cluster>-slot-<n>``, n from 1: the consumer derives a stable slot id from the
+name (`lagsched.adapters.slots.slot_id_for`), so slot n of one run is slot n of the next and keeps
+its topics (rendezvous ranking), and a slot dropped by a scale-down is simply not started again.
+
+`slots_needed` is pure; `plan_consume` reads the registry.
+
+Example:
+    >>> plan = ConsumePlan.of({"eu": 2}, {"eu": 3}, SlotOptions(budget_s=120))
+    >>> [s.name for s in plan.slots]
+    ['eu-slot-1', 'eu-slot-2']
+    >>> plan.slots[0].args[:4]
+    ('--slot', 'eu-slot-1', '--cluster', 'eu')
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lagsched.adapters.topics import load_topics
+from lagsched.core.clusters import ClusterConfig
+from lagsched.core.registry import TopicRow
+
+__all__ = ["ConsumePlan", "SlotOptions", "SlotPlan", "plan_consume", "slot_name", "slots_needed"]
+
+log = logging.getLogger(__name__)
+
+
+def slot_name(cluster: str, n: int) -> str:
+    """The name of a cluster's ``n``-th slot (1-based), as the consumer's ``--slot``."""
+    if n < 1:
+        raise ValueError(f"slot numbers start at 1, got {n}")
+    return f"{cluster}-slot-{n}"
+
+
+def slots_needed(topics: Iterable[TopicRow], max_slots: int) -> int:
+    """Slots one cluster needs: the largest ``linker_workers`` of its enabled topics, at most ``max_slots``.
+
+    >>> from lagsched.core.registry import TopicRow
+    >>> rows = [TopicRow("a", "c", "t1", None, 4, -1, 3, None, None, True),
+    ...         TopicRow("b", "c", "t2", None, 8, -1, 6, None, None, False)]
+    >>> slots_needed(rows, 8), slots_needed(rows, 2), slots_needed([], 8)
+    (3, 2, 0)
+    """
+    wanted = max((t.linker_workers for t in topics if t.enabled), default=0)
+    return max(0, min(wanted, max_slots))
+
+
+@dataclass(frozen=True, slots=True)
+class SlotOptions:
+    """The consumer options every slot of a run gets (`jobs/consume.py --help`).
+
+    Attributes:
+        budget_s: each slot runs this long, then finishes its batch and exits 0, so the run ends
+            and the next run (with the slot count recomputed) starts.
+        sink: where the records land (any Spark-writable URI).
+        min_interval_s: a batch waits this long since the last one ...
+        min_records: ... unless this many records are waiting.
+    """
+
+    budget_s: float = 120.0
+    sink: str = "file:///var/tmp/lagsched-sink"
+    min_interval_s: float | None = None
+    min_records: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 10 <= self.budget_s <= 86_400:
+            raise ValueError(f"budget_s={self.budget_s}: use 10 to 86400 seconds")
+        if not self.sink:
+            raise ValueError("sink is empty: give a Spark-writable URI such as file:///var/tmp/lagsched-sink")
+
+    def args(self) -> list[str]:
+        out = ["--budget-s", _number(self.budget_s), "--sink", self.sink]
+        if self.min_interval_s is not None:
+            out += ["--min-interval-s", _number(self.min_interval_s)]
+        if self.min_records is not None:
+            out += ["--min-records", str(self.min_records)]
+        return out
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class SlotPlan:
+    """One slot of this run: its cluster, name, Kafka Connection and ``consume.py`` arguments."""
+
+    cluster: str
+    name: str
+    kafka_conn_id: str
+    args: tuple[str, ...]
+
+    def as_kwargs(self) -> dict[str, Any]:
+        """The mapped operator's arguments (``expand_kwargs``)."""
+        return {"application_args": list(self.args), "kafka_conn_id": self.kafka_conn_id}
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumePlan:
+    """The slots of one consume run.
+
+    Attributes:
+        wanted: cluster -> the largest ``linker_workers`` of its enabled topics.
+        slots: every slot to run, cluster by cluster, numbered from 1.
+    """
+
+    wanted: Mapping[str, int]
+    slots: tuple[SlotPlan, ...] = field(default=())
+
+    @classmethod
+    def of(
+        cls,
+        wanted: Mapping[str, int],
+        max_slots: Mapping[str, int],
+        options: SlotOptions,
+        conn_ids: Mapping[str, str] | None = None,
+    ) -> ConsumePlan:
+        slots: list[SlotPlan] = []
+        for cluster in sorted(wanted):
+            count = max(0, min(wanted[cluster], max_slots[cluster]))
+            conn_id = (conn_ids or {}).get(cluster, "lagsched_kafka")
+            for n in range(1, count + 1):
+                name = slot_name(cluster, n)
+                args = ("--slot", name, "--cluster", cluster, *options.args())
+                slots.append(SlotPlan(cluster, name, conn_id, args))
+        return cls(dict(wanted), tuple(slots))
+
+    def per_cluster(self) -> dict[str, int]:
+        counts = {c: 0 for c in self.wanted}
+        for s in self.slots:
+            counts[s.cluster] += 1
+        return counts
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "wanted": dict(self.wanted),
+            "slots": self.per_cluster(),
+            "names": [s.name for s in self.slots],
+        }
+
+
+def plan_consume(conn: Any, clusters: Sequence[ClusterConfig], options: SlotOptions) -> ConsumePlan:
+    """Read each cluster's enabled topics and plan its slots (see the module doc)."""
+    wanted: dict[str, int] = {}
+    for c in clusters:
+        topics = load_topics(conn, c.name)
+        wanted[c.name] = max((t.linker_workers for t in topics), default=0)
+        if wanted[c.name] > c.max_slots:
+            log.warning(
+                "cluster %s: a topic wants %d workers but max_slots is %d; running %d slot(s), so some lanes "
+                "stay unowned (raise max_slots in lagsched_clusters, and the pool lagsched_consume)",
+                c.name, wanted[c.name], c.max_slots, c.max_slots,
+            )  # fmt: skip
+    plan = ConsumePlan.of(
+        wanted, {c.name: c.max_slots for c in clusters}, options, {c.name: c.kafka_conn_id for c in clusters}
+    )
+    log.info("consume plan: %s", plan.as_dict())
+    return plan
