@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from lagsched.adapters.topics import set_linker_workers, transaction
 from lagsched.core.evaluator import Decision
@@ -19,8 +19,18 @@ if TYPE_CHECKING:
     import pymysql.cursors
 
     Connection = pymysql.connections.Connection[pymysql.cursors.Cursor]
+    Cursor = pymysql.cursors.Cursor
 
-__all__ = ["DecisionRow", "apply_change", "decisions_of", "last_change_times", "mark_announced"]
+__all__ = [
+    "DecisionRow",
+    "apply_change",
+    "decisions_of",
+    "insert_decision",
+    "last_change_times",
+    "last_decisions",
+    "mark_announced",
+    "recent_decisions",
+]
 
 _COLUMNS = (
     "decision_id, evaluation_id, decided_at, topic_id, cluster, topic, old_workers, new_workers, rule, policy,"
@@ -69,14 +79,14 @@ def decisions_of(conn: Connection, evaluation_id: str) -> dict[str, DecisionRow]
     with transaction(conn) as cur:
         cur.execute(f"SELECT {_COLUMNS} FROM scaling_decisions WHERE evaluation_id = %s", (evaluation_id,))  # noqa: S608 - fixed column list
         rows = cur.fetchall()
-    out = {}
-    for r in rows:
-        row = DecisionRow(
-            int(r[0]), str(r[1]), _epoch(r[2]), str(r[3]), str(r[4]), str(r[5]), int(r[6]), int(r[7]),
-            str(r[8]), str(r[9]), str(r[10]), None if r[11] is None else _epoch(r[11]),
-        )  # fmt: skip
-        out[row.topic_id] = row
-    return out
+    return {row.topic_id: row for row in map(_row, rows)}
+
+
+def _row(r: Sequence[Any]) -> DecisionRow:
+    return DecisionRow(
+        int(r[0]), str(r[1]), _epoch(r[2]), str(r[3]), str(r[4]), str(r[5]), int(r[6]), int(r[7]),
+        str(r[8]), str(r[9]), str(r[10]), None if r[11] is None else _epoch(r[11]),
+    )  # fmt: skip
 
 
 def last_change_times(conn: Connection, topic_ids: Sequence[str]) -> dict[str, float]:
@@ -111,19 +121,59 @@ def apply_change(
             if not set_linker_workers(cur, topic_id, d.old_workers, d.new_workers):
                 conn.rollback()
                 return "conflict", None
-            cur.execute(
-                "INSERT INTO scaling_decisions (evaluation_id, decided_at, topic_id, cluster, topic, old_workers,"
-                " new_workers, lag_records, time_lag_s, slope, fit_r2, policy, rule, reason)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                (
-                    evaluation_id, _to_db(d.at), topic_id, cluster, d.topic, d.old_workers, d.new_workers,
-                    d.lag, d.time_lag_s, d.slope, d.fit_r2, d.policy, d.rule, d.reason[:1000],
-                ),
-            )  # fmt: skip
-            decision_id = int(cur.lastrowid)
+            decision_id = insert_decision(cur, cluster=cluster, evaluation_id=evaluation_id, topic_id=topic_id, d=d)
     except pymysql.err.IntegrityError:
         return "already_applied", None
     return "applied", decision_id
+
+
+def insert_decision(cur: Cursor, *, cluster: str, evaluation_id: str, topic_id: str, d: Decision) -> int:
+    """INSERT one ``scaling_decisions`` row inside the caller's transaction; returns its id.
+
+    For callers that change ``linker_workers`` under their own locks (an override pins it while
+    holding the topic row); `apply_change` is the evaluator's compare-and-set path.
+    """
+    cur.execute(
+        "INSERT INTO scaling_decisions (evaluation_id, decided_at, topic_id, cluster, topic, old_workers,"
+        " new_workers, lag_records, time_lag_s, slope, fit_r2, policy, rule, reason)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        (
+            evaluation_id, _to_db(d.at), topic_id, cluster, d.topic, d.old_workers, d.new_workers,
+            d.lag, d.time_lag_s, d.slope, d.fit_r2, d.policy, d.rule, d.reason[:1000],
+        ),
+    )  # fmt: skip
+    return int(cur.lastrowid)
+
+
+def last_decisions(conn: Connection, topic_ids: Sequence[str]) -> dict[str, DecisionRow]:
+    """Each topic's newest decision (topics never changed are absent).
+
+    The evaluator reads its rule: a topic whose last change was an ``override`` that is no longer
+    active gets its next change recorded as ``override_expired``.
+    """
+    if not topic_ids:
+        return {}
+    marks = ", ".join(["%s"] * len(topic_ids))
+    with transaction(conn) as cur:
+        cur.execute(
+            f"SELECT {_COLUMNS} FROM scaling_decisions d WHERE topic_id IN ({marks})"  # noqa: S608 - placeholders only
+            " AND decision_id = (SELECT MAX(decision_id) FROM scaling_decisions x WHERE x.topic_id = d.topic_id)",
+            tuple(topic_ids),
+        )
+        rows = cur.fetchall()
+    return {row.topic_id: row for row in map(_row, rows)}
+
+
+def recent_decisions(conn: Connection, cluster: str, limit: int = 50) -> list[DecisionRow]:
+    """The cluster's newest decisions, newest first (for the CLI and the page)."""
+    with transaction(conn) as cur:
+        cur.execute(
+            f"SELECT {_COLUMNS} FROM scaling_decisions WHERE cluster = %s"  # noqa: S608 - fixed column list
+            " ORDER BY decided_at DESC, decision_id DESC LIMIT %s",
+            (cluster, int(limit)),
+        )
+        rows = cur.fetchall()
+    return [_row(r) for r in rows]
 
 
 def mark_announced(conn: Connection, decision_id: int, at: float) -> None:

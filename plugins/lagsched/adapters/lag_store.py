@@ -66,6 +66,10 @@ class LagRecord:
         consumption_rate: records/s the pipeline committed over the sample window.
         worker_rate: records/s per active worker while the topic had a backlog throughout the
             window, None when not observed (see `lagsched.workflows.lag_monitor`).
+        state: the pipeline's state at this measurement: ``ok``, ``stalled`` (a backlog, live
+            holders, no committed offset moving) or ``stopped`` (the same with no live holder);
+            see `lagsched.core.pipeline_state`.
+        state_reason: why it is stalled or stopped, in words (empty when ``ok``).
     """
 
     at: float
@@ -75,6 +79,8 @@ class LagRecord:
     ingress_rate: float = 0.0
     consumption_rate: float = 0.0
     worker_rate: float | None = None
+    state: str = "ok"
+    state_reason: str = ""
 
     def to_member(self) -> str:
         """The ZSET member: compact JSON, unique per measurement because it holds ``at``."""
@@ -92,6 +98,9 @@ class LagRecord:
             ingress_rate=float(data.get("ingress_rate", 0.0)),
             consumption_rate=float(data.get("consumption_rate", 0.0)),
             worker_rate=None if wr is None else float(wr),
+            # Records stored before the state existed are "ok": nothing was known to be stuck.
+            state=str(data.get("state", "ok")),
+            state_reason=str(data.get("state_reason", "")),
         )
 
 

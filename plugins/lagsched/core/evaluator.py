@@ -6,6 +6,10 @@ The DAG (or the simulator) gathers a `TopicSnapshot`, calls `evaluate`, and, if
 
 Steps, in order; the first that settles the matter wins:
 
+0. **override** and **stuck**: an active manual override (`Pin`) pins the count to its value
+   (rule ``override``; a count that drifted from it is set back). A topic whose pipeline is
+   stalled or stopped (`lagsched.core.pipeline_state`) is held (rule ``stuck``) once its count is
+   within bounds: more workers cannot help a consumer that does not commit;
 1. **samples**: the lag points considered are the last ``window`` ones taken after the last change
    (a regression across a change in worker count mixes two regimes). Fewer than ``min_samples`` of
    them: no change, unless the policy reports a data-loss risk;
@@ -33,22 +37,30 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import Literal
 
 from lagsched.core.config import PolicyName, TopicPolicyConfig
+from lagsched.core.pipeline_state import PipelineState
 from lagsched.core.policies import POLICIES, LagPoint, Proposal, TopicSnapshot, Trend, fit_trend
 
 __all__ = [
     "Decision",
+    "DecisionPolicy",
     "LagPoint",
+    "Pin",
     "Proposal",
     "TopicSnapshot",
     "Trend",
+    "after_override",
     "evaluate",
     "is_evaluation_due",
     "points_for_fit",
 ]
+
+DecisionPolicy = PolicyName | Literal["manual"]
+"""Who decided: a scaling policy, or ``manual`` for an override."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +75,7 @@ class Decision:
         time_lag_s: current time lag, seconds.
         slope: fitted lag slope, records/s (0.0 when not fitted).
         fit_r2: r² of that fit.
-        policy: policy name that proposed it.
+        policy: policy name that proposed it (``manual`` for an override).
         rule: machine-readable rule that settled it (``scale_up_rising``, ``cooldown``, ...).
         reason: the decision in words, with the numbers.
         at: evaluation time, seconds since the epoch (UTC).
@@ -76,7 +88,7 @@ class Decision:
     time_lag_s: float
     slope: float
     fit_r2: float
-    policy: PolicyName
+    policy: DecisionPolicy
     rule: str
     reason: str
     at: float
@@ -90,6 +102,34 @@ class Decision:
     def at_datetime(self) -> datetime:
         """``at`` as an aware UTC datetime (for a ``TIMESTAMP(6)`` column)."""
         return datetime.fromtimestamp(self.at, tz=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """An active manual override of a topic's worker count (`lagsched.adapters.overrides`).
+
+    Attributes:
+        workers: the count it pins.
+        until: when it expires, seconds since the epoch (UTC).
+        note: who asked and why, quoted in the reason of a hold.
+    """
+
+    workers: int
+    until: float
+    note: str = ""
+
+
+def after_override(decision: Decision, ended: str) -> Decision:
+    """`decision` recorded as the first change after an override ended (rule ``override_expired``).
+
+    The policy's own rule moves into the reason, after `ended` (which override, when it ended).
+
+    Example:
+        >>> d = Decision("t", 8, 3, 0, 0.0, 0.0, 0.0, "hevo", "scale_down_low_lag", "lag 10 < min_lag", 0.0)
+        >>> after_override(d, "override 7 (8 workers) expired").reason
+        'override 7 (8 workers) expired; scale_down_low_lag: lag 10 < min_lag'
+    """
+    return replace(decision, rule="override_expired", reason=f"{ended}; {decision.rule}: {decision.reason}")
 
 
 def is_evaluation_due(records_since_last: int | None, config: TopicPolicyConfig) -> bool:
@@ -118,13 +158,28 @@ def points_for_fit(snapshot: TopicSnapshot, config: TopicPolicyConfig) -> tuple[
     return points[-config.window :]
 
 
-def evaluate(snapshot: TopicSnapshot, config: TopicPolicyConfig, now: float) -> Decision:
+def evaluate(
+    snapshot: TopicSnapshot,
+    config: TopicPolicyConfig,
+    now: float,
+    *,
+    pin: Pin | None = None,
+    state: PipelineState | None = None,
+) -> Decision:
     """Decide the topic's worker count; see the module docstring for the steps.
 
     Args:
         snapshot: the topic's measured state.
         config: its settings (``Settings.for_topic(topic)``).
         now: evaluation time, seconds since the epoch (UTC), from the injected clock.
+        pin: the topic's active manual override, if any (an expired one must not be passed).
+        state: the topic's pipeline state from its newest measurement (None: ``ok``).
+
+    Example:
+        >>> from lagsched.core.config import TopicPolicyConfig
+        >>> snap = TopicSnapshot("orders", workers=2, partitions=12, live_slots=8, retention_s=None, lag_history=())
+        >>> evaluate(snap, TopicPolicyConfig(), 0.0, pin=Pin(8, 3600.0, "sale, by ana")).rule
+        'override'
     """
     points = points_for_fit(snapshot, config)
     trend = fit_trend(points)
@@ -146,6 +201,13 @@ def evaluate(snapshot: TopicSnapshot, config: TopicPolicyConfig, now: float) -> 
             at=now,
         )
 
+    if pin is not None:
+        until = datetime.fromtimestamp(pin.until, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        note = f" ({pin.note})" if pin.note else ""
+        if old != pin.workers:
+            return decide(pin.workers, "override", f"manual override{note} pins {pin.workers} workers until {until}")
+        return decide(old, "override", f"held at {old} workers by a manual override{note} until {until}")
+
     upper = min(config.max_workers, snapshot.partitions)
     lower = min(config.min_workers, upper)
     if old > upper or old < lower:
@@ -153,6 +215,9 @@ def evaluate(snapshot: TopicSnapshot, config: TopicPolicyConfig, now: float) -> 
         return decide(
             new, "bounds", f"{old} workers outside bounds [{lower}, {upper}] ({_bounds_text(config, snapshot)})"
         )
+
+    if state is not None and state.is_stuck:
+        return decide(old, "stuck", f"pipeline {state.state}: {state.reason}")
 
     if len(points) < config.min_samples and not proposal.forced:
         return decide(

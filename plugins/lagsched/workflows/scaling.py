@@ -18,6 +18,18 @@ Wires the registry (MySQL), the lag history (`lagsched.adapters.lag_store`) and 
 Only changes are recorded in ``scaling_decisions`` (the history ops need); holds are returned in
 the summary and logged, so a 5-minute evaluator does not write a row per topic per run.
 
+Manual overrides (`lagsched.adapters.overrides`): a topic with an active override is held at the
+override's count (rule ``override``; a count that drifted from it is set back). Once the override
+has expired or was cancelled it is simply no longer read, and the topic is evaluated normally; if
+its last recorded change was the override's, the first change after it is recorded with rule
+``override_expired`` (the policy's own rule and reason follow in the reason).
+
+Stuck pipelines (`lagsched.core.pipeline_state`): the lag monitor stores each measurement's state
+with the lag record. A topic whose newest record is ``stalled`` or ``stopped`` is held with rule
+``stuck`` and that reason, logged as a warning: more workers cannot help a consumer that does not
+commit. The hold is not written to ``scaling_decisions`` (no change happened); the state itself is
+on the lag record, where the page reads it, and in this summary.
+
 Idempotent on retry: decisions are keyed by (evaluation_id, topic_id). A retried evaluation with
 the same id finds the decision it already applied, never applies a second step, and publishes it
 only if the first attempt died between the commit and the PUBLISH (at-least-once announcements;
@@ -36,12 +48,29 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from lagsched.adapters.decisions import DecisionRow, apply_change, decisions_of, last_change_times, mark_announced
+from lagsched.adapters.decisions import (
+    DecisionRow,
+    apply_change,
+    decisions_of,
+    last_change_times,
+    last_decisions,
+    mark_announced,
+)
 from lagsched.adapters.lag_store import SCALING_CHANNEL, LagRecord, LagStore
+from lagsched.adapters.overrides import OverrideRow, active_overrides
 from lagsched.adapters.topics import TopicRow, load_topics
 from lagsched.core.config import Settings, TopicPolicyConfig, parse_settings, unknown_topic_overrides
-from lagsched.core.evaluator import Decision, LagPoint, TopicSnapshot, evaluate, is_evaluation_due
+from lagsched.core.evaluator import (
+    Decision,
+    LagPoint,
+    Pin,
+    TopicSnapshot,
+    after_override,
+    evaluate,
+    is_evaluation_due,
+)
 from lagsched.core.names import validate_cluster_name
+from lagsched.core.pipeline_state import stored_state
 from lagsched.core.policies import retention_from_ms
 
 __all__ = [
@@ -49,6 +78,7 @@ __all__ = [
     "STALE_AFTER_MEASUREMENTS",
     "EvaluationSummary",
     "Outcome",
+    "announce_row",
     "announcement",
     "count_live_slots",
     "effective_config",
@@ -111,6 +141,11 @@ class EvaluationSummary:
     def applied(self) -> tuple[Outcome, ...]:
         return tuple(o for o in self.outcomes if o.status == "applied")
 
+    @property
+    def stuck(self) -> tuple[Outcome, ...]:
+        """Topics held because their pipeline is stalled or stopped."""
+        return tuple(o for o in self.outcomes if o.decision is not None and o.decision.rule == "stuck")
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "cluster": self.cluster,
@@ -118,6 +153,7 @@ class EvaluationSummary:
             "at": datetime.fromtimestamp(self.at, tz=UTC).isoformat(),
             "applied": len(self.applied),
             "outcomes": [o.as_dict() for o in self.outcomes],
+            "stuck": [{"topic": o.topic, "reason": o.decision.reason} for o in self.stuck if o.decision is not None],
         }
 
     def table(self) -> str:
@@ -168,6 +204,12 @@ def announcement(cluster: str, topic_id: str, decision: Decision, decision_id: i
         "policy": decision.policy,
         "decision_id": decision_id,
     }
+
+
+def announce_row(conn: Any, redis: Any, row: DecisionRow, now: float) -> None:
+    """Publish a recorded decision on ``lagsched:scaling`` and stamp it announced (an override's,
+    or one a crashed run left unannounced)."""
+    _announce(conn, redis, _announcement_of(row), row.decision_id, now)
 
 
 def _announcement_of(row: DecisionRow) -> dict[str, Any]:
@@ -235,6 +277,8 @@ def evaluate_cluster(
     names = [t.name for t in topics]
     done = decisions_of(mysql, evaluation_id)
     last_change = last_change_times(mysql, [t.topic_id for t in topics])
+    last = last_decisions(mysql, [t.topic_id for t in topics])
+    pins = {o.topic_id: o for o in active_overrides(mysql, cluster, datetime.fromtimestamp(now, tz=UTC))}
     history = store.read_lag_records(names)
     evaluated = store.last_evaluated(names)
     stale_after = STALE_AFTER_MEASUREMENTS * settings.measure_every_s
@@ -256,7 +300,21 @@ def evaluate_cluster(
         if not is_evaluation_due(since, cfg):
             plans.append((topic, None, "not_due"))
             continue
-        decision = evaluate(_snapshot(topic, records, last_change.get(topic.topic_id), live_slots), cfg, now)
+        override = pins.get(topic.topic_id)
+        # The newest record's state: a stale history was dropped above, so an old "stuck" cannot hold.
+        state = stored_state(records[-1].state, records[-1].state_reason) if records else None
+        decision = evaluate(
+            _snapshot(topic, records, last_change.get(topic.topic_id), live_slots),
+            cfg,
+            now,
+            pin=None if override is None else _pin(override),
+            state=state,
+        )
+        previous = last.get(topic.topic_id)
+        if decision.changed and override is None and previous is not None and previous.rule == "override":
+            decision = after_override(decision, f"override ended ({previous.reason})")
+        if decision.rule == "stuck":
+            log.warning("topic %s: held at %d workers, %s", topic.name, decision.old_workers, decision.reason)
         plans.append((topic, decision, "apply" if decision.changed else "held"))
 
     # Phase 2: apply, record and announce.
@@ -276,6 +334,14 @@ def evaluate_cluster(
         if o.status != "not_due":
             store.mark_evaluated(o.topic, now)
     return EvaluationSummary(cluster, evaluation_id, now, tuple(outcomes))
+
+
+def _pin(override: OverrideRow) -> Pin:
+    return Pin(
+        override.linker_workers,
+        override.expires_at.timestamp(),
+        f"override {override.id} by {override.created_by}: {override.reason}",
+    )
 
 
 def _snapshot(
