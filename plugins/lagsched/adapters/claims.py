@@ -38,7 +38,7 @@ import dataclasses
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -127,6 +127,15 @@ _RELEASE = (
     "UPDATE topic_partitions SET claimed_by = NULL, lease_expires_at = NULL"
     " WHERE topic_id = %s AND partition_id = %s AND claimed_by = %s AND claim_epoch = %s"
 )
+
+
+def _only(sql: str, partitions: Sequence[int] | None) -> str:
+    """``sql`` (a pick) limited to ``partitions`` (a rack target); its values follow the pick's
+    WHERE values and precede LIMIT's. The index still serves the order; the IN only filters."""
+    if partitions is None:
+        return sql
+    marks = ", ".join(["%s"] * len(partitions))
+    return sql.replace(" ORDER BY ", f" AND partition_id IN ({marks}) ORDER BY ", 1)
 
 
 class ClaimContentionError(LagschedError):
@@ -344,7 +353,14 @@ class ClaimStore:
 
     # ------------------------------------------------------------------ claim
 
-    def claim(self, slot_id: str, wants: Mapping[str, int], lease_s: float) -> ClaimResult:
+    def claim(
+        self,
+        slot_id: str,
+        wants: Mapping[str, int],
+        lease_s: float,
+        *,
+        targets: Mapping[str, Collection[int]] | None = None,
+    ) -> ClaimResult:
         """Claim rows so the slot holds ``wants[topic]`` rows of each topic (its fair share).
 
         Takes, per topic, ``wants[topic]`` minus the rows the slot already holds, from rows that
@@ -359,9 +375,15 @@ class ClaimStore:
             before, with their current offsets and leases, and the new ones), ``new`` = the rows this
             call claimed, ``short`` = rows still missing per topic, and ``status``: ``complete``,
             ``none_free`` (wait for leases or hand-overs) or ``contended`` (claim again soon).
+
+        ``targets`` (rack-aware consumption, ``core.rack.rack_targets``): for a topic listed there,
+        only the partitions of the slot's target are taken; the others are every other owner's
+        targets, and they hand theirs over at their own boundary (``rebalance`` with the same
+        targets), so the slot may stay short until then. Topics not listed take any free row.
         """
         _check_id("slot_id", slot_id)
         _check_wants(wants)
+        only = {t: sorted(set(ps)) for t, ps in (targets or {}).items()}
         lease_expiry(datetime.now(UTC), lease_s)  # validates lease_s before any I/O
         won: dict[tuple[str, int], int] = {}  # key -> epoch, recorded as soon as it is committed
         last: list[_Pass | None] = [None]
@@ -370,7 +392,7 @@ class ClaimStore:
             """Passes until done; True asks for a backoff and another attempt."""
             while True:
                 last[0] = None  # a pass that fails leaves no trustworthy holding behind
-                done = self._claim_pass(slot_id, wants, lease_s, won)
+                done = self._claim_pass(slot_id, wants, lease_s, won, only)
                 last[0] = done
                 if done.lost == 0 or not shortfall(wants, done.holding):
                     return False
@@ -385,7 +407,7 @@ class ClaimStore:
         holding = final.holding if final is not None else self.held(slot_id)
         short = shortfall(wants, holding)
         # Whether rows are free matters only for a short claim that did not give up.
-        free_left = bool(short) and not gave_up and self._any_free(short)
+        free_left = bool(short) and not gave_up and self._any_free(short, only)
         status = claim_status(short, free_left=free_left, gave_up=gave_up)
         if short:
             log.info("slot %s is short of %s: %s", slot_id, short, status)
@@ -397,17 +419,28 @@ class ClaimStore:
         )
 
     def _claim_pass(
-        self, slot_id: str, wants: Mapping[str, int], lease_s: float, won: dict[tuple[str, int], int]
+        self,
+        slot_id: str,
+        wants: Mapping[str, int],
+        lease_s: float,
+        won: dict[tuple[str, int], int],
+        only: Mapping[str, Sequence[int]],
     ) -> _Pass:
         if self.mode is LockMode.OPTIMISTIC:
-            return self._optimistic_pass(slot_id, wants, lease_s, won)
+            return self._optimistic_pass(slot_id, wants, lease_s, won, only)
         got: list[Claim] = []
-        done = self._transaction(lambda cur: self._locked_pass(cur, slot_id, wants, lease_s, got))
+        done = self._transaction(lambda cur: self._locked_pass(cur, slot_id, wants, lease_s, got, only))
         won.update((c.key, c.claim_epoch) for c in got)  # only now are they committed
         return done
 
-    def _locked_pass(
-        self, cur: Cursor, slot_id: str, wants: Mapping[str, int], lease_s: float, got: list[Claim]
+    def _locked_pass(  # noqa: PLR0917 - private, called from one place
+        self,
+        cur: Cursor,
+        slot_id: str,
+        wants: Mapping[str, int],
+        lease_s: float,
+        got: list[Claim],
+        only: Mapping[str, Sequence[int]],
     ) -> _Pass:
         """One transaction: pick and lock the oldest claimable rows, claim them."""
         now, holding = self._now_and_holding(cur, slot_id)
@@ -415,12 +448,17 @@ class ClaimStore:
         lost = 0
         # Topics in a fixed order, so that locks are taken in (topic, partition) order throughout.
         for topic_id, n in shortfall(wants, holding).items():
+            target = only.get(topic_id)
+            if target is not None and not target:
+                continue  # a target with nothing in it: nothing this slot may take
             if self.mode is LockMode.SKIP_LOCKED:
                 # Rows in claim order; SKIP LOCKED passes over rows others hold and never waits.
-                cur.execute(_PICK + " FOR UPDATE SKIP LOCKED", (topic_id, _to_db(now), n))
+                cur.execute(
+                    _only(_PICK, target) + " FOR UPDATE SKIP LOCKED", (topic_id, _to_db(now), *(target or ()), n)
+                )
                 rows = [(int(p), _offset(o), int(e)) for p, o, e in cur.fetchall()]
             else:
-                rows, lost_here = self._lock_in_key_order(cur, topic_id, now, n)
+                rows, lost_here = self._lock_in_key_order(cur, topic_id, now, n, target)
                 lost += lost_here
             if not rows:
                 continue
@@ -436,7 +474,7 @@ class ClaimStore:
 
     @staticmethod
     def _lock_in_key_order(
-        cur: Cursor, topic_id: str, now: datetime, n: int
+        cur: Cursor, topic_id: str, now: datetime, n: int, target: Sequence[int] | None = None
     ) -> tuple[list[tuple[int, int | None, int]], int]:
         """``for_update``: choose the oldest claimable rows without locks, then lock them by key.
 
@@ -456,7 +494,7 @@ class ClaimStore:
         above = -1
         lost = 0
         for _ in range(_FOR_UPDATE_PICKS):
-            cur.execute(_PICK_ABOVE, (topic_id, _to_db(now), above, 2 * n))
+            cur.execute(_only(_PICK_ABOVE, target), (topic_id, _to_db(now), above, *(target or ()), 2 * n))
             candidates = sorted(int(r[0]) for r in cur.fetchall())
             if not candidates:
                 break
@@ -478,7 +516,12 @@ class ClaimStore:
         return [], lost
 
     def _optimistic_pass(
-        self, slot_id: str, wants: Mapping[str, int], lease_s: float, won: dict[tuple[str, int], int]
+        self,
+        slot_id: str,
+        wants: Mapping[str, int],
+        lease_s: float,
+        won: dict[tuple[str, int], int],
+        only: Mapping[str, Sequence[int]],
     ) -> _Pass:
         """Read candidates unlocked, then compare-and-set each on its epoch, one commit per row.
 
@@ -492,9 +535,14 @@ class ClaimStore:
         got: list[Claim] = []
         lost = conflicts = 0
         for topic_id, n in shortfall(wants, holding).items():
+            target = only.get(topic_id)
+            if target is not None and not target:
+                continue
             # Read twice what is needed, so one lost race moves on to the next-oldest row instead
             # of a full retry (Hevo: "retry with n different Topic Partitions").
-            candidates = self._transaction(partial(self._fetch, sql=_PICK, args=(topic_id, _to_db(now), 2 * n)))
+            candidates = self._transaction(
+                partial(self._fetch, sql=_only(_PICK, target), args=(topic_id, _to_db(now), *(target or ()), 2 * n))
+            )
             taken = lost_here = 0
             for p, off, epoch in candidates:
                 if taken == n:
@@ -534,15 +582,20 @@ class ClaimStore:
         )
         return cur.rowcount == 1
 
-    def _any_free(self, topics: Iterable[str]) -> bool:
-        """Whether any row of ``topics`` is claimable now (a short claim is then contention)."""
+    def _any_free(self, topics: Iterable[str], only: Mapping[str, Sequence[int]] | None = None) -> bool:
+        """Whether any row of ``topics`` (within ``only``'s targets) is claimable now (then a short
+        claim is contention)."""
 
         def op(cur: Cursor) -> bool:
             for topic_id in sorted(topics):
+                target = (only or {}).get(topic_id)
+                if target is not None and not target:
+                    continue
+                marks = "" if target is None else f" AND partition_id IN ({', '.join(['%s'] * len(target))})"
                 cur.execute(
-                    "SELECT 1 FROM topic_partitions WHERE topic_id = %s"
-                    " AND (claimed_by IS NULL OR lease_expires_at <= CURRENT_TIMESTAMP(6)) LIMIT 1",
-                    (topic_id,),
+                    "SELECT 1 FROM topic_partitions WHERE topic_id = %s"  # noqa: S608 - only placeholders
+                    f" AND (claimed_by IS NULL OR lease_expires_at <= CURRENT_TIMESTAMP(6)){marks} LIMIT 1",
+                    (topic_id, *(target or ())),
                 )
                 if cur.fetchone() is not None:
                     return True
@@ -782,12 +835,15 @@ class ClaimStore:
                 released.append(c)
         return released
 
-    def rebalance(self, slot_id: str, wants: Mapping[str, int]) -> list[Claim]:
+    def rebalance(
+        self, slot_id: str, wants: Mapping[str, int], *, targets: Mapping[str, Collection[int]] | None = None
+    ) -> list[Claim]:
         """Hand over, now, the rows the slot holds above its share (``rows_to_release``).
 
         Call it at a batch boundary, after committing: the rows go back with their committed
         offsets, and the slots whose share grew claim them at their next ``claim``. A topic
-        missing from ``wants`` (no longer owned) is handed over whole.
+        missing from ``wants`` (no longer owned) is handed over whole. With ``targets`` (rack-aware
+        consumption) the rows outside the slot's target of a listed topic go too (``rows_to_release``).
 
         Returns:
             The rows released, as they were held (stop consuming them); sorted by key.
@@ -796,7 +852,7 @@ class ClaimStore:
         _check_wants(wants)
 
         def op(cur: Cursor) -> list[Claim]:
-            give = rows_to_release(wants, self._holding(cur, slot_id))
+            give = rows_to_release(wants, self._holding(cur, slot_id), targets)
             return self._release(cur, slot_id, give)
 
         released = self._run("rebalance", op)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -344,18 +344,26 @@ def shortfall(wants: Mapping[str, int], held: Sequence[Claim]) -> dict[str, int]
 # --------------------------------------------------------------------------- giving rows back
 
 
-def rows_to_release(wants: Mapping[str, int], held: Sequence[Claim]) -> list[Claim]:
+def rows_to_release(
+    wants: Mapping[str, int], held: Sequence[Claim], targets: Mapping[str, Collection[int]] | None = None
+) -> list[Claim]:
     """The rows a slot should hand over now: per topic, those held beyond ``wants[topic]``.
 
     A topic absent from ``wants`` (the slot no longer owns it) is handed over whole. Within a topic
     the slot keeps its lowest partitions and gives back the highest, so two calls from the same view
     choose the same rows. The result is sorted by (topic, partition), the order rows are locked in.
 
+    ``targets`` (rack-aware consumption, ``core.rack.rack_targets``): for a topic listed there, the
+    rows outside the slot's target are handed over too (their target owner claims them), and the
+    excess above the share is taken from the rest. Topics not listed follow the plain rule.
+
     >>> from datetime import timezone
     >>> t = datetime(2026, 1, 1, tzinfo=timezone.utc)
     >>> held = [Claim("a", p, None, 1, t) for p in (3, 0, 2, 1)] + [Claim("b", 0, None, 1, t)]
     >>> [c.key for c in rows_to_release({"a": 2}, held)]
     [('a', 2), ('a', 3), ('b', 0)]
+    >>> [c.key for c in rows_to_release({"a": 2, "b": 1}, held, {"a": {1, 3}})]
+    [('a', 0), ('a', 2)]
     """
     for topic_id, n in wants.items():
         if n < 0:
@@ -366,7 +374,10 @@ def rows_to_release(wants: Mapping[str, int], held: Sequence[Claim]) -> list[Cla
     give: list[Claim] = []
     for topic_id, rows in by_topic.items():
         rows.sort(key=lambda c: c.partition_id)
-        give.extend(rows[wants.get(topic_id, 0) :])
+        target = targets.get(topic_id) if targets is not None else None
+        kept = rows if target is None else [c for c in rows if c.partition_id in target]
+        give.extend(c for c in rows if c not in kept)
+        give.extend(kept[wants.get(topic_id, 0) :])
     return sorted(give, key=lambda c: c.key)
 
 
