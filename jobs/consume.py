@@ -51,6 +51,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--exit-when-idle", action="store_true", help="exit once every claimed partition is caught up")
     p.add_argument("--stats-file", help="append one JSON line per batch here")
     p.add_argument(
+        "--rack",
+        help="this slot's rack (availability zone, a broker.rack value): prefer partitions led from it and "
+        "read from same-rack replicas (docs/rack.md; default: none)",
+    )
+    p.add_argument(
         "--start-from", choices=[s.value for s in StartFrom], default="earliest",
         help="where a never-consumed partition starts (default: %(default)s)",
     )  # fmt: skip
@@ -106,11 +111,12 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
         group=None if args.no_mirror else (args.group or f"lagsched.{cluster}"),
         exit_when_idle=args.exit_when_idle,
         start_from=StartFrom(args.start_from),
+        rack=args.rack,
     )
     kafka = kafka_config()
     mysql = mysql_params()
     redis_conf = redis_params()
-    log.info("slot %s (%s) of cluster %s, sink %s", args.slot, slot_id, cluster, settings.sink)
+    log.info("slot %s (%s) of cluster %s, rack %s, sink %s", args.slot, slot_id, cluster, settings.rack, settings.sink)
     # Every client error below is re-raised naming its Connection (where it points, never secrets).
     with naming_connections(mysql_target(mysql), redis_target(redis_conf)):
         return _consume(args, settings, kafka=kafka, mysql=mysql, redis_conf=redis_conf, stop=stop)
@@ -127,7 +133,7 @@ def _consume(
     from lagsched.adapters.lag_store import SCALING_CHANNEL, redis_client
     from lagsched.adapters.mysql import connect
     from lagsched.adapters.slots import SlotRegistry
-    from lagsched.workflows.consume import ScalingListener, SlotKeeper, SlotRun, run_slot
+    from lagsched.workflows.consume import ScalingListener, SlotKeeper, SlotRacks, SlotRun, run_slot
 
     slot_id, cluster = settings.slot_id, settings.cluster
     # MySQL and Redis first: a wrong setting fails in a second, not after the JVM's start.
@@ -143,6 +149,8 @@ def _consume(
         stats.flush()
     wake = threading.Event()
     registry = SlotRegistry(redis)
+    # The reads fetch from a same-rack replica where the brokers allow it (KIP-392).
+    read_config = spark.with_client_rack(kafka, settings.rack)
     listener = ScalingListener(redis_client(redis_conf), SCALING_CHANNEL, cluster, wake)
     with open_claim_store(mysql) as store:
         keeper = SlotKeeper(
@@ -158,11 +166,12 @@ def _consume(
             store=store,
             registry=registry,
             admin=admin_client(kafka),
-            write=lambda reads: sink.write_batch(session, kafka, reads, settings.sink),
+            write=lambda reads: sink.write_batch(session, read_config, reads, settings.sink),
             keeper=keeper,
             stop=stop,
             wake=wake,
             stats=stats,
+            racks=SlotRacks(redis),
         )
         listener.start()
         try:

@@ -54,6 +54,22 @@ def session(app_name: str, *, master: str | None = "local[2]", conf: Mapping[str
     return builder.getOrCreate()
 
 
+def with_client_rack(kafka_config: Mapping[str, Any], rack: str | None) -> dict[str, Any]:
+    """``kafka_config`` plus ``client.rack`` (when ``rack`` is given) for the reader's consumers.
+
+    ``read_offset_ranges`` passes it on as ``kafka.client.rack``: brokers running the
+    ``RackAwareReplicaSelector`` then serve the reads from the replica in that rack (fetch from
+    follower, KIP-392) instead of the leader, wherever it is (docs/rack.md).
+
+    >>> with_client_rack({"bootstrap.servers": "b:9092"}, "a")
+    {'bootstrap.servers': 'b:9092', 'client.rack': 'a'}
+    """
+    config = dict(kafka_config)
+    if rack is not None:
+        config["client.rack"] = rack
+    return config
+
+
 def read_offset_ranges(
     spark: SparkSession,
     kafka_config: Mapping[str, Any],
@@ -64,7 +80,9 @@ def read_offset_ranges(
     """Exactly the records of ``ranges`` through Spark's Kafka batch source.
 
     ``failOnDataLoss`` stays true: if retention deleted part of a range, the read fails rather
-    than silently skipping records.
+    than silently skipping records. Every ``kafka_config`` entry goes to the consumers as
+    ``kafka.<key>``, so a ``client.rack`` (``with_client_rack``) makes them fetch from a
+    same-rack replica.
     """
     reader = spark.read.format("kafka").option("includeHeaders", str(include_headers).lower())
     for key, value in kafka_config.items():

@@ -12,6 +12,11 @@ The loop (docs/consumer.md), at every batch boundary:
 7. ``commit_offset`` stores the new offsets under the epoch and clears the recorded batch;
 8. mirror the offsets into the Kafka consumer group.
 
+With a rack (``ConsumerSettings.rack``, docs/rack.md), a topic whose owners span racks is claimed
+by rack targets (``core.rack.rack_targets``): each owner holds partitions led from its own rack
+first, within its unchanged fair share; racks of the other owners come from ``SlotRacks`` (Redis),
+partition leaders from Kafka at each boundary.
+
 A background ``SlotKeeper`` heartbeats the slot and renews its leases for the whole run, so a long
 Spark batch never lets either lapse; a ``ScalingListener`` wakes the loop when a scaling decision is
 published. The run ends at its time budget, on a stop request (SIGTERM), when idle (if asked), or
@@ -32,17 +37,27 @@ from typing import IO, Any, Protocol
 
 from lagsched.adapters.claims import ClaimStore
 from lagsched.adapters.gaps import RetentionGap, record_gap
-from lagsched.adapters.kafka_admin import kafka_topic_ids, mirror_group_offsets, read_offsets
-from lagsched.adapters.ownership import current_assignment, wants_for
+from lagsched.adapters.kafka_admin import kafka_topic_ids, leader_racks, mirror_group_offsets, read_offsets
+from lagsched.adapters.ownership import OwnershipView, current_assignment, wants_for
 from lagsched.adapters.sink import BatchRead, SinkWrite
 from lagsched.adapters.slots import SlotRegistry
 from lagsched.adapters.topics import load_topics
 from lagsched.core.batches import OffsetAheadError, PartitionPlan, StartFrom, batch_is_due, plan_partition
 from lagsched.core.claims import Claim, ClaimLostError
 from lagsched.core.errors import KafkaOffsetsError, LagschedError
+from lagsched.core.rack import RackOwner, rack_targets, spans_racks
 from lagsched.core.registry import TopicRow
+from lagsched.core.rendezvous import fair_share
 
-__all__ = ["ConsumerSettings", "RunOutcome", "ScalingListener", "SlotKeeper", "StopReason", "run_slot"]
+__all__ = [
+    "ConsumerSettings",
+    "RunOutcome",
+    "ScalingListener",
+    "SlotKeeper",
+    "SlotRacks",
+    "StopReason",
+    "run_slot",
+]
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +91,9 @@ class ConsumerSettings:
     start_from: StartFrom = StartFrom.EARLIEST
     #: How long a wait between batches sleeps at most before looking again.
     poll_s: float = 1.0
+    #: The slot's rack (availability zone, as brokers name theirs in ``broker.rack``); None: none.
+    #: It makes the slot prefer partitions led from its rack and fetch from same-rack replicas.
+    rack: str | None = None
 
     def __post_init__(self) -> None:
         checks = {
@@ -87,6 +105,7 @@ class ConsumerSettings:
             # A lease must outlive a few missed heartbeats' worth of renewals.
             "lease_s": self.lease_s >= 3 * self.heartbeat_s,
             "poll_s": self.poll_s > 0,
+            "rack": self.rack is None or bool(self.rack.strip()),
         }
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
@@ -180,6 +199,33 @@ class SlotKeeper:
                 return
 
 
+class SlotRacks:
+    """Each slot's rack, in the Redis hash ``<namespace>:slot_racks`` (slot id -> rack).
+
+    Owners of a topic read their co-owners' racks here to compute the same rack targets. A slot
+    without a rack is absent. Entries of slots that left are harmless: only live owners are read.
+    """
+
+    def __init__(self, client: Any, namespace: str = "lagsched") -> None:
+        self._client = client
+        self._key = f"{namespace}:slot_racks"
+
+    def announce(self, slot_id: str, rack: str | None) -> None:
+        if rack is None:
+            self._client.hdel(self._key, slot_id)
+        else:
+            self._client.hset(self._key, slot_id, rack)
+
+    def racks(self, slot_ids: Sequence[str]) -> dict[str, str | None]:
+        if not slot_ids:
+            return {}
+        values = self._client.hmget(self._key, list(slot_ids))
+        return {
+            s: (v.decode() if isinstance(v, bytes) else v) if v is not None else None
+            for s, v in zip(slot_ids, values, strict=True)
+        }
+
+
 class ScalingListener:
     """Wakes the loop when a scaling decision is published on ``lagsched:scaling``.
 
@@ -248,8 +294,10 @@ class SlotRun:
         wake: threading.Event,
         stats: IO[str] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        racks: SlotRacks | None = None,
     ) -> None:
         self.s = settings
+        self.racks = racks
         self.conn, self.store, self.registry, self.admin = conn, store, registry, admin
         self.write, self.keeper, self.stop, self.wake = write, keeper, stop, wake
         self.stats, self.clock = stats, clock
@@ -310,7 +358,8 @@ class SlotRun:
         """One boundary: claim, plan, maybe run a batch. A reason to stop, or None to go on."""
         topics = {t.topic_id: t for t in load_topics(self.conn, self.s.cluster)}
         live = self.registry.live_slots(datetime.now(UTC), self.s.slot_timeout_s)
-        owned = wants_for(self.s.slot_id, current_assignment(self.conn, live))
+        view = current_assignment(self.conn, live)
+        owned = wants_for(self.s.slot_id, view)
         foreign = [t for t, n in owned.items() if n and t not in topics]
         if foreign and not self._warned_foreign:
             # Ownership is computed per database over every enabled topic; lanes of another
@@ -327,10 +376,11 @@ class SlotRun:
         elif self._owned:
             log.info("this slot no longer owns any topic (scaled in, or its topics were disabled); ending the run")
             return StopReason.RESCALED
-        handed = self.store.rebalance(self.s.slot_id, wants)
+        targets = self._rack_targets(view, wants, topics)
+        handed = self.store.rebalance(self.s.slot_id, wants, targets=targets)
         if handed:
             log.info("handed over %s", _keys(handed, topics))
-        result = self.store.claim(self.s.slot_id, wants, self.s.lease_s)
+        result = self.store.claim(self.s.slot_id, wants, self.s.lease_s, targets=targets)
         held = [c for c in result.claims if c.topic_id in wants]
         self.keeper.hold(held)
         if result.new:
@@ -353,6 +403,37 @@ class SlotRun:
             return None
         self._run_batch(batch, topics)
         return None
+
+    def _rack_targets(
+        self, view: OwnershipView, wants: Mapping[str, int], topics: Mapping[str, TopicRow]
+    ) -> dict[str, frozenset[int]] | None:
+        """This slot's rack target per owned topic whose owners span racks (docs/rack.md); None: no
+        preference anywhere (no rack directory, or no topic's owners span racks)."""
+        if self.racks is None or not wants:
+            return None
+        owners = {t: view.assignment.owners_of(t) for t in wants}
+        racks = self.racks.racks(sorted({s for os in owners.values() for s in os}))
+        specs = {
+            t: [RackOwner(s, racks.get(s), fair_share(topics[t].partition_count, len(os), i)) for i, s in enumerate(os)]
+            for t, os in owners.items()
+            if os
+        }
+        spanning = {t: o for t, o in specs.items() if spans_racks(o)}
+        if not spanning:
+            return None
+        try:
+            leaders = leader_racks(self.admin, [topics[t].name for t in spanning])
+        except KafkaOffsetsError as exc:
+            # A preference only: without leaders, claim as if there were no racks this time.
+            log.warning("no partition leaders for rack-aware claiming (%s); claiming any rows this time", exc)
+            return None
+        targets: dict[str, frozenset[int]] = {}
+        for t, rack_owners in spanning.items():
+            by_partition = leaders.get(topics[t].name)
+            if by_partition is None or len(by_partition) != topics[t].partition_count:
+                continue  # the registry and Kafka disagree on the partitions: the topic sync catches up
+            targets[t] = rack_targets(by_partition, rack_owners).get(self.s.slot_id, frozenset())
+        return targets or None
 
     def _wait(self, seconds: float) -> None:
         if seconds > 0 and self.wake.wait(seconds):
@@ -514,6 +595,9 @@ def _keys(claims: Sequence[Claim], topics: Mapping[str, TopicRow]) -> str:
 
 def run_slot(settings: ConsumerSettings, run: SlotRun) -> RunOutcome:
     """Run the loop with its keeper; the slot leaves the live set at the end, whatever happened."""
+    if run.racks is not None:
+        # Before the first heartbeat, so co-owners never see this slot live without its rack.
+        run.racks.announce(settings.slot_id, settings.rack)
     run.keeper.start()
     try:
         return run.run()
