@@ -243,8 +243,11 @@ class SupervisorAnswering:
 @pytest.mark.parametrize(
     ("error", "detail", "expected"),
     [
-        ("API_SERVER_ERROR", {"status_code": None, "message": "[Errno 111] Connection refused",
-                              "exception_type": "ConnectError"}, ConnectionLookupFailed),  # fmt: skip
+        (
+            "API_SERVER_ERROR",
+            {"status_code": None, "message": "[Errno 111] Connection refused", "exception_type": "ConnectError"},
+            ConnectionLookupFailed,
+        ),
         ("API_SERVER_ERROR", {"status_code": 500, "message": "Internal Server Error"}, ConnectionLookupFailed),
         ("CONNECTION_NOT_FOUND", {"conn_id": "lagsched_nope"}, ConnectionNotFound),
     ],
