@@ -32,7 +32,6 @@ environment: give the cluster the Connections through its own secret store inste
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -60,40 +59,14 @@ def _env_name(conn_id: str) -> str:
 def child_connections_environment(kafka_conn_id: str, conn_ids: Sequence[str] = CHILD_CONNECTIONS) -> dict[str, str]:
     """``AIRFLOW_CONN_*`` values for the job: ``conn_ids``, with ``lagsched_kafka`` taken from ``kafka_conn_id``.
 
-    Resolved inside a task, through Airflow's secrets backends. Never logged.
+    Resolved inside a task, through Airflow's secrets backends (`lagsched.connections.child_environment`,
+    which also masks them in logs). Never logged.
     """
+    from lagsched.connections import child_environment
+
     resolve = [kafka_conn_id if cid == "lagsched_kafka" else cid for cid in conn_ids]
-    try:
-        from lagsched.connections import child_environment  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:
-        resolved = _child_environment_fallback(resolve)
-    else:
-        resolved = dict(child_environment(resolve))
-    env = {}
-    for cid, asked in zip(conn_ids, resolve, strict=True):
-        env[_env_name(cid)] = resolved[_env_name(asked)]
-    return env
-
-
-# FALLBACK until lagsched.connections.child_environment (interface I1) lands: the same JSON form,
-# built from the Connection Airflow resolves. Delete this function when I1 is merged.
-def _child_environment_fallback(conn_ids: Sequence[str]) -> dict[str, str]:
-    from airflow.sdk import BaseHook
-
-    env: dict[str, str] = {}
-    for cid in conn_ids:
-        conn = BaseHook.get_connection(cid)
-        value = {
-            "conn_type": conn.conn_type,
-            "host": conn.host,
-            "port": conn.port,
-            "login": conn.login,
-            "password": conn.password,
-            "schema": conn.schema,
-            "extra": conn.extra_dejson,
-        }
-        env[_env_name(cid)] = json.dumps({k: v for k, v in value.items() if v not in (None, "", {})})
-    return env
+    resolved = child_environment(resolve)
+    return {_env_name(cid): resolved[_env_name(asked)] for cid, asked in zip(conn_ids, resolve, strict=True)}
 
 
 def connector_jars_from_environment() -> str:

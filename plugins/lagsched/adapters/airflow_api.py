@@ -102,7 +102,70 @@ class AirflowAPI:
         answer = self._request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
         return list(answer["task_instances"])
 
-    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value") -> Any:
-        """A task's XCom value (its return value by default)."""
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value", map_index: int = -1) -> Any:
+        """A task's XCom value (its return value by default); ``map_index`` for one mapped instance."""
         path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}"
+        if map_index >= 0:
+            path += f"?map_index={map_index}"
         return self._request("GET", path)["value"]
+
+    # -- DAGs and runs --------------------------------------------------------------------------
+
+    def set_paused(self, dag_id: str, paused: bool) -> None:
+        """Pause or unpause a DAG (a paused DAG starts no run, scheduled or triggered)."""
+        self._request("PATCH", f"/api/v2/dags/{dag_id}?update_mask=is_paused", {"is_paused": paused})
+
+    def dag_runs(self, dag_id: str, limit: int = 100) -> list[dict[str, Any]]:
+        """The DAG's runs, newest first."""
+        answer = self._request("GET", f"/api/v2/dags/{dag_id}/dagRuns?order_by=-run_after&limit={int(limit)}")
+        return list(answer["dag_runs"])
+
+    def mark_run(self, dag_id: str, run_id: str, state: str) -> None:
+        """Set a run's state (``failed`` or ``success`` stops it: its running tasks are killed)."""
+        self._request("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}", {"state": state})
+
+    # -- Variables and pools --------------------------------------------------------------------
+
+    def get_variable(self, key: str) -> str | None:
+        """A Variable's stored value (text), or None when it is not set."""
+        try:
+            answer = self._request("GET", f"/api/v2/variables/{key}")
+        except AirflowAPIError as exc:
+            if "HTTP 404" in str(exc):
+                return None
+            raise
+        return str(answer["value"])
+
+    def set_variable(self, key: str, value: str, description: str | None = None) -> None:
+        """Create or replace a Variable (the value is stored as given: JSON text stays text)."""
+        body: dict[str, Any] = {"key": key, "value": value}
+        if description is not None:
+            body["description"] = description
+        if self.get_variable(key) is None:
+            self._request("POST", "/api/v2/variables", body)
+        else:
+            self._request("PATCH", f"/api/v2/variables/{key}", body)
+
+    def delete_variable(self, key: str) -> None:
+        """Delete a Variable; nothing happens when it is not set."""
+        try:
+            self._request("DELETE", f"/api/v2/variables/{key}")
+        except AirflowAPIError as exc:
+            if "HTTP 404" not in str(exc):
+                raise
+
+    def get_pool(self, name: str) -> dict[str, Any] | None:
+        try:
+            answer: dict[str, Any] = self._request("GET", f"/api/v2/pools/{name}")
+        except AirflowAPIError as exc:
+            if "HTTP 404" in str(exc):
+                return None
+            raise
+        return answer
+
+    def ensure_pool(self, name: str, slots: int, description: str = "") -> bool:
+        """Create the pool unless it exists (an existing pool's size is the operator's: kept). True if created."""
+        if self.get_pool(name) is not None:
+            return False
+        self._request("POST", "/api/v2/pools", {"name": name, "slots": slots, "description": description})
+        return True

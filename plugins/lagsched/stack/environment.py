@@ -20,6 +20,10 @@ KAFKA_CONN_ID = "lagsched_kafka"
 MYSQL_CONN_ID = "lagsched_mysql"
 REDIS_CONN_ID = "lagsched_redis"
 SPARK_CONN_ID = "lagsched_spark"
+#: The consume DAG's pool; the stack's Airflow creates it (`Airflow.after_start`) with this size.
+CONSUME_POOL = "lagsched_consume"
+#: Three slots at once on a 2-core machine: with the monitor and the evaluator, what it can carry.
+CONSUME_POOL_SLOTS = 3
 
 
 def spark_jars(cfg: StackConfig) -> list[Path]:
@@ -41,7 +45,8 @@ def connection_environment(cfg: StackConfig) -> dict[str, str]:
             "schema": MYSQL_DATABASE,
         },
         REDIS_CONN_ID: {"conn_type": "redis", "host": "127.0.0.1", "port": cfg.redis_port, "extra": {"db": 0}},
-        SPARK_CONN_ID: {"conn_type": "spark", "host": "local[2]"},
+        # Each consumer slot is its own driver: one task thread each, parallelism comes from slots.
+        SPARK_CONN_ID: {"conn_type": "spark", "host": "local[1]"},
     }
     return {f"AIRFLOW_CONN_{cid.upper()}": json.dumps(value) for cid, value in conns.items()}
 
@@ -57,7 +62,8 @@ def stack_environment(cfg: StackConfig) -> dict[str, str]:
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         # Airflow's default of 32 starts 32 processes on a 2-core machine.
-        "AIRFLOW__CORE__PARALLELISM": os.environ.get("AIRFLOW__CORE__PARALLELISM", "4"),
+        # Room for the consume pool's 3 slots plus the monitor, evaluator and a manual run.
+        "AIRFLOW__CORE__PARALLELISM": os.environ.get("AIRFLOW__CORE__PARALLELISM", "6"),
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
         "AIRFLOW__API__HOST": "127.0.0.1",

@@ -360,6 +360,16 @@ class Airflow(Service):
         env.update(stack_environment(self.cfg))
         return env
 
+    def after_start(self) -> None:
+        """Create the consume DAG's pool (its size bounds the slots running at once) unless it exists."""
+        from lagsched.adapters.airflow_api import AirflowAPI
+        from lagsched.stack.environment import CONSUME_POOL, CONSUME_POOL_SLOTS
+
+        api = AirflowAPI.for_simple_auth(f"http://127.0.0.1:{self.cfg.airflow_port}", self.cfg.airflow_home)
+        api.ensure_pool(
+            CONSUME_POOL, CONSUME_POOL_SLOTS, "lagsched consumer slots running at once (lagsched_consume DAG)"
+        )
+
     def is_healthy(self) -> bool:
         url = f"http://127.0.0.1:{self.cfg.airflow_port}/api/v2/monitor/health"
         try:
