@@ -23,7 +23,14 @@ if TYPE_CHECKING:
 
     Connection = pymysql.connections.Connection[pymysql.cursors.Cursor]
 
-__all__ = ["PartitionState", "clusters", "partition_states", "recent_decisions", "retention_gaps"]
+__all__ = [
+    "PartitionState",
+    "clusters",
+    "overrides_if_migrated",
+    "partition_states",
+    "recent_decisions",
+    "retention_gaps",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +68,24 @@ def _epoch(value: Any) -> float | None:
 
 def _to_db(at: float) -> datetime:
     return datetime.fromtimestamp(at, tz=UTC).replace(tzinfo=None)
+
+
+def overrides_if_migrated(conn: Connection, cluster: str, now: datetime) -> list[Any] | None:
+    """`lagsched.adapters.overrides.active_overrides`, or None while its table does not exist yet.
+
+    The page must keep working on a database where migration V006 has not been applied.
+    """
+    import pymysql
+
+    from lagsched.adapters.overrides import active_overrides
+
+    try:
+        return list(active_overrides(conn, cluster, now))
+    except pymysql.err.ProgrammingError as exc:
+        conn.rollback()
+        if exc.args and exc.args[0] == 1146:  # no such table
+            return None
+        raise
 
 
 def clusters(conn: Connection) -> list[str]:

@@ -355,9 +355,10 @@ def workers_steps(decisions: Sequence[DecisionView], current: int, start: float,
     """The ``linker_workers`` of one topic over ``[start, end]`` as a step line, from its decisions.
 
     ``decisions`` are the topic's, in any order. The line starts at ``start`` with the value in
-    force then (the ``old_workers`` of the first decision after ``start``, or the newest value of
-    an earlier one, or ``current`` when there is none), steps at each decision inside the window,
-    and ends at ``end`` with ``current``, the value the registry holds now.
+    force then (the newest value of an earlier decision, or the ``old_workers`` of the first one
+    after ``start``, or ``current`` when there is none), steps at each decision inside the window,
+    and ends at ``end`` with ``current``, the value the registry holds now (or, for a window that
+    ends before a later decision, the value that decision replaced).
 
     >>> d = [DecisionView(1, 50.0, "t", 1, 3, "hevo_step", "hevo", "lag rising", 900, 12.0)]
     >>> [(s.at, s.workers) for s in workers_steps(d, 3, 0.0, 100.0)]
@@ -366,16 +367,19 @@ def workers_steps(decisions: Sequence[DecisionView], current: int, start: float,
     ordered = sorted(decisions, key=lambda d: (d.decided_at, d.decision_id))
     before = [d for d in ordered if d.decided_at <= start]
     inside = [d for d in ordered if start < d.decided_at <= end]
+    after = [d for d in ordered if d.decided_at > end]
+    # A window that ends before a later decision ends at the value that decision replaced.
+    last = after[0].old_workers if after else current
     if before:
         first = before[-1].new_workers
     elif inside:
         first = inside[0].old_workers
     else:
-        first = current
+        first = last
     steps = [WorkersStep(start, first)]
     steps += [WorkersStep(d.decided_at, d.new_workers, d.rule, d.reason) for d in inside]
     if end > steps[-1].at:
-        steps.append(WorkersStep(end, current))
+        steps.append(WorkersStep(end, last))
     return steps
 
 

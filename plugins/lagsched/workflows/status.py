@@ -25,7 +25,13 @@ from typing import Any
 
 from lagsched.adapters.lag_store import LagRecord, LagStore
 from lagsched.adapters.slots import SlotRegistry, slot_id_for
-from lagsched.adapters.status_queries import clusters, partition_states, recent_decisions, retention_gaps
+from lagsched.adapters.status_queries import (
+    clusters,
+    overrides_if_migrated,
+    partition_states,
+    recent_decisions,
+    retention_gaps,
+)
 from lagsched.adapters.topics import load_topics
 from lagsched.core.names import validate_cluster_name, validate_topic_name
 from lagsched.core.status import (
@@ -62,25 +68,20 @@ def _slot_names(cluster: str) -> dict[str, str]:
     return {slot_id_for(f"{cluster}-slot-{n}"): f"{cluster}-slot-{n}" for n in range(SLOT_NAMES_TRIED)}
 
 
+def _utc(value: datetime) -> datetime:
+    # DATETIME columns come back naive, holding UTC wall time (sessions run in UTC).
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
 def _override_dicts(mysql: Any, cluster: str, now: float) -> tuple[list[dict[str, Any]], str | None]:
     """Active overrides as JSON dicts, and a note when they could not be read."""
-    try:
-        from lagsched.adapters.overrides import active_overrides  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return [], "manual overrides are not available in this version (lagsched.adapters.overrides is missing)"
-    import pymysql
-
-    try:
-        rows = active_overrides(mysql, cluster, datetime.fromtimestamp(now, tz=UTC))
-    except pymysql.err.ProgrammingError as exc:
-        mysql.rollback()
-        if exc.args and exc.args[0] == 1146:  # no such table: migration V006 not applied yet
-            return [], "manual overrides are not available: run the lagsched_setup DAG to apply migration V006"
-        raise
+    rows = overrides_if_migrated(mysql, cluster, datetime.fromtimestamp(now, tz=UTC))
+    if rows is None:
+        return [], "manual overrides are not available: run the lagsched_setup DAG to apply migration V006"
     out = []
     for row in rows:
-        d = dataclasses.asdict(row) if dataclasses.is_dataclass(row) and not isinstance(row, type) else dict(row)
-        out.append({k: (v.astimezone(UTC).isoformat() if isinstance(v, datetime) else v) for k, v in d.items()})
+        d = dataclasses.asdict(row)
+        out.append({k: (_utc(v).isoformat() if isinstance(v, datetime) else v) for k, v in d.items()})
     return out, None
 
 
@@ -134,7 +135,7 @@ def cluster_status(
         for s in sorted(set(live) | set(claims_by_slot))
     )
 
-    override_by_topic = {str(o.get("topic")): o for o in overrides}
+    override_by_topic = {str(o.get("topic_id")): o for o in overrides}
     views = []
     for t in topics:
         newest: LagRecord | None = records.get(t.name, ())[-1] if records.get(t.name) else None
@@ -151,10 +152,9 @@ def cluster_status(
                 measured_at=None if newest is None else newest.at,
                 linker_workers=t.linker_workers,
                 owners=tuple(sorted(owners.get(t.name, ()))),
-                # Read with defaults: records stored before the monitor judged stuck pipelines have neither.
-                state=topic_state(getattr(newest, "state", None)),
-                state_reason=str(getattr(newest, "state_reason", "") or ""),
-                override=override_by_topic.get(t.name),
+                state=topic_state(None if newest is None else newest.state),
+                state_reason="" if newest is None else newest.state_reason,
+                override=override_by_topic.get(t.topic_id),
             )
         )
     anomalies = find_anomalies(
@@ -204,7 +204,7 @@ def lag_history(
     validate_topic_name(topic)
     store = LagStore(redis, cluster)
     records = store.read_lag_records([topic])[topic]
-    points = [HistoryPoint(r.at, r.lag, r.time_lag_s, r.lost, topic_state(getattr(r, "state", None))) for r in records]
+    points = [HistoryPoint(r.at, r.lag, r.time_lag_s, r.lost, topic_state(r.state)) for r in records]
     out: dict[str, Any] = {
         "cluster": cluster,
         "topic": topic,

@@ -1,0 +1,192 @@
+"""The status read model's pure rules: Prometheus text, the workers step line, anomalies, states."""
+
+from __future__ import annotations
+
+import ast
+import math
+from pathlib import Path
+
+import pytest
+
+from lagsched.core.lag import OffsetSample
+from lagsched.core.status import (
+    ClaimView,
+    DecisionView,
+    Metric,
+    TopicView,
+    escape_label_value,
+    find_anomalies,
+    partition_figures,
+    render_prometheus,
+    topic_state,
+    workers_steps,
+)
+
+
+def test_prometheus_text_escapes_label_values_and_help() -> None:
+    text = render_prometheus(
+        [
+            Metric(
+                "lagsched_topic_lag_records",
+                "Records behind\\ per topic\nsecond line.",
+                "gauge",
+                (({"topic": 'we"ird\\name\nx', "cluster": "c1"}, 12.0),),
+            )
+        ]
+    )
+    assert text == (
+        "# HELP lagsched_topic_lag_records Records behind\\\\ per topic\\nsecond line.\n"
+        "# TYPE lagsched_topic_lag_records gauge\n"
+        'lagsched_topic_lag_records{cluster="c1",topic="we\\"ird\\\\name\\nx"} 12\n'
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (3.0, "3"),
+        (0.25, "0.25"),
+        (-2.0, "-2"),
+        (math.nan, "NaN"),
+        (math.inf, "+Inf"),
+        (-math.inf, "-Inf"),
+        (1e20, "1e+20"),
+    ],
+)
+def test_prometheus_values(value: float, shown: str) -> None:
+    line = render_prometheus([Metric("x", "h", "gauge", (({}, value),))]).splitlines()[-1]
+    assert line == f"x {shown}"
+
+
+def test_a_family_without_samples_still_declares_itself() -> None:
+    assert render_prometheus([Metric("lagsched_live_slots", "Live.", "gauge", ())]) == (
+        "# HELP lagsched_live_slots Live.\n# TYPE lagsched_live_slots gauge\n"
+    )
+    assert render_prometheus([]) == ""
+
+
+@pytest.mark.parametrize(
+    ("name", "labels", "kind"),
+    [("1bad", {}, "gauge"), ("bad-name", {}, "gauge"), ("ok", {"bad-label": "v"}, "gauge"),
+     ("ok", {"__x": "v"}, "gauge"), ("ok", {}, "histogram")],
+)  # fmt: skip
+def test_illegal_metrics_are_refused(name: str, labels: dict[str, str], kind: str) -> None:
+    with pytest.raises(ValueError, match=r"Prometheus|kind"):
+        Metric(name, "h", kind, ((labels, 1.0),))
+
+
+def test_escape_label_value_round_trips_through_a_parser() -> None:
+    raw = 'a\\b"c\nd'
+    escaped = escape_label_value(raw)
+    assert "\n" not in escaped
+    # Unescape the way Prometheus's text parser does.
+    out, i = [], 0
+    while i < len(escaped):
+        if escaped[i] == "\\":
+            out.append({"n": "\n", "\\": "\\", '"': '"'}[escaped[i + 1]])
+            i += 2
+        else:
+            out.append(escaped[i])
+            i += 1
+    assert "".join(out) == raw
+
+
+def decision(i: int, at: float, old: int, new: int, reason: str = "why") -> DecisionView:
+    return DecisionView(i, at, "t", old, new, "rule", "hevo", reason, 0, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("decisions", "current", "expected"),
+    [
+        # no decision at all: flat at the current value
+        ([], 2, [(0.0, 2), (100.0, 2)]),
+        # one inside the window: starts at its old value, steps to its new one
+        ([decision(1, 50.0, 1, 3)], 3, [(0.0, 1), (50.0, 3), (100.0, 3)]),
+        # one before the window: starts at its new value
+        ([decision(1, -10.0, 1, 4)], 4, [(0.0, 4), (100.0, 4)]),
+        # unordered input, two inside and one before
+        ([decision(3, 80.0, 5, 2), decision(1, -5.0, 1, 3), decision(2, 40.0, 3, 5)], 2,
+         [(0.0, 3), (40.0, 5), (80.0, 2), (100.0, 2)]),
+        # changed by hand since the last decision: the line ends at the registry's value
+        ([decision(1, 50.0, 1, 3)], 6, [(0.0, 1), (50.0, 3), (100.0, 6)]),
+        # a decision exactly at the end: no duplicate end point
+        ([decision(1, 100.0, 2, 3)], 3, [(0.0, 2), (100.0, 3)]),
+        # a window that ends before a later decision shows the value that decision replaced
+        ([decision(1, 150.0, 2, 3)], 3, [(0.0, 2), (100.0, 2)]),
+    ],
+)  # fmt: skip
+def test_workers_steps(decisions: list[DecisionView], current: int, expected: list[tuple[float, int]]) -> None:
+    steps = workers_steps(decisions, current, 0.0, 100.0)
+    assert [(s.at, s.workers) for s in steps] == expected
+
+
+def test_workers_steps_carry_the_reason_of_each_decision() -> None:
+    steps = workers_steps([decision(7, 30.0, 1, 2, "lag 5000 above max_lag")], 2, 0.0, 60.0)
+    assert steps[1].reason == "lag 5000 above max_lag"
+    assert steps[1].as_dict()["at"] == "1970-01-01T00:00:30+00:00"
+
+
+def topic(name: str, *, partitions: int = 2, lost: int = 0, measured: float | None = 10.0) -> TopicView:
+    return TopicView("id-" + name, name, partitions, 0, lost, 0.0, 0.0, 0.0, measured, 1, ())
+
+
+def test_anomalies_each_kind() -> None:
+    topics = [topic("a", lost=7), topic("b", measured=None), topic("c")]
+    committed = {("c", 0): 120, ("c", 1): 50, ("a", 0): None}
+    heads = {("c", 0): 100, ("c", 1): 60}
+    claims = [
+        ("slot-live", ClaimView("c", 1, 50, 1000.0, True)),
+        ("slot-dead", ClaimView("c", 0, 120, 1000.0, True)),
+        ("slot-dead", ClaimView("a", 1, None, 5.0, False)),  # lease over: the row is free, nothing to flag
+    ]
+    found = [(a.kind, a.topic, a.partition) for a in find_anomalies(topics, committed, heads, claims, ["slot-live"])]
+    assert found == [
+        ("lost_records", "a", None),
+        ("not_measured", "b", None),
+        ("offset_ahead", "c", 0),
+        ("holder_not_live", "c", 0),
+    ]
+
+
+def test_offset_ahead_names_the_numbers() -> None:
+    [a] = find_anomalies([topic("c", partitions=1)], {("c", 0): 120}, {("c", 0): 100}, [], [])
+    assert "120" in a.detail and "20 beyond" in a.detail and "100" in a.detail
+
+
+def test_no_anomaly_when_all_is_well() -> None:
+    assert find_anomalies([topic("c")], {("c", 0): 10}, {("c", 0): 10}, [], []) == []
+
+
+@pytest.mark.parametrize(("recorded", "shown"), [(None, "ok"), ("ok", "ok"), ("stalled", "stalled"),
+                                                 ("stopped", "stopped"), ("", "ok"), ("STALLED", "ok")])  # fmt: skip
+def test_topic_state(recorded: str | None, shown: str) -> None:
+    assert topic_state(recorded) == shown
+
+
+def test_partition_figures_from_windows() -> None:
+    latest = [OffsetSample(0.0, 0), OffsetSample(60.0, 600), OffsetSample(120.0, 1200)]
+    committed = [OffsetSample(0.0, 0), OffsetSample(120.0, 300)]
+    f = partition_figures("t", 3, latest, committed)
+    assert f is not None
+    assert (f.lag, f.latest, f.committed, f.at) == (900, 1200, 300, 120.0)
+    assert f.time_lag_s == pytest.approx(90.0)  # offset 300 was the head at t=30
+    assert partition_figures("t", 3, latest, []) is None  # nothing committed: no guess
+    assert partition_figures("t", 3, [], committed) is None
+
+
+def test_partition_figures_never_negative() -> None:
+    f = partition_figures("t", 0, [OffsetSample(5.0, 10)], [OffsetSample(5.0, 15)])
+    assert f is not None and f.lag == 0 and f.time_lag_s == 0.0
+
+
+STATUS_QUERIES = Path(__file__).parents[2] / "plugins" / "lagsched" / "adapters" / "status_queries.py"
+
+
+def test_status_queries_only_read() -> None:
+    """The read model joins other repositories' tables, so it must never write them."""
+    tree = ast.parse(STATUS_QUERIES.read_text())
+    strings = [n.value.upper() for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    sql = [s for s in strings if "SELECT " in s or " FROM " in s]
+    assert sql, "the check would pass vacuously: no SQL found"
+    for word in ("INSERT ", "UPDATE ", "DELETE ", "REPLACE ", "FOR UPDATE", "ALTER ", "DROP "):
+        assert not [s for s in strings if word in s], f"status_queries.py writes: {word}"
