@@ -316,3 +316,73 @@ def test_worker_rate_counts_only_holders_with_a_live_lease(
     assert m.consumption_rate == pytest.approx(4.0)  # 2 x 120 records in 60 s
     # One live worker: the dead slot must not halve the per-worker rate.
     assert m.worker_rate == pytest.approx(4.0)
+
+
+def _lease(conn: Any, topic_id: str, holder: str | None, live: bool) -> None:
+    """Every row of the topic held by `holder`, with a lease live for an hour or expired an hour ago."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "UPDATE topic_partitions SET claimed_by = %s, lease_expires_at = CURRENT_TIMESTAMP(6) + INTERVAL"
+            f" {'' if live else '-'}1 HOUR WHERE topic_id = %s",
+            (holder, topic_id),
+        )
+    conn.commit()
+
+
+def test_a_pipeline_with_lag_and_no_commit_is_stalled_with_live_holders_and_stopped_without(
+    new_topic: Callable[..., str],
+    kafka_config: dict[str, Any],
+    db: Any,
+    redis_client: Any,
+    cluster: str,
+    measure_at: Callable[..., Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from lagsched.workflows.scaling import evaluate_cluster
+
+    settings = {"defaults": {"stall_after_measurements": 3, "evaluate_every": 1}}
+    topic, idle = new_topic(2), new_topic(1)
+    produce(kafka_config, topic, 0, 100)
+    produce(kafka_config, topic, 1, 100)
+    produce(kafka_config, idle, 0, 10)
+    topic_id = register(db, cluster, topic, {0: 10, 1: 10})
+    register(db, cluster, idle, {0: 10})  # caught up: its offset stands still with nothing to read
+    _lease(db, topic_id, "slot-a", live=True)
+
+    states = []
+    for i in range(5):  # the offsets move between the first two measurements, then stand still
+        if i == 1:
+            set_committed(db, topic_id, 0, 20)
+        summary = measure_at(T0 + 60 * i, settings)
+        states.append(summary.topic(topic).state)
+    # The move is seen at T0 + 60; three measurements with lag and no move after it make it stalled.
+    assert states == ["ok", "ok", "ok", "ok", "stalled"]
+    stalled = summary.topic(topic)
+    assert stalled.pipeline.unmoved == 3
+    assert "lag 170 and no committed offset moved in the last 3 measurements" in stalled.pipeline.reason
+    assert "2 partition(s) have a live holder that does not commit" in stalled.pipeline.reason
+    assert summary.topic(idle).state == "ok"  # lag 0 is never stuck
+    assert summary.as_dict()["stuck"] == [{"topic": topic, "state": "stalled", "reason": stalled.pipeline.reason}]
+    assert f"STALLED {topic}: lag 170" in summary.table()
+    assert f"topic {topic} is STALLED: lag 170" in caplog.text
+    (newest,) = LagStore(redis_client, cluster).read_lag_records([topic])[topic][-1:]
+    assert (newest.state, newest.state_reason) == ("stalled", stalled.pipeline.reason)
+
+    # The evaluator holds it: more workers would not help (lag 170 alone would not scale anyway,
+    # so the rule, not the policy, is what holds it).
+    evaluation = evaluate_cluster(cluster, settings, mysql=db, redis=redis_client, evaluation_id="e1", now=T0 + 240)
+    held = {o.topic: o for o in evaluation.outcomes}[topic]
+    assert held.status == "held" and held.decision is not None
+    assert (held.decision.rule, held.decision.reason) == ("stuck", f"pipeline stalled: {stalled.pipeline.reason}")
+    assert evaluation.as_dict()["stuck"] == [{"topic": topic, "reason": held.decision.reason}]
+
+    # The holder's lease runs out: nothing consumes the topic any more.
+    _lease(db, topic_id, "slot-a", live=False)
+    stopped = measure_at(T0 + 300, settings).topic(topic)
+    assert stopped.state == "stopped"
+    assert "no committed offset moved in the last 4 measurements" in stopped.pipeline.reason
+    assert "no partition has a live holder" in stopped.pipeline.reason
+
+    # One committed offset moving ends it at once.
+    set_committed(db, topic_id, 1, 50)
+    assert measure_at(T0 + 360, settings).topic(topic).state == "ok"

@@ -337,6 +337,7 @@ def test_the_bounds_themselves_are_accepted() -> None:
             "short_retention_s": 3649 * 86_400,
             "long_retention_s": 3650 * 86_400,
             "max_step": 10_000,
+            "stall_after_measurements": 365,
         },
     }
     low = {
@@ -357,6 +358,7 @@ def test_the_bounds_themselves_are_accepted() -> None:
             "short_retention_s": 1,
             "long_retention_s": 1.5,
             "max_step": 1,
+            "stall_after_measurements": 2,
         },
     }
     assert parse_settings(json.dumps(top)).defaults.max_workers == 10_000
@@ -489,3 +491,41 @@ def test_every_upper_bound_is_documented(doc_path: str) -> None:
                 if bound >= 10**6 and math.log10(bound).is_integer():
                     spelled.add(f"10^{round(math.log10(bound))}")
                 assert any(s in rows[name].split("|")[2] for s in spelled), (name, spelled)
+
+
+# Stalled and stopped pipelines (issue 10): the stall rule counts stored lag records.
+@pytest.mark.parametrize(
+    ("raw", "field", "words"),
+    [
+        ({"defaults": {"stall_after_measurements": 1}}, "defaults.stall_after_measurements", "from 2 to 10,000"),
+        ({"defaults": {"stall_after_measurements": 5.0}}, "defaults.stall_after_measurements", "valid integer"),
+        (
+            {"sample_window": 10, "defaults": {"window": 10, "stall_after_measurements": 11}},
+            "defaults.stall_after_measurements",
+            "<= sample_window (10)",
+        ),
+        (
+            {"sample_ttl_s": 600, "topics": {"t": {"stall_after_measurements": 20}}},
+            "sample_ttl_s",
+            "topics.t.stall_after_measurements (60 x 20 = 1,200): samples would expire before that many measurements "
+            "are stored, and a stalled pipeline would never be detected",
+        ),
+    ],
+)
+def test_stall_after_measurements_is_validated(raw: dict[str, Any], field: str, words: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_settings(raw)
+    assert caught.value.field == field
+    assert words in str(caught.value)
+
+
+def test_a_variable_written_before_stall_after_measurements_existed_stays_valid() -> None:
+    # A 3-sample window cannot hold the default of 5 measurements; unset, that is not an error
+    # (stall detection just never fires), so an upgrade does not break a working Variable.
+    s = parse_settings({"sample_window": 3, "defaults": {"window": 3, "min_samples": 3}})
+    assert s.defaults.stall_after_measurements == 5
+    assert parse_settings({}).for_topic("any").stall_after_measurements == 5
+    assert (
+        parse_settings({"topics": {"t": {"stall_after_measurements": 12}}}).for_topic("t").stall_after_measurements
+        == 12
+    )

@@ -167,6 +167,13 @@ class TopicPolicyConfig(_Model):
         description="Retention at or above this (or infinite) gets the smallest step up, largest down.",
     )
     max_step: int = Field(default=4, ge=1, le=MAX_COUNT, description="Largest step, in workers, of the 'hevo' policy.")
+    stall_after_measurements: int = Field(
+        default=5,
+        ge=2,
+        le=MAX_COUNT,
+        description="Consecutive measurements with lag and no committed offset moving after which the topic's "
+        "pipeline is stalled (its partitions have live holders) or stopped (none); the evaluator then holds it.",
+    )
 
     @field_validator("max_lag")
     @classmethod
@@ -399,12 +406,27 @@ def _global_relations(
     check("evaluate_every", cfg.evaluate_every <= window, f"<= sample_window ({window})")
     # Samples older than sample_ttl_s are dropped, so with a shorter TTL fewer than min_samples (or
     # evaluate_every) measurements are ever stored at once and the topic would never be scaled.
-    count, which = max((cfg.min_samples, "min_samples"), (cfg.evaluate_every, "evaluate_every"))
+    # The stall rule counts stored lag records, so it needs that many kept as well. Checked only
+    # where the field is set, so a Variable written before the field existed stays valid (with a
+    # short sample window or TTL, stall detection then never fires; docs/configuration.md says so).
+    stall_set = "stall_after_measurements" in (settings.defaults.model_fields_set if own else override)
+    if stall_set:
+        check("stall_after_measurements", cfg.stall_after_measurements <= window, f"<= sample_window ({window})")
+    needs = [(cfg.min_samples, "min_samples"), (cfg.evaluate_every, "evaluate_every")]
+    # On a tie the scaling fields are named: theirs is the older and graver consequence.
+    count, which = max(needs)
+    if stall_set and cfg.stall_after_measurements > count:
+        count, which = cfg.stall_after_measurements, "stall_after_measurements"
     least = count * settings.measure_every_s
-    if settings.sample_ttl_s < least and (own or "min_samples" in override or "evaluate_every" in override):
+    if settings.sample_ttl_s < least and (own or which in override or any(f in override for _, f in needs)):
+        consequence = (
+            "a stalled pipeline would never be detected"
+            if which == "stall_after_measurements"
+            else "the topic would never be scaled"
+        )
         allowed = (
             f">= measure_every_s x {path}.{which} ({_number(settings.measure_every_s)} x {count} = {_number(least)}): "
-            "samples would expire before that many measurements are stored, and the topic would never be scaled"
+            f"samples would expire before that many measurements are stored, and {consequence}"
         )
         errors.append(
             ConfigError(

@@ -10,7 +10,12 @@ Wires the adapters to the pure lag math of `lagsched.core.lag`; holds no rule of
 3. computes lag, lost records and the no-offset policy per partition (`measure_lag`), stores a
    (time, latest) and a (time, committed) sample per partition, and from the stored windows
    derives time lag (`estimate_time_lag`), ingress rate and consumption rate;
-4. stores one `LagRecord` per topic (the evaluator's input) and returns a `MeasureSummary`.
+4. tells whether the topic's pipeline is stuck (`lagsched.core.pipeline_state`): lag above zero
+   and no committed offset moving for ``stall_after_measurements`` measurements makes it
+   **stalled** when some of its partitions have a live holder, **stopped** when none has; each
+   stuck topic gets a warning line in the log;
+5. stores one `LagRecord` per topic, with that state (the evaluator's input), and returns a
+   `MeasureSummary`.
 
 ``now`` is a parameter: the DAG passes the wall clock at which it reads the broker (a
 measurement's time is part of the measurement), tests pass fixed times.
@@ -29,6 +34,7 @@ from lagsched.adapters.kafka_admin import OffsetsAdmin, list_partitions, read_of
 from lagsched.adapters.lag_store import LagRecord, LagStore
 from lagsched.adapters.topics import TopicRow, load_partitions, load_topics
 from lagsched.core.config import Settings
+from lagsched.core.evaluator import LagPoint
 from lagsched.core.lag import (
     OffsetSample,
     PartitionLag,
@@ -40,6 +46,7 @@ from lagsched.core.lag import (
     topic_ingress_rate,
     topic_time_lag,
 )
+from lagsched.core.pipeline_state import OK, PipelineState, last_progress_at, pipeline_state
 
 __all__ = ["MeasureSummary", "TopicMeasurement", "measure"]
 
@@ -69,6 +76,7 @@ class TopicMeasurement:
         partition_lags: per-partition detail.
         lost_skipped: records a consumer found deleted and skipped, recorded in ``retention_gaps``
             (part of ``lost``).
+        pipeline: the pipeline's state: ``ok``, ``stalled`` or ``stopped``, with the reason.
     """
 
     topic_id: str
@@ -85,6 +93,12 @@ class TopicMeasurement:
     no_offset_policy: str
     partition_lags: tuple[PartitionLag, ...]
     lost_skipped: int = 0
+    pipeline: PipelineState = OK
+
+    @property
+    def state(self) -> str:
+        """``ok``, ``stalled`` or ``stopped``."""
+        return self.pipeline.state
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready figures (the per-partition detail reduced to partitions with lost records)."""
@@ -104,6 +118,8 @@ class TopicMeasurement:
             "no_offset_policy": self.no_offset_policy,
             "lost_by_partition": {str(p.partition): p.lost for p in self.partition_lags if p.lost},
             "anomalies": _anomalies(self),
+            "state": self.pipeline.state,
+            "state_reason": self.pipeline.reason,
         }
 
     @property
@@ -140,6 +156,11 @@ class MeasureSummary:
     def total_lost(self) -> int:
         return sum(t.lost for t in self.topics)
 
+    @property
+    def stuck(self) -> tuple[TopicMeasurement, ...]:
+        """Topics whose pipeline is stalled or stopped."""
+        return tuple(t for t in self.topics if t.pipeline.is_stuck)
+
     def topic(self, name: str) -> TopicMeasurement:
         """The measurement of topic `name` (KeyError when it was not measured)."""
         for t in self.topics:
@@ -162,6 +183,8 @@ class MeasureSummary:
             # Every anomaly, not only the top topics': each is something an operator must look at.
             "anomalies": {t.topic: _anomalies(t) for t in self.topics if t.anomalies},
             "slot_rates": {k: round(v, 3) for k, v in sorted(self.slot_rates.items())},
+            # Every stuck topic, not only the top ones': more workers will not fix them.
+            "stuck": [{"topic": t.topic, "state": t.state, "reason": t.pipeline.reason} for t in self.stuck],
         }
 
     def table(self, top: int = 10) -> str:
@@ -196,6 +219,8 @@ class MeasureSummary:
             lines.append("no records lost to retention")
         if self.missing:
             lines.append(f"enabled in the registry but missing on the broker: {', '.join(self.missing)}")
+        for t in self.stuck:
+            lines.append(f"{t.state.upper()} {t.topic}: {t.pipeline.reason}")
         for t in self.topics:
             for p in t.anomalies:
                 lines.append(
@@ -317,6 +342,17 @@ def measure(
         total = totals[name]
         lost_skipped = sum(skipped.get(reg.row.topic_id, {}).values())
         worker_rate = _worker_rate(total.lag, consumed, reg, history.get(name, ()), oldest_committed)
+        state = _pipeline_state(
+            [
+                committed_windows[k].samples
+                for p in plags
+                if (k := store.committed_key(name, p.partition)) in committed_windows
+            ],
+            history.get(name, ()),
+            LagPoint(now, total.lag),
+            live_holders=len(reg.holders),
+            stall_after=settings.for_topic(name).stall_after_measurements,
+        )
         m = TopicMeasurement(
             topic_id=reg.row.topic_id,
             topic=name,
@@ -332,6 +368,7 @@ def measure(
             no_offset_policy=settings.for_topic(name).no_offset_policy,
             partition_lags=tuple(plags),
             lost_skipped=lost_skipped,
+            pipeline=state,
         )
         measured.append(m)
         records[name] = LagRecord(
@@ -342,6 +379,8 @@ def measure(
             ingress_rate=m.ingress_rate,
             consumption_rate=m.consumption_rate,
             worker_rate=m.worker_rate,
+            state=state.state,
+            state_reason=state.reason,
         )
     store.add_lag_records(records)
     measured.sort(key=lambda t: (-t.lag, -t.lost, t.topic))
@@ -351,7 +390,29 @@ def measure(
                 "topic %s partition %d: committed offset %d is beyond the high watermark %d (lag unknown)",
                 m.topic, p.partition, p.committed, p.latest,
             )  # fmt: skip
+    for m in measured:
+        if m.pipeline.is_stuck:
+            log.warning("topic %s is %s: %s", m.topic, m.state.upper(), m.pipeline.reason)
     return MeasureSummary(cluster, now, tuple(measured), missing, slot_rates)
+
+
+def _pipeline_state(
+    committed: Sequence[Sequence[OffsetSample]],
+    history: Sequence[LagRecord],
+    current: LagPoint,
+    *,
+    live_holders: int,
+    stall_after: int,
+) -> PipelineState:
+    """The topic's state from its committed-offset windows and its lag records plus this measurement."""
+    # A record at or after this measurement's time (a re-run at the same time) is not an earlier one.
+    earlier = [LagPoint(r.at, r.lag) for r in history if r.at < current.at]
+    return pipeline_state(
+        [*earlier, current],
+        last_progress_at=last_progress_at(committed),
+        live_holders=live_holders,
+        stall_after=stall_after,
+    )
 
 
 def _worker_rate(
