@@ -1,0 +1,196 @@
+"""The status read model on real MariaDB and Redis: every section of the page from seeded state.
+
+The state is written through the real adapters (registry sync, claim store, decisions, gaps,
+overrides, slot heartbeats, lag store), then read back by `cluster_status`, `lag_history` and
+`metrics`. Slot liveness and override expiry are judged at an injected ``now``; leases by the
+database's clock, as in the claim protocol, so ``now`` is the wall clock at the start.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from lagsched.adapters.claims import ClaimStore, server_lock_mode
+from lagsched.adapters.decisions import apply_change
+from lagsched.adapters.gaps import RetentionGap, record_gap
+from lagsched.adapters.lag_store import LagRecord, LagStore
+from lagsched.adapters.overrides import create_override
+from lagsched.adapters.slots import SlotRegistry, slot_id_for
+from lagsched.adapters.topics import apply_sync
+from lagsched.core.evaluator import Decision
+from lagsched.core.lag import OffsetSample
+from lagsched.core.registry import BrokerTopic, plan_sync
+from lagsched.core.status import render_prometheus
+from lagsched.status_cli import format_status
+from lagsched.workflows.status import cluster_status, lag_history, list_clusters, metrics
+
+
+@dataclass
+class Seeded:
+    now: float
+    cluster: str
+    orders_id: str
+    slot_a: str
+    slot_b: str
+    slot_dead: str
+
+
+def at(t: float) -> datetime:
+    return datetime.fromtimestamp(t, tz=UTC)
+
+
+@pytest.fixture
+def seeded(db: Any, redis_client: Any, cluster: str) -> Seeded:
+    now = time.time()
+    applied = apply_sync(db, cluster, lambda rows: plan_sync(rows, [BrokerTopic("orders", 3), BrokerTopic("idle", 1)]))
+    orders = applied.topic_ids["orders"]
+    slot_a, slot_b, slot_dead = (slot_id_for(f"{cluster}-slot-{n}") for n in range(3))
+
+    registry = SlotRegistry(redis_client)
+    registry.heartbeat(slot_a, at(now - 5), 15)  # live
+    registry.heartbeat(slot_dead, at(now - 500), 15)  # silent for long: dead, holds nothing
+    # slot_b never beats: it holds a row whose lease is live, so the row is blocked.
+
+    store = ClaimStore(db, server_lock_mode(db))
+    held_a = store.claim(slot_a, {orders: 2}, lease_s=600).claims  # partitions 0 and 1 (claim order)
+    held_b = store.claim(slot_b, {orders: 1}, lease_s=600).claims  # partition 2
+    assert sorted(c.partition_id for c in held_a) == [0, 1] and [c.partition_id for c in held_b] == [2]
+    for c in held_a:
+        store.commit_offset(slot_a, c, 40 + c.partition_id)
+    store.commit_offset(slot_b, held_b[0], 500)  # beyond the broker's head sampled below
+
+    lag_store = LagStore(redis_client, cluster)
+    for i, (lag, state) in enumerate([(100, "ok"), (400, "ok"), (900, "stalled")]):
+        lag_store.add_lag_records(
+            {
+                "orders": LagRecord(
+                    at=now - 120 + 60 * i,
+                    lag=lag,
+                    lost=10,
+                    time_lag_s=30.0 * i,
+                    ingress_rate=5.0,
+                    consumption_rate=1.5,
+                    state=state,
+                    state_reason="committed offsets unchanged for 3 measurements" if state != "ok" else "",
+                )
+            }
+        )
+    for p, head in enumerate([100, 200, 300]):
+        lag_store.add_samples({lag_store.latest_key("orders", p): OffsetSample(now - 60, head - 50)})
+        lag_store.add_samples({lag_store.latest_key("orders", p): OffsetSample(now, head)})
+        lag_store.add_samples({lag_store.committed_key("orders", p): OffsetSample(now, 40 + p)})
+
+    d = Decision("orders", 1, 2, 400, 30.0, 1.0, 0.9, "hevo", "scale_up_rising", "lag 400 rising; up by 1", now - 90)
+    assert apply_change(db, cluster=cluster, evaluation_id="eval-1", topic_id=orders, d=d)[0] == "applied"
+    assert record_gap(db, RetentionGap(orders, 0, 0, 10), slot_a)
+    create_override(
+        db, cluster=cluster, topic="orders", linker_workers=3, duration_s=3600, reason="black friday",
+        created_by="ops", now=at(now - 10),
+    )  # fmt: skip
+    return Seeded(now, cluster, orders, slot_a, slot_b, slot_dead)
+
+
+def test_cluster_status_shows_every_section(db: Any, redis_client: Any, seeded: Seeded) -> None:
+    st = cluster_status(db, redis_client, seeded.cluster, seeded.now, slot_timeout_s=60)
+    d = st.as_dict()
+    topics = {t["name"]: t for t in d["topics"]}
+    assert set(topics) == {"orders", "idle"}
+    orders = topics["orders"]
+    assert (orders["lag"], orders["lost"], orders["time_lag_s"], orders["partitions"]) == (900, 10, 60.0, 3)
+    assert orders["state"] == "stalled" and "unchanged" in orders["state_reason"]
+    assert orders["linker_workers"] == 3  # the override's value
+    assert orders["owners"] == sorted([seeded.slot_a, seeded.slot_b])
+    assert orders["override"]["linker_workers"] == 3 and orders["override"]["reason"] == "black friday"
+    assert orders["override"]["expires_at"].startswith(at(seeded.now + 3590).isoformat()[:15])
+    assert topics["idle"]["lag"] is None and topics["idle"]["owners"] == []
+
+    slots = {s["slot_id"]: s for s in d["slots"]}
+    assert set(slots) == {seeded.slot_a, seeded.slot_b}  # the long-dead slot holds nothing: not listed
+    a, b = slots[seeded.slot_a], slots[seeded.slot_b]
+    assert a["live"] and not b["live"] and d["live_slots"] == 1
+    assert a["name"] == f"{seeded.cluster}-slot-0"
+    assert [(c["topic"], c["partition"], c["committed_offset"]) for c in a["claims"]] == [
+        ("orders", 0, 40),
+        ("orders", 1, 41),
+    ]
+    lease = datetime.fromisoformat(a["claims"][0]["lease_expires_at"]).timestamp()
+    assert seeded.now + 500 < lease < seeded.now + 700  # 600 s by the database's clock
+    assert [(c["partition"], c["committed_offset"]) for c in b["claims"]] == [(2, 500)]
+
+    rules = [(x["rule"], x["old_workers"], x["new_workers"]) for x in d["decisions"]]
+    assert rules == [("override", 2, 3), ("scale_up_rising", 1, 2)]  # newest first
+    assert d["decisions"][1]["reason"] == "lag 400 rising; up by 1"
+    assert [(g["topic"], g["partition"], g["records"]) for g in d["retention_gaps"]] == [("orders", 0, 10)]
+    assert d["stuck"] == [{"topic": "orders", "state": "stalled", "reason": orders["state_reason"]}]
+    assert [o["topic"] for o in d["overrides"]] == ["orders"]
+
+    kinds = [(x["kind"], x["topic"], x["partition"]) for x in d["anomalies"]]
+    assert kinds == [
+        ("not_measured", "idle", None),
+        ("lost_records", "orders", None),
+        ("offset_ahead", "orders", 2),
+        ("holder_not_live", "orders", 2),
+    ]
+    assert d["notes"] == []
+
+
+def test_lag_history_gives_points_and_the_workers_step_line(db: Any, redis_client: Any, seeded: Seeded) -> None:
+    h = lag_history(redis_client, seeded.cluster, "orders", mysql=db, now=seeded.now)
+    assert [p["lag"] for p in h["points"]] == [100, 400, 900]
+    assert [p["state"] for p in h["points"]] == ["ok", "ok", "stalled"]
+    steps = [(round(s["t"] - seeded.now), s["workers"], s["rule"]) for s in h["workers"]]
+    assert steps == [(-120, 1, ""), (-90, 2, "scale_up_rising"), (-10, 3, "override"), (0, 3, "")]
+    assert h["linker_workers"] == 3
+    assert {x["rule"] for x in h["decisions"]} == {"scale_up_rising", "override"}
+    # Without MySQL the measurements alone.
+    assert lag_history(redis_client, seeded.cluster, "orders")["workers"] == []
+
+
+def test_metrics_per_partition_and_per_topic(db: Any, redis_client: Any, seeded: Seeded) -> None:
+    text = render_prometheus(metrics(db, redis_client, seeded.now, cluster_names=[seeded.cluster]))
+    c = seeded.cluster
+
+    def value(line_start: str) -> float:
+        m = re.search("^" + re.escape(line_start) + r" (\S+)$", text, re.MULTILINE)
+        assert m, f"no sample {line_start} in\n{text}"
+        return float(m.group(1))
+
+    assert value(f'lagsched_partition_lag_records{{cluster="{c}",partition="0",topic="orders"}}') == 60
+    assert value(f'lagsched_partition_lag_records{{cluster="{c}",partition="2",topic="orders"}}') == 258
+    assert value(f'lagsched_topic_lag_records{{cluster="{c}",topic="orders"}}') == 900
+    assert value(f'lagsched_topic_lost_records{{cluster="{c}",topic="orders"}}') == 10
+    assert value(f'lagsched_topic_linker_workers{{cluster="{c}",topic="orders"}}') == 3
+    assert value(f'lagsched_topic_consume_rate_records_per_second{{cluster="{c}",topic="orders"}}') == 1.5
+    assert value(f'lagsched_topic_state{{cluster="{c}",state="stalled",topic="orders"}}') == 1
+    assert value("lagsched_live_slots") == 1
+    assert value(f'lagsched_slot_claimed_partitions{{slot="{seeded.slot_a}"}}') == 2
+    # Never measured: listed with its workers, but no made-up lag of 0.
+    assert f'lagsched_topic_linker_workers{{cluster="{c}",topic="idle"}} 1' in text
+    assert f'topic="idle"}} ' not in text.split("# HELP lagsched_topic_lag_records")[1].split("# HELP")[0]
+
+
+def test_cli_table_names_slots_and_claims(db: Any, redis_client: Any, seeded: Seeded) -> None:
+    out = format_status(cluster_status(db, redis_client, seeded.cluster, seeded.now))
+    assert re.search(r"^orders\s+3\s+900\s+10\s+60\.0\s+3\*\s+stalled\s+" + re.escape(seeded.cluster), out, re.M)
+    assert f"{seeded.cluster}-slot-0 ({seeded.slot_a}) live" in out
+    assert "orders[0] committed 40, lease until" in out
+    assert "STALLED orders: committed offsets unchanged" in out
+    assert "ANOMALY offset_ahead orders[2]" in out
+
+
+def test_a_database_without_the_overrides_table_still_shows_status(
+    db: Any, redis_client: Any, seeded: Seeded
+) -> None:
+    with db.cursor() as cur:
+        cur.execute("DROP TABLE scaling_overrides")
+    db.commit()
+    st = cluster_status(db, redis_client, seeded.cluster, seeded.now)
+    assert st.overrides == () and "V006" in st.notes[0]
+    assert [t.name for t in st.topics] == ["idle", "orders"]
+    assert seeded.cluster in list_clusters(db)
