@@ -172,7 +172,7 @@ def test_metrics_per_partition_and_per_topic(db: Any, redis_client: Any, seeded:
     assert value(f'lagsched_slot_claimed_partitions{{slot="{seeded.slot_a}"}}') == 2
     # Never measured: listed with its workers, but no made-up lag of 0.
     assert f'lagsched_topic_linker_workers{{cluster="{c}",topic="idle"}} 1' in text
-    assert f'topic="idle"}} ' not in text.split("# HELP lagsched_topic_lag_records")[1].split("# HELP")[0]
+    assert 'topic="idle"} ' not in text.split("# HELP lagsched_topic_lag_records")[1].split("# HELP")[0]
 
 
 def test_cli_table_names_slots_and_claims(db: Any, redis_client: Any, seeded: Seeded) -> None:
@@ -184,9 +184,7 @@ def test_cli_table_names_slots_and_claims(db: Any, redis_client: Any, seeded: Se
     assert "ANOMALY offset_ahead orders[2]" in out
 
 
-def test_a_database_without_the_overrides_table_still_shows_status(
-    db: Any, redis_client: Any, seeded: Seeded
-) -> None:
+def test_a_database_without_the_overrides_table_still_shows_status(db: Any, redis_client: Any, seeded: Seeded) -> None:
     with db.cursor() as cur:
         cur.execute("DROP TABLE scaling_overrides")
     db.commit()
