@@ -9,7 +9,17 @@ from typing import Any
 import pytest
 
 from lagsched.core.config import TopicPolicyConfig
-from lagsched.core.evaluator import Decision, LagPoint, TopicSnapshot, evaluate, is_evaluation_due, points_for_fit
+from lagsched.core.evaluator import (
+    Decision,
+    LagPoint,
+    Pin,
+    TopicSnapshot,
+    after_override,
+    evaluate,
+    is_evaluation_due,
+    points_for_fit,
+)
+from lagsched.core.pipeline_state import PipelineState, stored_state
 from lagsched.core.policies import fit_trend, has_data_loss_risk, retention_from_ms, retention_steps
 
 STEP = 60.0
@@ -50,6 +60,8 @@ class Case:
     ingress_rate: float | None = None
     worker_rate: float | None = None
     change_ago_s: float | None = None  # last change this long before now
+    pin: int | None = None  # an active manual override of this many workers
+    state: str = "ok"  # the pipeline's state: ok, stalled or stopped
 
 
 CASES = [
@@ -293,6 +305,37 @@ CASES = [
         change_ago_s=180,
         config={"cooldown_s": 0},
     ),
+    # manual override: pins the count, whatever the policy, the bounds or the pipeline say
+    Case("override holds a rising lag", rising(20_000, 1_000), 4, "override", pin=4),
+    Case("override sets a drifted count back", [5_000] * 5, 10, "override", pin=10),
+    Case("override beats max_workers", [5_000] * 5, 20, "override", workers=20, pin=20),
+    Case("override beats a scale-down", [10] * 5, 12, "override", workers=12, pin=12),
+    Case(
+        "override beats the data-loss risk",
+        [5_000] * 5,
+        4,
+        "override",
+        retention_s=HOUR,
+        time_lag_s=2_000,
+        pin=4,
+    ),
+    Case(
+        "override holds a stuck pipeline too", rising(20_000, 1_000), 6, "override", workers=6, pin=6, state="stalled"
+    ),
+    # stuck pipelines: more workers would not help
+    Case("stalled holds a rising lag", rising(20_000, 1_000), 4, "stuck", state="stalled"),
+    Case("stopped holds a rising lag", rising(20_000, 1_000), 4, "stuck", state="stopped"),
+    Case("stuck holds a scale-down", [10] * 5, 4, "stuck", state="stalled"),
+    Case(
+        "stuck holds through a data-loss risk",
+        [5_000] * 5,
+        4,
+        "stuck",
+        retention_s=HOUR,
+        time_lag_s=2_000,
+        state="stopped",
+    ),
+    Case("stuck still corrects a count out of bounds", [5_000] * 5, 16, "bounds", workers=20, state="stalled"),
 ]
 
 
@@ -320,7 +363,9 @@ def build(case: Case) -> tuple[TopicSnapshot, TopicPolicyConfig, float]:
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_evaluator_rules_and_bounds(case: Case) -> None:
     snapshot, config, now = build(case)
-    decision = evaluate(snapshot, config, now)
+    pin = None if case.pin is None else Pin(case.pin, now + HOUR, "sale, by ana")
+    state = stored_state(case.state, f"{case.state} for a test")
+    decision = evaluate(snapshot, config, now, pin=pin, state=state)
     assert (decision.new_workers, decision.rule) == (case.expected_workers, case.expected_rule), decision.reason
     assert decision.old_workers == case.workers
     assert decision.changed == (case.expected_workers != case.workers)
@@ -432,3 +477,23 @@ def test_is_evaluation_due_counts_measurements_since_the_last_evaluation(
 ) -> None:
     """The rule the scaling workflow applies to the stored lag records, and the simulator models."""
     assert is_evaluation_due(since, TopicPolicyConfig(evaluate_every=every)) is due
+
+
+def test_override_and_stuck_reasons_name_who_why_and_until() -> None:
+    snapshot, config, now = build(Case("x", rising(20_000, 1_000), 4, "override"))
+    pin = Pin(8, now + 2 * HOUR, "override 7 by ana: Black Friday")
+    d = evaluate(snapshot, config, now, pin=pin)
+    until = "2023-11-15 00:13:20 UTC"
+    assert d.reason == f"manual override (override 7 by ana: Black Friday) pins 8 workers until {until}"
+    held = evaluate(snapshot, config, now, pin=Pin(4, now + 2 * HOUR, "override 7 by ana: Black Friday"))
+    assert held.reason == f"held at 4 workers by a manual override (override 7 by ana: Black Friday) until {until}"
+    stuck = evaluate(snapshot, config, now, state=PipelineState("stopped", "nothing consumes it"))
+    assert (stuck.rule, stuck.reason) == ("stuck", "pipeline stopped: nothing consumes it")
+    assert evaluate(snapshot, config, now, state=PipelineState()).rule == "scale_up_rising"  # ok does not hold
+
+
+def test_the_first_change_after_an_override_says_so() -> None:
+    snapshot, config, now = build(Case("x", [10] * 5, 2, "scale_down_low_lag", workers=8))
+    d = after_override(evaluate(snapshot, config, now), "override ended (sale)")
+    assert (d.old_workers, d.rule) == (8, "override_expired")
+    assert d.reason.startswith("override ended (sale); scale_down")
