@@ -1,14 +1,61 @@
-"""`lagsched` command line: the local stack, schema migrations and the tools built on them."""
+"""`lagsched` command line: status, overrides, the demo, the local stack and the tools built on them.
+
+Every subcommand imports its module only when it runs, so ``lagsched --help`` is quick and a
+subcommand whose dependencies are broken does not take the others down with it.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from lagsched.stack.process import ServiceError
+
+
+class _StackProgress(logging.Handler):
+    """Turns the stack's "<service> up ..." log lines into progress: one bar step per service."""
+
+    def __init__(self, progress: Any) -> None:
+        super().__init__(logging.INFO)
+        self._progress = progress
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        name, _, rest = message.partition(" ")
+        if rest.lstrip().startswith("up "):
+            self._progress.note("  " + " ".join(message.split()))
+            self._progress.advance(detail=f"{name} up")
+        else:
+            self._progress.note("  " + message)
+
+
+def start_stack(cfg: Any, *, airflow: bool = False, spark_cluster: bool = False) -> list[Any]:
+    """`lagsched.stack.up` with a progress bar: services started so far, the elapsed time, each one's detail."""
+    from lagsched import stack
+    from lagsched.progress import Progress
+    from lagsched.stack.services import core_services, spark_cluster_services
+
+    total = len(core_services(cfg)) + (1 if airflow else 0)
+    if spark_cluster:
+        _master, workers = spark_cluster_services(cfg)
+        total += 1 + len(workers)
+    names = "Kafka, MariaDB, Redis" + (", Airflow" if airflow else "") + (", Spark cluster" if spark_cluster else "")
+    logger = logging.getLogger("lagsched.stack")
+    with Progress(f"starting {names}", total=total, stream=sys.stdout) as progress:
+        progress.tick_every(0.5)
+        handler = _StackProgress(progress)
+        logger.addHandler(handler)
+        propagate, logger.propagate = logger.propagate, False  # the bar shows them instead
+        try:
+            return stack.up(cfg, airflow=airflow, spark_cluster=spark_cluster)
+        finally:
+            logger.removeHandler(handler)
+            logger.propagate = propagate
 
 
 def _stack(args: argparse.Namespace) -> int:
@@ -22,7 +69,7 @@ def _stack(args: argparse.Namespace) -> int:
     if args.action == "up" and args.only_spark_cluster:
         statuses = stack.spark_cluster_up(cfg)
     elif args.action == "up":
-        statuses = stack.up(cfg, airflow=args.airflow, spark_cluster=args.spark_cluster)
+        statuses = start_stack(cfg, airflow=args.airflow, spark_cluster=args.spark_cluster)
     elif args.action == "down":
         stopped = stack.spark_cluster_down(cfg) if args.only_spark_cluster else stack.down(cfg)
         print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
@@ -65,7 +112,59 @@ def _kafka_tool(args: argparse.Namespace) -> int:
         return 130
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from lagsched.bench.__main__ import BENCHMARKS
+    from lagsched.bench.__main__ import main as run_benchmarks
+
+    known = {name for name, _ in BENCHMARKS}
+    unknown = [name for name in args.benchmarks if name not in known]
+    if unknown:
+        print(f"lagsched bench: unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(sorted(known))}")
+        return 2
+    return run_benchmarks(list(args.benchmarks))
+
+
+def _delegate(module: str, function: str) -> Callable[[argparse.Namespace], int]:
+    """A handler that imports ``module`` when the subcommand runs and calls its ``function(args)``."""
+
+    def handler(args: argparse.Namespace) -> int:
+        return int(getattr(importlib.import_module(module), function)(args))
+
+    return handler
+
+
+def _add_delegated(sub: Any, name: str, module: str, chosen: str | None, **parser_kwargs: Any) -> None:
+    """A subcommand whose options and body live in ``module`` (``add_arguments(parser)``, ``run(args)``).
+
+    The module is imported only when ``name`` is the ``chosen`` subcommand (its options are needed
+    for nothing else).
+    """
+    parser = sub.add_parser(name, **parser_kwargs)
+    if name != chosen:
+        return
+    try:
+        target = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module:
+            raise
+        # Being written in parallel (issue #10): the rest of the CLI works meanwhile.
+        parser.set_defaults(func=lambda _args: _missing(name, module), accepts_any=True)
+        return
+    if not hasattr(target, "add_arguments"):
+        parser.set_defaults(func=lambda _args: _missing(name, f"{module}.add_arguments"), accepts_any=True)
+        return
+    target.add_arguments(parser)
+    parser.set_defaults(func=_delegate(module, "run"))
+
+
+def _missing(name: str, module: str) -> int:
+    print(f"lagsched {name}: this checkout has no {module} yet; update lagsched to use `{name}`", file=sys.stderr)
+    return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    chosen = next((a for a in argv if not a.startswith("-")), None)
     parser = argparse.ArgumentParser(prog="lagsched", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -101,14 +200,56 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_tool.add_argument("tool_args", nargs=argparse.REMAINDER, help="the tool's own arguments, after `--`")
     p_tool.set_defaults(func=_kafka_tool)
 
-    from lagsched.sim.cli import add_arguments as add_simulate_arguments
-    from lagsched.sim.cli import run as run_simulate
+    _add_delegated(
+        sub,
+        "status",
+        "lagsched.status_cli",
+        chosen,
+        help="topics (lag, time lag, linker_workers, owners, state) and slots with their claims",
+        description="The lagsched page's view in a terminal, from the lagsched_mysql and lagsched_redis "
+        'Connections (for the local stack: eval "$(lagsched stack env)").',
+    )
+    _add_delegated(
+        sub,
+        "override",
+        "lagsched.override_cli",
+        chosen,
+        help="pin a topic's linker_workers for a while, list or cancel overrides",
+    )
+    _add_delegated(
+        sub,
+        "simulate",
+        "lagsched.sim.cli",
+        chosen,
+        help="run the scaling policies against simulated topics in fast time",
+    )
 
-    p_sim = sub.add_parser("simulate", help="run the scaling policies against simulated topics in fast time")
-    add_simulate_arguments(p_sim)
-    p_sim.set_defaults(func=run_simulate)
+    p_bench = sub.add_parser(
+        "bench",
+        help="run the benchmarks (all, or the modules named); JSON under bench/results/",
+        description="Runs lagsched.bench (as `make bench`); claims and consumer need the local stack running.",
+    )
+    p_bench.add_argument("benchmarks", nargs="*", help="benchmark modules, e.g. lagsched.bench.assignment")
+    p_bench.set_defaults(func=_bench)
 
-    args = parser.parse_args(argv)
+    _add_delegated(
+        sub,
+        "demo",
+        "lagsched.demo",
+        chosen,
+        help="start everything, produce uneven traffic and watch lagsched scale (make demo)",
+    )
+    _add_delegated(
+        sub,
+        "loadgen",
+        "lagsched.loadgen",
+        chosen,
+        help="produce the demo's uneven traffic (one hot topic, trickles, an idle one) to Kafka",
+    )
+
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "accepts_any", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
