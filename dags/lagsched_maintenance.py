@@ -15,10 +15,9 @@ Hourly, for every cluster of the Variable `lagsched_clusters` (absent: `lagsched
 1. **expires dead slots**: slots silent for more than `slot_horizon_s` leave the live set in Redis
    (a slot that stops cleanly leaves at once; a crashed one stays until this);
 2. **trims history**: the Redis lag history of topics no longer enabled (deleted, or outside the
-   cluster's topic filter); `scaling_decisions` and `retention_gaps` rows older than `keep_days`
-   (each topic's newest decision is kept: the evaluator's cooldown reads it);
-3. **reports** retention losses (records deleted by retention before a slot read them, recorded by
-   the slots within `report_window_s`, and those still ahead of the committed offsets) and
+   cluster's topic filter), which would otherwise wait for its TTL;
+3. **reports** retention losses (records deleted by retention before a slot read them: those the
+   slots skipped, per partition, and those still ahead of the committed offsets) and
    anomalies (a committed offset beyond the broker's high watermark: a topic re-created behind the
    registry's back, or offsets set by hand). They appear as `RETENTION LOSS` and `ANOMALY`
    warning lines in the task log, and in the XCom.
@@ -38,12 +37,8 @@ down is retried (twice, 1 min apart). A malformed `lagsched_clusters` fails the 
     tags=["lagsched"],
     default_args={"retries": 2, "retry_delay": timedelta(minutes=1)},
     params={
-        "keep_days": Param(30, type="number", minimum=1, maximum=3650, description="Days of decisions and gaps kept."),
         "slot_horizon_s": Param(
             3600, type="number", minimum=60, description="Slots silent longer than this are dropped from the live set."
-        ),
-        "report_window_s": Param(
-            3600, type="number", minimum=60, description="Retention losses recorded within this are reported."
         ),
     },
 )
@@ -58,9 +53,7 @@ def lagsched_maintenance() -> None:
         with fail_fast():
             return run_maintenance(
                 run_resolve_clusters(Variable.get("lagsched_clusters", default=None)),
-                keep_days=float(params["keep_days"]),
                 slot_horizon_s=float(params["slot_horizon_s"]),
-                report_window_s=float(params["report_window_s"]),
             )
 
     maintain()

@@ -328,9 +328,7 @@ def run_consume_plan(
 def run_maintenance(
     clusters: Sequence[Mapping[str, Any]],
     *,
-    keep_days: float = 30.0,
     slot_horizon_s: float = 3600.0,
-    report_window_s: float = 3600.0,
     now: float | None = None,
 ) -> dict[str, Any]:
     """The maintenance DAG's task: `lagsched.workflows.maintenance.maintain` over ``clusters``.
@@ -360,9 +358,7 @@ def run_maintenance(
                     redis=redis,
                     admins=admins,
                     now=time.time() if now is None else now,
-                    keep_days=keep_days,
                     slot_horizon_s=slot_horizon_s,
-                    report_window_s=report_window_s,
                 )
             finally:
                 redis.close()

@@ -39,12 +39,20 @@ class AirflowAPI:
             headers["Authorization"] = f"Bearer {self._login()}"
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(f"{self.base_url}{path}", data=data, method=method, headers=headers)  # noqa: S310
-        try:
-            with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310 - URL is the configured API
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode(errors="replace")[:500]
-            raise AirflowAPIError(f"{method} {path} -> HTTP {exc.code}: {detail}") from None
+        # A busy API server (a loaded machine) can drop a connection; a read is safe to repeat.
+        attempts = 3 if method == "GET" else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310 - URL is the configured API
+                    raw = resp.read()
+                break
+            except urllib.error.HTTPError as exc:
+                detail = exc.read().decode(errors="replace")[:500]
+                raise AirflowAPIError(f"{method} {path} -> HTTP {exc.code}: {detail}") from None
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                if attempt == attempts:
+                    raise
+                time.sleep(2 * attempt)
         return json.loads(raw) if raw else None
 
     def _login(self) -> str:

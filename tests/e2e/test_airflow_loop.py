@@ -1,0 +1,235 @@
+"""The loop closed by Airflow itself, with its running scheduler (not ``dag.test()``).
+
+topic sync -> lag monitor -> the evaluator (scheduled on the monitor's asset) raises a hot topic's
+linker_workers -> the consume DAG runs more slots on it -> lag falls below the threshold ->
+linker_workers come back down; every record is in the sink exactly once.
+
+Shared-stack etiquette: the test's topics live in a cluster of their own (``e2e_<hex>``, a
+``topic_pattern`` that matches only its topics), added to ``lagsched_clusters`` next to whatever
+is configured; its tuned settings are per-topic overrides in ``lagsched_settings``, so nobody
+else's topics change policy. The consume DAG is triggered for that cluster only, with a sink in
+the test's temporary folder, and paused again as soon as its slots run, so no continuous run
+starts for the other clusters. Both Variables are restored and the cluster's registry rows
+disabled at the end. The demo (which consumes ``lagsched_kafka`` with the same DAG) must not run
+at the same time: slot ownership spans the registry database (docs/consumer.md).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lagsched.adapters.airflow_api import AirflowAPI
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "integration"))
+from consumer_support import assert_exactly_once, latest_offsets, produce, wait_until
+
+MONITOR, EVALUATOR, CONSUME = "lagsched_lag_monitor", "lagsched_scaling_evaluator", "lagsched_consume"
+HOT_RECORDS, COLD_RECORDS = 6000, 300
+THRESHOLD = 2000  # keda: ceil(lag / 2000) workers, so 6000 records of lag want 3
+
+
+def tuned(names: list[str]) -> dict[str, Any]:
+    """Per-topic settings that decide in three measurements and never wait for a cooldown."""
+    fast = {
+        "policy": "keda",
+        "keda_lag_threshold": THRESHOLD,
+        "hysteresis": 0,
+        "evaluate_every": 1,
+        "min_samples": 3,
+        "window": 3,
+        "cooldown_s": 0,
+        "scale_up_cooldown_s": 0,
+        "min_workers": 1,
+        "max_workers": 3,
+        # The backlog waits, unconsumed, for the first measurements: that is not a stuck pipeline.
+        "stall_after_measurements": 20,
+    }
+    return {name: dict(fast) for name in names}
+
+
+@pytest.fixture
+def registry() -> Iterator[Any]:
+    """A connection to the stack's own registry (the DAGs' ``lagsched_mysql``)."""
+    from lagsched.adapters.mysql import connect
+    from lagsched.connections import mysql_params
+
+    conn = connect(mysql_params())
+    yield conn
+    conn.close()
+
+
+def workers(conn: Any, cluster: str, topic: str) -> int | None:
+    with conn.cursor() as cur:
+        cur.execute("SELECT linker_workers FROM topics WHERE cluster = %s AND name = %s AND enabled", (cluster, topic))
+        row = cur.fetchone()
+    conn.commit()
+    return None if row is None else int(row[0])
+
+
+def latest_lag(cluster: str, topic: str) -> int | None:
+    from lagsched.adapters.lag_store import LagStore, redis_client
+    from lagsched.connections import redis_params
+
+    client = redis_client(redis_params())
+    try:
+        records = LagStore(client, cluster).read_lag_records([topic])[topic]
+    finally:
+        client.close()
+    return records[-1].lag if records else None
+
+
+def measure_and_evaluate(api: AirflowAPI, cluster: str) -> None:
+    """One monitor run for ``cluster``, then the evaluator run its asset event starts."""
+    before = {r["dag_run_id"] for r in api.dag_runs(EVALUATOR, limit=20)}
+    run = api.trigger(MONITOR, {"cluster": cluster})
+    assert api.wait_for_run(MONITOR, run, timeout_s=120) == "success"
+
+    def evaluated() -> bool:
+        fresh = [r for r in api.dag_runs(EVALUATOR, limit=20) if r["dag_run_id"] not in before]
+        return any(r["state"] in ("success", "failed") for r in fresh)
+
+    wait_until(evaluated, 120, "the evaluator run started by the monitor's asset event", poll=2)
+
+
+def drive(api: AirflowAPI, cluster: str, done: Callable[[], bool], what: str, timeout_s: float) -> None:
+    """Measure and evaluate until ``done`` (each round is one measurement, as the cron would make)."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f} s waiting for {what}"
+        measure_and_evaluate(api, cluster)
+
+
+def test_airflow_scales_consumes_and_scales_back(
+    airflow: AirflowAPI, registry: Any, kafka_config: dict[str, Any], new_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    api = airflow
+    tag = uuid.uuid4().hex[:8]
+    cluster = f"e2e_{tag}"
+    for dag_id in (MONITOR, EVALUATOR, CONSUME):
+        api.wait_for_dag(dag_id)
+    setup = api.trigger("lagsched_setup")  # the stack's schema up to date (idempotent)
+    assert api.wait_for_run("lagsched_setup", setup, timeout_s=180) == "success"
+    if api.get_pool("lagsched_consume") is None:
+        pytest.fail("the pool lagsched_consume is missing: `lagsched stack up --airflow` creates it", pytrace=False)
+
+    hot = new_topic(3, prefix=f"e2e-{tag}-hot")
+    cold = new_topic(1, prefix=f"e2e-{tag}-cold")
+    produce(kafka_config, hot, HOT_RECORDS, partitions=3)
+    produce(kafka_config, cold, COLD_RECORDS)
+
+    saved_clusters = api.get_variable("lagsched_clusters")
+    saved_settings = api.get_variable("lagsched_settings")
+    clusters = json.loads(saved_clusters) if saved_clusters else {"lagsched_kafka": {}}
+    clusters[cluster] = {"topic_pattern": f"e2e-{tag}-.*", "max_slots": 3}
+    settings = json.loads(saved_settings) if saved_settings else {}
+    settings.setdefault("topics", {}).update(tuned([hot, cold]))
+    sink = tmp_path / "sink"
+    started = time.monotonic()
+    consume_run: str | None = None
+    try:
+        api.set_variable("lagsched_clusters", json.dumps(clusters))
+        api.set_variable("lagsched_settings", json.dumps(settings))
+
+        # 1. The monitor's sync registers the cluster's topics (one worker each), then it measures.
+        measure_and_evaluate(api, cluster)
+        assert workers(registry, cluster, hot) == 1
+        assert latest_lag(cluster, hot) == HOT_RECORDS
+
+        # 2. Three measurements later the evaluator raises the hot topic to 3 workers.
+        drive(api, cluster, lambda: workers(registry, cluster, hot) == 3, "linker_workers 3 on the hot topic", 150)
+        assert workers(registry, cluster, cold) == 1
+
+        # 3. The consume DAG plans 3 slots (the hot topic's workers) and runs them.
+        consume_run = api.trigger(
+            CONSUME, {"cluster": cluster, "budget_s": 90, "sink": f"file://{sink}", "idle_wait_s": 0}
+        )
+        api.set_paused(CONSUME, False)
+
+        def slots_started() -> bool:
+            tis = [t for t in api.task_instances(CONSUME, consume_run) if t["task_id"] == "consume"]
+            return len(tis) == 3 and all(t["state"] in ("queued", "running", "success") for t in tis)
+
+        wait_until(slots_started, 120, "three consume slots", poll=2)
+        # No continuous run for the other clusters: the run in flight goes on while paused.
+        api.set_paused(CONSUME, True)
+        plan = api.xcom(CONSUME, consume_run, "plan_slots")
+        assert sorted(p["application_args"][1] for p in plan) == [f"{cluster}-slot-{n}" for n in (1, 2, 3)]
+
+        # 4. The slots drain the backlog; the monitor sees the lag fall, the evaluator scales down.
+        wait_until(
+            lambda: (
+                sum(latest_offsets(kafka_config, hot, 3).values()) == HOT_RECORDS
+                and _committed(registry, cluster, hot) == HOT_RECORDS
+            ),
+            180,
+            "the slots to commit every hot record",
+            poll=2,
+        )
+        drive(api, cluster, lambda: workers(registry, cluster, hot) == 1, "linker_workers back to 1", 150)
+        lag = latest_lag(cluster, hot)
+        assert lag is not None and lag < THRESHOLD, lag
+
+        # 5. The run ends (budget, or a slot that no longer owns a topic ends early), every slot exit 0.
+        assert api.wait_for_run(CONSUME, consume_run, timeout_s=180) == "success"
+        consume_run = None
+        table = sink_table(sink)
+        assert_exactly_once(table, hot, latest_offsets(kafka_config, hot, 3))
+        assert_exactly_once(table, cold, latest_offsets(kafka_config, cold, 1))
+        assert time.monotonic() - started < 420
+    finally:
+        # Each step on its own: one failing (Airflow restarting) must not skip the others.
+        _cleanup(lambda: api.set_paused(CONSUME, True))
+        if consume_run is not None:
+            run_id = consume_run
+            _cleanup(lambda: api.mark_run(CONSUME, run_id, "failed"))  # its slots stop at a batch boundary
+        _cleanup(lambda: _restore(api, "lagsched_clusters", saved_clusters))
+        _cleanup(lambda: _restore(api, "lagsched_settings", saved_settings))
+        _cleanup(lambda: _disable(registry, cluster))  # keep the test's topics out of everyone's ownership
+
+
+def sink_table(sink: Path) -> Any:
+    """Every record in the sink, with ``topic`` from the Hive-style path (as the consumer tests read it)."""
+    import pyarrow.dataset as ds
+
+    assert sink.exists(), f"nothing was written to the sink {sink}"
+    return ds.dataset(str(sink), format="parquet", partitioning="hive").to_table()
+
+
+def _committed(conn: Any, cluster: str, topic: str) -> int:
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT COALESCE(SUM(p.committed_offset), 0) FROM topic_partitions p JOIN topics t USING (topic_id)"
+            " WHERE t.cluster = %s AND t.name = %s AND t.enabled",
+            (cluster, topic),
+        )
+        (total,) = cur.fetchone()
+    conn.commit()
+    return int(total)
+
+
+def _cleanup(step: Callable[[], object]) -> None:
+    try:
+        step()
+    except Exception as exc:  # noqa: BLE001 - a cleanup must not hide the test's own failure
+        print(f"cleanup step failed: {exc!r}")
+
+
+def _disable(conn: Any, cluster: str) -> None:
+    with conn.cursor() as cur:
+        cur.execute("UPDATE topics SET enabled = FALSE WHERE cluster = %s", (cluster,))
+    conn.commit()
+
+
+def _restore(api: AirflowAPI, key: str, value: str | None) -> None:
+    if value is None:
+        api.delete_variable(key)
+    else:
+        api.set_variable(key, value)

@@ -1,0 +1,157 @@
+"""The ``lagsched_clusters`` Variable (lagsched.core.clusters) and the consume plan's slot counts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lagsched.core.clusters import (
+    DEFAULT_CLUSTERS,
+    DEFAULT_MAX_SLOTS,
+    ClusterConfig,
+    managed,
+    parse_clusters,
+    select_clusters,
+)
+from lagsched.core.errors import ConfigError
+from lagsched.core.registry import TopicRow
+from lagsched.workflows.consume_plan import ConsumePlan, SlotOptions, slot_name, slots_needed
+
+
+@pytest.mark.parametrize("raw", [None, "", "  \n", b""])
+def test_absent_or_blank_variable_is_the_default_cluster_with_every_topic(raw: str | bytes | None) -> None:
+    (c,) = parse_clusters(raw)
+    assert c == DEFAULT_CLUSTERS[0]
+    assert (c.name, c.kafka_conn_id, c.max_slots, c.manages_every_topic) == (
+        "lagsched_kafka", "lagsched_kafka", DEFAULT_MAX_SLOTS, True,
+    )  # fmt: skip
+    assert c.manages("anything.at-all")
+
+
+def test_full_variable_is_parsed_sorted_by_name() -> None:
+    raw = json.dumps(
+        {
+            "us": {},
+            "eu": {
+                "kafka_conn_id": "lagsched_kafka_eu",
+                "topics": ["orders", "payments", "orders"],
+                "topic_pattern": r"clicks\..*",
+                "max_slots": 8,
+            },
+        }
+    )
+    eu, us = parse_clusters(raw)
+    assert (eu.name, eu.kafka_conn_id, eu.topics, eu.topic_pattern, eu.max_slots) == (
+        "eu", "lagsched_kafka_eu", ("orders", "payments"), r"clicks\..*", 8,
+    )  # fmt: skip
+    assert us == ClusterConfig("us")
+    assert managed(eu, ["orders", "clicks.web", "clicks", "xclicks.web", "payments", "refunds"]) == [
+        "orders", "clicks.web", "payments",
+    ]  # fmt: skip
+
+
+def test_pattern_must_match_the_whole_name() -> None:
+    (c,) = parse_clusters({"c": {"topic_pattern": "e2e-[0-9a-f]+-.*"}})
+    assert c.manages("e2e-1f-hot")
+    assert not c.manages("x-e2e-1f-hot")
+
+
+def test_round_trip_through_xcom_form() -> None:
+    (c,) = parse_clusters({"eu": {"kafka_conn_id": "k_eu", "topics": ["a"], "topic_pattern": "b.*", "max_slots": 2}})
+    assert ClusterConfig.from_dict(json.loads(json.dumps(c.as_dict()))) == c
+
+
+def test_every_problem_is_named_at_once_with_the_first_in_the_fields() -> None:
+    raw = {
+        "bad name!": {},
+        "eu": {
+            "kafka_conn_id": "has space",
+            "topics": ["ok", "no/slash"],
+            "topic_pattern": "(",
+            "max_slots": True,
+            "colour": "blue",
+        },
+    }
+    with pytest.raises(ConfigError) as err:
+        parse_clusters(raw)
+    msg = str(err.value)
+    for fragment in (
+        "bad name! = 'bad name!'",
+        "eu.colour = 'blue': expected one of the fields",
+        "eu.kafka_conn_id = 'has space'",
+        "eu.topics[1] = 'no/slash'",
+        "eu.topic_pattern = '('",
+        "eu.max_slots = True: expected an integer from 1 to 1000",
+    ):
+        assert fragment in msg, msg
+    assert (err.value.field, err.value.value) == ("bad name!", "bad name!")
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        ("{not json", "not JSON"),
+        ("[1, 2]", "expected an object keyed by cluster name, got list"),
+        ("{}", "no cluster configured"),
+        ('{"c": []}', "c = []: expected an object"),
+        ('{"c": {"max_slots": 0}}', "c.max_slots = 0"),
+        ('{"c": {"max_slots": 1001}}', "c.max_slots = 1001"),
+        ('{"c": {"topics": "orders"}}', "c.topics = 'orders': expected a list"),
+        ('{"c": {"topic_pattern": ""}}', "c.topic_pattern = ''"),
+    ],
+)
+def test_malformed_variable_fails_naming_the_field(raw: str, fragment: str) -> None:
+    with pytest.raises(ConfigError, match="invalid lagsched_clusters") as err:
+        parse_clusters(raw)
+    assert fragment in str(err.value)
+
+
+def test_select_all_one_or_an_unconfigured_name() -> None:
+    configured = parse_clusters({"eu": {"topics": ["a"]}, "us": {}})
+    assert select_clusters(configured, "") == configured
+    assert select_clusters(configured, "eu") == (configured[0],)
+    # A name nobody configured keeps its old meaning: that registry cluster, every topic, lagsched_kafka.
+    assert select_clusters(configured, "adhoc") == (ClusterConfig("adhoc"),)
+    with pytest.raises(ValueError, match="cluster name"):
+        select_clusters(configured, "no spaces")
+
+
+def _row(name: str, workers: int, enabled: bool = True) -> TopicRow:
+    return TopicRow(f"id-{name}", "c", name, None, 8, -1, workers, None, None, enabled)
+
+
+def test_slots_needed_is_the_largest_enabled_worker_count_within_max_slots() -> None:
+    rows = [_row("a", 2), _row("b", 5), _row("off", 7, enabled=False)]
+    assert slots_needed(rows, 8) == 5
+    assert slots_needed(rows, 3) == 3
+    assert slots_needed([], 8) == 0
+    assert slots_needed([_row("off", 7, enabled=False)], 8) == 0
+
+
+def test_plan_names_slots_per_cluster_and_carries_the_options() -> None:
+    options = SlotOptions(budget_s=90, sink="file:///tmp/s", min_interval_s=2.5, min_records=100)
+    plan = ConsumePlan.of({"us": 1, "eu": 3, "idle": 0}, {"us": 4, "eu": 2, "idle": 4}, options, {"eu": "k_eu"})
+    assert [s.name for s in plan.slots] == ["eu-slot-1", "eu-slot-2", "us-slot-1"]
+    assert plan.per_cluster() == {"us": 1, "eu": 2, "idle": 0}
+    first = plan.slots[0].as_kwargs()
+    assert first == {
+        "application_args": [
+            "--slot", "eu-slot-1", "--cluster", "eu", "--budget-s", "90", "--sink", "file:///tmp/s",
+            "--min-interval-s", "2.5", "--min-records", "100",
+        ],
+        "kafka_conn_id": "k_eu",
+    }  # fmt: skip
+    assert plan.slots[2].kafka_conn_id == "lagsched_kafka"
+
+
+@pytest.mark.parametrize(("kwargs", "fragment"), [({"budget_s": 5}, "budget_s=5"), ({"sink": ""}, "sink is empty")])
+def test_slot_options_refuse_what_the_job_would(kwargs: dict[str, object], fragment: str) -> None:
+    with pytest.raises(ValueError, match=fragment):
+        SlotOptions(**kwargs)  # type: ignore[arg-type]
+
+
+def test_slot_numbers_start_at_one() -> None:
+    assert slot_name("eu", 1) == "eu-slot-1"
+    with pytest.raises(ValueError, match="start at 1"):
+        slot_name("eu", 0)
