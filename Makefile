@@ -6,10 +6,15 @@ PY := $(VENV)/bin/python
 LAGSCHED := $(VENV)/bin/lagsched
 export PYTHONPATH := $(CURDIR)/plugins
 
-.PHONY: help deps demo test lint typecheck test-unit test-integration bench stack-up stack-down stack-status
+# `make demo DURATION=600`: seconds of traffic before the demo winds down (default: until Ctrl-C).
+DURATION ?=
+
+.PHONY: help deps demo demo-down test lint typecheck test-unit test-integration bench stack-up stack-down stack-status
 
 help:
-	@echo "make demo          start the local stack + Airflow and run a lagsched DAG"
+	@echo "make demo          start the stack + Airflow, drive uneven traffic, watch lagsched scale; Ctrl-C ends it"
+	@echo "                   (make demo DURATION=600: ten minutes of traffic, then the summary)"
+	@echo "make demo-down     stop the demo's load generator and the whole stack"
 	@echo "make test          lint, typecheck and run every test tier against the real stack"
 	@echo "make bench         run the benchmarks; JSON under bench/results/"
 	@echo "make stack-up|stack-down|stack-status   manage the local Kafka/MariaDB/Redis(/Airflow)"
@@ -33,7 +38,10 @@ test-integration: deps
 	$(PY) -m pytest tests -m "not unit"
 
 demo: deps
-	@bash scripts/demo.sh
+	@DURATION="$(DURATION)" bash scripts/demo.sh
+
+demo-down:
+	@if [ -x $(LAGSCHED) ]; then $(LAGSCHED) demo --down; else echo "nothing installed, nothing running"; fi
 
 bench: deps stack-up
 	$(PY) -m lagsched.bench

@@ -45,14 +45,50 @@ fi
 # (only what Spark does not ship itself). Each set is fetched into a temporary folder and swapped in
 # whole, stamped with the hash of its pom and options, so a changed pom refetches only its own set
 # and an interrupted fetch never leaves a half-filled folder that looks done.
+# What Maven has downloaded so far per its log: "<files> files, <MB> MB".
+downloaded() {
+  grep 'Downloaded from' "$1" 2>/dev/null \
+    | sed -nE 's/.*\(([0-9.]+) (B|kB|MB|GB) at .*/\1 \2/p' \
+    | awk '{ v = $1; if ($2 == "B") v /= 1e6; else if ($2 == "kB") v /= 1e3; else if ($2 == "GB") v *= 1e3;
+             s += v; n++ } END { printf "%d files, %.1f MB", n, s }'
+}
+
+# show_downloads <pid> <Maven log> <label>: until <pid> exits, the downloads so far and the elapsed
+# time, redrawn in place on a terminal, a plain line every 10 s in a log (CI).
+show_downloads() {
+  local pid=$1 log=$2 label=$3 start=$SECONDS last=-10 spin='|/-\' i=0
+  while kill -0 "$pid" 2>/dev/null; do
+    if [ -t 1 ]; then
+      printf '\r%s %s %s, %d s   ' "$label" "${spin:i++%4:1}" "$(downloaded "$log")" $((SECONDS - start))
+    elif [ $((SECONDS - last)) -ge 10 ]; then
+      last=$SECONDS
+      printf '%s: %s, %d s\n' "$label" "$(downloaded "$log")" $((SECONDS - start))
+    fi
+    sleep 0.5
+  done
+  [ -t 1 ] && printf '\r'
+  printf '%s: %s in %d s\n' "$label" "$(downloaded "$log")" $((SECONDS - start))
+}
+
 fetch_jars() {  # fetch_jars <folder name> <pom> [extra dependency:copy-dependencies options]
   local name=$1 pom=$2; shift 2
   local want; want=$({ cat "$pom"; echo "$*"; } | sha256sum | cut -c1-16)
   [ "$(cat "$JARS/$name/.stamp" 2>/dev/null)" = "$want" ] && return 0
   say "fetching the $name jars into $JARS/$name"
   rm -rf "$JARS/$name.tmp"
-  mvn -q -B -f "$pom" dependency:copy-dependencies \
-    -DoutputDirectory="$JARS/$name.tmp" -DincludeScope=runtime "$@"
+  mkdir -p "$JARS"
+  local log="$JARS/$name.fetch.log"
+  # Maven's own output goes to a log; the terminal gets a live count of what was downloaded.
+  mvn -B -f "$pom" dependency:copy-dependencies \
+    -DoutputDirectory="$JARS/$name.tmp" -DincludeScope=runtime "$@" >"$log" 2>&1 &
+  local pid=$!
+  show_downloads "$pid" "$log" "  $name jars"
+  if ! wait "$pid"; then
+    echo "fetching the $name jars failed; the end of Maven's log ($log):" >&2
+    tail -n 30 "$log" >&2
+    return 1
+  fi
+  rm -f "$log"
   echo "$want" > "$JARS/$name.tmp/.stamp"
   # A running broker keeps its open jars (same names, same versions) across the swap.
   rm -rf "$JARS/$name" && mv "$JARS/$name.tmp" "$JARS/$name"

@@ -1,175 +1,796 @@
-"""`make demo`: the local stack plus Airflow, then lagsched's DAGs run the way a user would run them."""
+"""``make demo``: lagsched closing the loop in Airflow, under uneven traffic, with a summary at the end.
+
+1. starts the local stack with Airflow (``lagsched stack up --airflow``; the Connections are its
+   ``AIRFLOW_CONN_*`` environment), waits for the lagsched DAGs to be parsed;
+2. merges the demo's entries into the Variables ``lagsched_settings`` (per-topic settings of the
+   ``demo.*`` topics, tuned to scale within minutes) and ``lagsched_clusters`` (the cluster
+   ``lagsched_kafka`` manages ``demo.*`` only), leaving every other entry alone; creates the topics;
+3. runs ``lagsched_setup`` and ``lagsched_topic_sync``, unpauses the DAGs (monitor, evaluator,
+   consume, maintenance, override), prints the UI address, login and the lagsched page;
+4. starts the load generator (`lagsched.loadgen`: ``demo.orders`` ramps to ``--peak-rate``, three
+   topics trickle, ``demo.archive`` stays idle) and prints a status line every 15 s until Ctrl-C
+   or ``--duration`` seconds of traffic;
+5. stops the load generator, pauses ``lagsched_consume`` and lets its running slots finish their
+   budget (a second Ctrl-C stops them now, gracefully), then prints the summary: peak and final lag
+   per topic, linker_workers over time, records produced, consumed (committed offsets) and in the
+   sink (Parquet rows), and whether the sink holds every consumed record exactly once.
+
+Everything it adds is on the shared stack under the ``demo.`` prefix and the cluster
+``lagsched_kafka``; ``lagsched demo --down`` (``make demo-down``) stops the load generator and the
+stack.
+"""
 
 from __future__ import annotations
 
-import logging
+import argparse
+import contextlib
+import json
 import os
+import signal
+import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
 from typing import Any
 
-from lagsched import stack
 from lagsched.adapters.airflow_api import PASSWORDS_FILE, AirflowAPI, AirflowAPIError
-from lagsched.stack.config import load
+from lagsched.core.load_profile import TopicLoad, demo_profile
+from lagsched.progress import Progress, format_duration
+from lagsched.stack.config import StackConfig, load
 from lagsched.stack.process import ServiceError
 
-DEMO_DAGS = ["lagsched_setup", "lagsched_lag_monitor", "lagsched_scaling_evaluator"]
+__all__ = [
+    "DEMO_CLUSTER",
+    "DEMO_PREFIX",
+    "DEMO_TOPIC_SETTINGS",
+    "add_arguments",
+    "main",
+    "merge_clusters",
+    "merge_settings",
+    "run",
+]
 
-# Uneven volumes, as in the field: one hot topic, one warm, one nearly idle.
-DEMO_TOPICS = {"demo.orders": (8, 120_000), "demo.clicks": (4, 12_000), "demo.audit": (1, 20)}
+DEMO_CLUSTER = "lagsched_kafka"
+DEMO_PREFIX = "demo."
+CONSUME_DAG = "lagsched_consume"
+REQUIRED_DAGS = (
+    "lagsched_setup",
+    "lagsched_topic_sync",
+    "lagsched_lag_monitor",
+    "lagsched_scaling_evaluator",
+    CONSUME_DAG,
+)
+OPTIONAL_DAGS = ("lagsched_maintenance", "lagsched_override")
+#: The demo topics' settings: the keda policy (workers = ceil(lag / 10,000)) decides from three
+#: one-minute measurements, scales up a minute after a change and down two minutes after, so a
+#: ten-minute run shows a full cycle. Merged into lagsched_settings under "topics".
+DEMO_TOPIC_SETTINGS: dict[str, Any] = {
+    "policy": "keda",
+    "keda_lag_threshold": 10_000,
+    "hysteresis": 0.0,
+    "min_samples": 3,
+    "window": 5,
+    "evaluate_every": 1,
+    "scale_up_cooldown_s": 60,
+    "cooldown_s": 120,
+    "max_workers": 3,
+}
+#: The consume DAG's slots for the demo cluster (the stack's pool lagsched_consume has 3).
+DEMO_MAX_SLOTS = 3
+STATUS_EVERY_S = 15.0
 
 
-def seed_demo_topics(kafka_config: dict[str, Any]) -> None:
-    """Create the demo topics if missing and produce a batch to each (every run adds more lag)."""
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-
-    admin = AdminClient(kafka_config)
-    existing = set(admin.list_topics(timeout=10).topics)
-    missing = [NewTopic(name, parts, 1) for name, (parts, _) in DEMO_TOPICS.items() if name not in existing]
-    if missing:
-        for future in admin.create_topics(missing, operation_timeout=30).values():
-            future.result(timeout=30)
-    producer = Producer({**kafka_config, "linger.ms": 50})
-    for name, (_, records) in DEMO_TOPICS.items():
-        for i in range(records):
-            producer.produce(name, key=str(i).encode(), value=b'{"demo": true}')
-            if i % 10_000 == 0:
-                producer.poll(0)
-        print(f"    produced {records:>7,} records to {name}", flush=True)
-    producer.flush(60)
+# -- Variables -------------------------------------------------------------------------------------
 
 
-DEMO_SLOTS = 2
+def merge_settings(current: str | None, topics: Iterable[str]) -> str:
+    """``lagsched_settings`` with the demo topics' entries set and everything else kept, validated.
+
+    >>> json.loads(merge_settings('{"defaults": {"max_workers": 8}}', ["demo.a"]))["defaults"]
+    {'max_workers': 8}
+    """
+    from lagsched.core.config import parse_settings
+
+    settings: dict[str, Any] = json.loads(current) if current and current.strip() else {}
+    entries = settings.setdefault("topics", {})
+    for topic in topics:
+        entries[topic] = {**entries.get(topic, {}), **DEMO_TOPIC_SETTINGS}
+    parse_settings(settings)  # a demo entry that clashes with the user's globals fails here, not in a DAG
+    return json.dumps(settings, indent=2)
 
 
-def consume_demo(cfg: Any, sink: Any) -> list[str]:
-    """Run ``DEMO_SLOTS`` consumer slots side by side until every claimed partition is caught up."""
-    import subprocess
+def merge_clusters(current: str | None) -> str:
+    """``lagsched_clusters`` with the demo cluster managing ``demo.*`` only; other clusters kept.
 
-    from lagsched.adapters.spark import submit_command
-    from lagsched.stack.environment import stack_environment
+    Without the pattern the demo cluster would manage every topic of the broker (a benchmark's
+    millions of records included) and the demo's slots would consume them all.
 
-    env = {**os.environ, **stack_environment(cfg)}
-    os.environ.setdefault("LAGSCHED_SPARK_JARS", env["LAGSCHED_SPARK_JARS"])  # submit_command checks them
-    job = str(cfg.repo / "jobs" / "consume.py")
-    procs = []
-    for n in range(1, DEMO_SLOTS + 1):
-        log_path = cfg.logs / f"demo-consume-{n}.log"
-        # A budget too: on a machine with other topics registered the demo must still end.
-        args = ["--slot", f"demo-{n}", "--sink", sink.as_uri(), "--exit-when-idle", "--min-interval-s", "1"]
-        args += ["--budget-s", "300"]
-        args += ["--max-records", "50000", "--stats-file", str(cfg.logs / f"demo-consume-{n}.stats")]
-        with log_path.open("wb") as out:
-            cmd = submit_command(job, args, master="local[1]")
-            proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)  # noqa: S603 - our own argv
-            procs.append((f"demo-{n}", log_path, proc))
-    failed = []
-    for name, log_path, proc in procs:
-        code = proc.wait()
-        tail = log_path.read_text(errors="replace").splitlines()
-        done = [line for line in tail if "lagsched.consume: done" in line]
-        print(
-            f"    slot {name}: exit {code}; {done[-1].split(': ', 1)[-1] if done else ''} (log {log_path})", flush=True
+    >>> json.loads(merge_clusters('{"eu": {"max_slots": 2}}'))["eu"]
+    {'max_slots': 2}
+    """
+    from lagsched.core.clusters import parse_clusters
+
+    clusters: dict[str, Any] = json.loads(current) if current and current.strip() else {}
+    entry = clusters.setdefault(DEMO_CLUSTER, {})
+    entry.update({"topic_pattern": r"demo\..*", "max_slots": DEMO_MAX_SLOTS})
+    parse_clusters(clusters)
+    return json.dumps(clusters, indent=2)
+
+
+def _demo_variables_in_place(api: AirflowAPI, topics: Sequence[str]) -> bool:
+    """True if both Variables still hold the demo's entries (a test may have restored its own copy)."""
+    settings = json.loads(api.get_variable("lagsched_settings") or "{}")
+    clusters = json.loads(api.get_variable("lagsched_clusters") or "{}")
+    ours = settings.get("topics", {})
+    return all(ours.get(t, {}).get("policy") == DEMO_TOPIC_SETTINGS["policy"] for t in topics) and (
+        clusters.get(DEMO_CLUSTER, {}).get("topic_pattern") == r"demo\..*"
+    )
+
+
+def apply_variables(api: AirflowAPI, topics: Sequence[str]) -> None:
+    api.set_variable(
+        "lagsched_settings",
+        merge_settings(api.get_variable("lagsched_settings"), topics),
+        "lagsched scaling settings (docs/configuration.md); the demo.* entries are make demo's",
+    )
+    api.set_variable(
+        "lagsched_clusters",
+        merge_clusters(api.get_variable("lagsched_clusters")),
+        "Kafka clusters lagsched watches (lagsched.core.clusters); lagsched_kafka = make demo's demo.* topics",
+    )
+
+
+# -- what the stack holds --------------------------------------------------------------------------
+
+
+@dataclass
+class Snapshot:
+    """One status reading of the demo topics."""
+
+    at: float
+    lag: dict[str, int | None]
+    workers: dict[str, int]
+    measured_at: dict[str, float | None]
+    live_slots: int
+    states: dict[str, str] = field(default_factory=dict)
+
+
+class Stack:
+    """The demo's read-only view of MySQL, Redis and Kafka (connections opened once, reopened on error)."""
+
+    def __init__(self, topics: Sequence[str]) -> None:
+        self.topics = list(topics)
+        self._mysql: Any = None
+        self._redis: Any = None
+
+    def _clients(self) -> tuple[Any, Any]:
+        from lagsched.adapters.lag_store import redis_client
+        from lagsched.adapters.mysql import connect
+        from lagsched.connections import mysql_params, redis_params
+
+        if self._mysql is None:
+            self._mysql = connect(mysql_params())
+        if self._redis is None:
+            self._redis = redis_client(redis_params())
+        return self._mysql, self._redis
+
+    def close(self) -> None:
+        for client in (self._mysql, self._redis):
+            if client is not None:
+                # Closing a broken connection: nothing to do about an error.
+                with contextlib.suppress(Exception):
+                    client.close()
+        self._mysql = self._redis = None
+
+    def snapshot(self) -> Snapshot:
+        from lagsched.workflows.status import cluster_status
+
+        mysql, redis = self._clients()
+        try:
+            status = cluster_status(mysql, redis, DEMO_CLUSTER, time.time())
+        except Exception:
+            self.close()  # the next reading reconnects
+            raise
+        views = {t.name: t for t in status.topics if t.name in self.topics}
+        return Snapshot(
+            at=status.at,
+            lag={t: views[t].lag if t in views else None for t in self.topics},
+            workers={t: views[t].linker_workers if t in views else 0 for t in self.topics},
+            measured_at={t: views[t].measured_at if t in views else None for t in self.topics},
+            live_slots=sum(1 for s in status.slots if s.live),
+            states={t: views[t].state for t in views},
         )
-        if code != 0:
-            print("\n".join("      " + line for line in tail[-10:]), flush=True)
-            failed.append(f"consume {name}")
-    return failed
+
+    def committed(self) -> dict[tuple[str, int], int | None]:
+        """Each demo partition's committed offset (None: never committed)."""
+        from lagsched.adapters.status_queries import partition_states
+
+        mysql, _ = self._clients()
+        return {
+            (p.topic, p.partition): p.committed_offset
+            for p in partition_states(mysql, DEMO_CLUSTER)
+            if p.topic in self.topics
+        }
+
+    def decisions(self, since: float) -> list[Any]:
+        """The demo topics' scaling decisions since ``since``, oldest first."""
+        from lagsched.adapters.status_queries import recent_decisions
+
+        mysql, _ = self._clients()
+        rows = recent_decisions(mysql, DEMO_CLUSTER, since=since, limit=1000)
+        return sorted((d for d in rows if d.topic in self.topics), key=lambda d: d.decided_at)
+
+    def peak_lag_history(self, since: float) -> dict[str, int]:
+        """The highest lag the monitor stored for each demo topic since ``since`` (Redis history)."""
+        from lagsched.adapters.lag_store import LagStore
+
+        _, redis = self._clients()
+        records = LagStore(redis, DEMO_CLUSTER).read_lag_records(self.topics)
+        return {t: max((r.lag for r in recs if r.at >= since), default=0) for t, recs in records.items()}
 
 
-def _show_lag(api: AirflowAPI, when: str) -> list[str]:
-    run_id = api.trigger("lagsched_lag_monitor")
-    state = api.wait_for_run("lagsched_lag_monitor", run_id)
-    if state != "success":
-        return ["lagsched_lag_monitor"]
-    summary = api.xcom("lagsched_lag_monitor", run_id, "measure_lag")
-    print(f"==> lag {when}: total {summary['total_lag']:,}, lost {summary['total_lost']:,}", flush=True)
-    for topic in summary["top"][:5]:
-        print(f"    {topic['topic']:<20} lag {topic['lag']:>9,}", flush=True)
-    return []
+def watermarks(kafka_config: Mapping[str, Any], topics: Iterable[str]) -> dict[tuple[str, int], tuple[int, int]]:
+    """(low, high) watermark of every partition of ``topics``."""
+    from confluent_kafka import Consumer, TopicPartition
 
-
-def _progress_printer() -> Any:
-    last: dict[str, str] = {}
-
-    def show(tis: list[dict[str, Any]]) -> None:
-        for ti in tis:
-            state = ti.get("state") or "scheduled"
-            if last.get(ti["task_id"]) != state:
-                last[ti["task_id"]] = state
-                print(f"    {ti['task_id']:<24} {state}", flush=True)
-
-    return show
-
-
-def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    cfg = load()
-    print("==> starting Kafka, MariaDB, Redis and Airflow (first start takes ~30 s)", flush=True)
+    consumer = Consumer({**kafka_config, "group.id": "lagsched-demo-summary", "enable.auto.commit": False})
     try:
-        stack.up(cfg, airflow=True)
+        out = {}
+        for topic in topics:
+            meta = consumer.list_topics(topic, timeout=15).topics[topic]
+            for p in meta.partitions:
+                out[(topic, p)] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)
+        return out
+    finally:
+        consumer.close()
+
+
+def sink_rows(sink: str, ranges: Mapping[tuple[str, int], tuple[int, int]]) -> tuple[int, int] | None:
+    """Rows and distinct (partition, offset) of the sink's Parquet files within ``ranges`` (``[start, end)``).
+
+    None when the sink is not a local folder (``file://`` or a path) this process can read.
+    """
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    if sink.startswith("file://"):
+        root = Path(sink.removeprefix("file://"))
+    elif "://" in sink:
+        return None
+    else:
+        root = Path(sink)
+    rows = 0
+    distinct = 0
+    for topic in sorted({t for t, _ in ranges}):
+        seen: set[tuple[int, int]] = set()
+        for path in sorted((root / f"topic={topic}").glob("date=*/*.parquet")):
+            table = pq.read_table(path, columns=["partition", "offset"])
+            for partition in pc.unique(table["partition"]).to_pylist():
+                start, end = ranges.get((topic, int(partition)), (0, 0))
+                offsets = table.filter(pc.equal(table["partition"], partition))["offset"].to_pylist()
+                inside = [o for o in offsets if start <= o < end]
+                rows += len(inside)
+                seen.update((int(partition), o) for o in inside)
+        distinct += len(seen)
+    return rows, distinct
+
+
+# -- the run ---------------------------------------------------------------------------------------
+
+
+class Stopper:
+    """SIGINT/SIGTERM: the first asks the demo to wind down, the second to hurry (stop the slots now)."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.hurry = threading.Event()
+
+    def install(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.stop.is_set():
+            self.hurry.set()
+        self.stop.set()
+
+
+def _short(topic: str) -> str:
+    return topic.removeprefix(DEMO_PREFIX)
+
+
+def status_line(elapsed_s: float, snap: Snapshot, sent: int | None) -> str:
+    """``[ 2:15] orders lag 45,210 w3 | clicks lag 120 w1 | ... | 3 live slots | 123,456 sent``.
+
+    >>> snap = Snapshot(0.0, {"demo.orders": 45210, "demo.archive": None}, {"demo.orders": 3, "demo.archive": 1},
+    ...                 {}, 2, {"demo.orders": "ok", "demo.archive": "ok"})
+    >>> status_line(135, snap, 1200)
+    '[ 2:15] orders lag 45,210 w3 | archive lag - w1 | 2 live slots | 1,200 sent'
+    """
+    parts = []
+    for topic, lag in snap.lag.items():
+        text = f"{_short(topic)} lag {'-' if lag is None else f'{lag:,}'} w{snap.workers.get(topic, 0)}"
+        state = snap.states.get(topic, "ok")
+        parts.append(text if state == "ok" else f"{text} {state.upper()}")
+    parts.append(f"{snap.live_slots} live slot{'s' if snap.live_slots != 1 else ''}")
+    if sent is not None:
+        parts.append(f"{sent:,} sent")
+    minutes, seconds = divmod(int(elapsed_s), 60)
+    return f"[{minutes:2d}:{seconds:02d}] " + " | ".join(parts)
+
+
+def _profile(duration_s: float | None, peak_rate: float) -> tuple[TopicLoad, ...]:
+    """The demo profile; with a duration, the hot phase ends by 55 % of it, leaving time to drain."""
+    if duration_s is None or duration_s >= 600:
+        return demo_profile(peak_rate=peak_rate)
+    d = max(duration_s, 60.0)
+    return demo_profile(peak_rate=peak_rate, ramp_at_s=0.05 * d, ramp_s=0.1 * d, hold_s=0.35 * d, fall_s=0.05 * d)
+
+
+def _loadgen_argv(loads: Sequence[TopicLoad], peak_rate: float, stats: Path) -> list[str]:
+    hot = loads[0].points
+    # points: (0, trickle), (ramp_at, trickle), (ramp end, peak), (hold end, peak), (fall end, trickle)
+    ramp_at, ramp_end, hold_end, fall_end = hot[1][0], hot[2][0], hot[3][0], hot[4][0]
+    return [
+        sys.executable,
+        "-m",
+        "lagsched.loadgen",
+        "--prefix",
+        DEMO_PREFIX,
+        "--peak-rate",
+        str(peak_rate),
+        "--ramp-at-s",
+        str(ramp_at),
+        "--ramp-s",
+        str(ramp_end - ramp_at),
+        "--hold-s",
+        str(hold_end - ramp_end),
+        "--fall-s",
+        str(fall_end - hold_end),
+        "--report-every-s",
+        "15",
+        "--stats-file",
+        str(stats),
+    ]
+
+
+def _read_stats(path: Path) -> dict[str, Any]:
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def _sent(stats: Mapping[str, Any]) -> int | None:
+    topics = stats.get("topics")
+    return None if not topics else sum(int(c["sent"]) for c in topics.values())
+
+
+def _demo_dir(cfg: StackConfig) -> Path:
+    path = cfg.home / "demo"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def stop_loadgen(cfg: StackConfig, timeout_s: float = 60.0) -> bool:
+    """Stop a load generator a demo left running (its pid file); True if one was running."""
+    pid_file = _demo_dir(cfg) / "loadgen.pid"
+    try:
+        pid = int(pid_file.read_text().strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        pid_file.unlink(missing_ok=True)
+        return False
+    if b"lagsched.loadgen" not in cmdline:  # the pid was reused by another process: leave it alone
+        pid_file.unlink(missing_ok=True)
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    pid_file.unlink(missing_ok=True)
+    return True
+
+
+class DemoAPI(AirflowAPI):
+    @classmethod
+    def for_stack(cls, cfg: StackConfig) -> DemoAPI:
+        """Logged in as admin with the password Airflow's simple auth manager generated."""
+        passwords = json.loads((cfg.airflow_home / PASSWORDS_FILE).read_text())
+        return cls(f"http://127.0.0.1:{cfg.airflow_port}", "admin", passwords["admin"])
+
+    def dag_param(self, dag_id: str, name: str) -> Any:
+        """A DAG param's default value (``/details``)."""
+        details = self._request("GET", f"/api/v2/dags/{dag_id}/details")
+        param = (details.get("params") or {}).get(name)
+        return param.get("value") if isinstance(param, dict) else param
+
+    def active_runs(self, dag_id: str) -> list[dict[str, Any]]:
+        return [r for r in self.dag_runs(dag_id, limit=10) if r.get("state") in ("queued", "running")]
+
+
+def _run_dag(api: AirflowAPI, dag_id: str, timeout_s: float = 300.0) -> str:
+    with Progress(f"running {dag_id}", stream=sys.stdout) as progress:
+        progress.tick_every(0.5)
+        run_id = api.trigger(dag_id)
+
+        def show(tis: list[dict[str, Any]]) -> None:
+            states = [f"{ti['task_id']} {ti.get('state') or 'scheduled'}" for ti in tis]
+            progress.update(detail=", ".join(states)[:100])
+
+        state = api.wait_for_run(dag_id, run_id, timeout_s=timeout_s, on_progress=show)
+        progress.detail = state
+    return state
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = load()
+    if args.down:
+        stopped = stop_loadgen(cfg)
+        print("load generator: " + ("stopped" if stopped else "was not running"), flush=True)
+        from lagsched import stack
+
+        names = stack.down(cfg)
+        print("stopped: " + (", ".join(names) if names else "nothing was running"), flush=True)
+        return 0
+    duration = args.duration if args.duration and args.duration > 0 else None
+    stopper = Stopper()
+    stopper.install()
+    from lagsched.cli import start_stack
+
+    try:
+        start_stack(cfg, airflow=True)
     except ServiceError as exc:
         print(f"demo: {exc}", file=sys.stderr)
         return 2
-    from lagsched.connections import kafka_config
-    from lagsched.stack.environment import connection_environment
+    from lagsched.stack.environment import connection_environment, stack_environment
 
     for key, value in connection_environment(cfg).items():
         os.environ.setdefault(key, value)
-    print("==> producing demo records (uneven volumes)", flush=True)
-    seed_demo_topics(kafka_config())
     url = f"http://127.0.0.1:{cfg.airflow_port}"
-    api = AirflowAPI.for_simple_auth(url, cfg.airflow_home)
-    failed = []
-    for dag_id in DEMO_DAGS:
-        try:
-            api.wait_for_dag(dag_id)
-            run_id = api.trigger(dag_id)
-            print(f"==> triggered {dag_id} (run {run_id})", flush=True)
-            started = time.monotonic()
-            state = api.wait_for_run(dag_id, run_id, on_progress=_progress_printer())
-        except AirflowAPIError as exc:
-            print(f"demo: {exc}", file=sys.stderr)
-            return 1
-        print(f"==> {dag_id}: {state} in {time.monotonic() - started:.0f} s", flush=True)
-        if state != "success":
-            failed.append(dag_id)
-        elif dag_id == "lagsched_lag_monitor":
-            summary = api.xcom(dag_id, run_id, "measure_lag")
-            print(f"    total lag {summary['total_lag']:,}, lost {summary['total_lost']:,}", flush=True)
-            for topic in summary["top"][:5]:
-                print(f"    {topic['topic']:<20} lag {topic['lag']:>9,}", flush=True)
-        elif dag_id == "lagsched_scaling_evaluator":
-            result = api.xcom(dag_id, run_id, "evaluate_and_apply")
-            for o in result["outcomes"]:
-                if o["topic"].startswith("demo."):
-                    change = f"{o['old']} -> {o['new']}" if o["old"] is not None else ""
-                    print(f"    {o['topic']:<20} {o['status']:<16} {change} {o['reason'] or ''}", flush=True)
+    api = DemoAPI.for_stack(cfg)
+    loads = _profile(duration, args.peak_rate)
+    topics = [lt.topic for lt in loads]
+    try:
+        failed = _prepare(api, cfg, loads)
+    except (AirflowAPIError, ValueError) as exc:  # ConfigError is a ValueError
+        print(f"demo: {exc}", file=sys.stderr)
+        return 1
+    if failed:
+        print(f"demo: {failed} did not succeed; see its task logs in the Airflow UI ({url})", file=sys.stderr)
+        return 1
+    sink = str(api.dag_param(CONSUME_DAG, "sink") or "file:///var/tmp/lagsched-sink")
+    _print_addresses(cfg, url, sink)
+
+    view = Stack(topics)
+    baseline = view.committed()
+    demo_dir = _demo_dir(cfg)
+    stats_path = demo_dir / "loadgen.json"
+    stats_path.unlink(missing_ok=True)
+    log_path = cfg.logs / "demo-loadgen.log"
+    started = time.time()
+    with log_path.open("ab") as log:
+        # Its own session: a Ctrl-C reaches the demo only, which then stops it in order.
+        loadgen = subprocess.Popen(  # noqa: S603 - our own module
+            _loadgen_argv(loads, args.peak_rate, stats_path),
+            env={**os.environ, **stack_environment(cfg)},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    (demo_dir / "loadgen.pid").write_text(str(loadgen.pid))
     print(
-        "    (the evaluator decides once the monitor has stored `evaluate_every` measurements;\n"
-        "     the monitor runs every minute, so re-trigger lagsched_scaling_evaluator in a few minutes)",
+        f"==> load generator started (pid {loadgen.pid}, log {log_path}): {_short(topics[0])} ramps to "
+        f"{args.peak_rate:,.0f} records/s, {', '.join(_short(t) for t in topics[1:-1])} trickle, "
+        f"{_short(topics[-1])} stays idle",
         flush=True,
     )
-    if not failed:
-        sink = cfg.home / "sink"
-        print(
-            f"==> consuming: {DEMO_SLOTS} worker slots (Spark jobs) drain the claimed partitions into {sink}",
-            flush=True,
-        )
-        failed += consume_demo(cfg, sink)
-        failed += _show_lag(api, "after consuming")
+    print(
+        "    " + ("until Ctrl-C" if duration is None else f"for {format_duration(duration)} (or until Ctrl-C)"),
+        flush=True,
+    )
+    demo = Demo(api, view, loads, started, duration, stopper, loadgen, stats_path, baseline, sink)
+    try:
+        _wait_first_measurement(view, started, stopper, loadgen)
+        _watch(demo)
+    finally:
+        _wind_down(api, cfg, loadgen, stopper, args.budget_wait)
+    summary = _summary(demo)
+    view.close()
+    (demo_dir / "summary.json").write_text(json.dumps(summary["data"], indent=1, default=str))
+    print(summary["text"], flush=True)
+    print(f"(also in {demo_dir / 'summary.json'}; `make demo-down` stops everything)", flush=True)
+    return 0 if summary["data"]["exactly_once"] in (True, None) else 1
+
+
+def _prepare(api: DemoAPI, cfg: StackConfig, loads: Sequence[TopicLoad]) -> str | None:
+    """DAGs parsed, Variables merged, topics created, setup and topic sync run, DAGs unpaused."""
+    from lagsched.connections import kafka_config
+    from lagsched.loadgen import create_topics
+
+    with Progress("waiting for Airflow to parse the lagsched DAGs", total=len(REQUIRED_DAGS), stream=sys.stdout) as p:
+        p.tick_every(0.5)
+        for dag_id in REQUIRED_DAGS:
+            api.wait_for_dag(dag_id, timeout_s=300)
+            p.advance(detail=dag_id)
+    topics = [lt.topic for lt in loads]
+    apply_variables(api, topics)
+    print(f"==> Variables: lagsched_settings (keda, {len(topics)} demo topics), lagsched_clusters", flush=True)
+    created = create_topics(kafka_config(), loads)
+    print(f"==> topics: {', '.join(created) if created else 'all present'}", flush=True)
+    for dag_id in ("lagsched_setup",):
+        if _run_dag(api, dag_id) != "success":
+            return dag_id
+    present = [d for d in REQUIRED_DAGS + OPTIONAL_DAGS if api.get_dag(d) is not None]
+    for dag_id in present:
+        api.set_paused(dag_id, False)
+    print(f"==> unpaused: {', '.join(present)}", flush=True)
+    # Registers the demo topics now rather than at the sync's next 10-minute mark.
+    if _run_dag(api, "lagsched_topic_sync") != "success":
+        return "lagsched_topic_sync"
+    return None
+
+
+def _print_addresses(cfg: StackConfig, url: str, sink: str) -> None:
     print(
         f"""
-Airflow UI:  {url}   (user: admin, password: in {cfg.airflow_home / PASSWORDS_FILE})
-DAGs:        {url}/dags?tags=lagsched
-Logs:        {cfg.logs}/   (services, demo-consume-*.log)  {cfg.airflow_home / "logs"}/  (task logs)
-Sink:        {cfg.home / "sink"}/   (Parquet, topic=<t>/date=<d>/; docs/consumer.md)
-Stop it all: make stack-down
+  Airflow UI     {url}   user admin, password in {cfg.airflow_home / PASSWORDS_FILE}
+  lagsched page  {url}/plugin/lagsched   ("lagsched" in Airflow's navigation)
+  DAGs           {url}/dags?tags=lagsched
+  in a terminal  .venv/bin/lagsched status   (after: eval "$(.venv/bin/lagsched stack env)")
+  sink           {sink}
+  logs           {cfg.logs}/   task logs {cfg.airflow_home / "logs"}/
 """,
         flush=True,
     )
-    return 1 if failed else 0
+
+
+def _wait_first_measurement(view: Stack, started: float, stopper: Stopper, loadgen: subprocess.Popen[bytes]) -> None:
+    """Until the lag monitor has measured every demo topic since the traffic started (a minute or two)."""
+    with Progress("waiting for the first lag measurement", stream=sys.stdout) as p:
+        p.tick_every(0.5)
+        deadline = time.monotonic() + 300
+        while not stopper.stop.is_set() and time.monotonic() < deadline:
+            if loadgen.poll() is not None:
+                raise RuntimeError(f"the load generator exited with {loadgen.returncode}; see its log")
+            try:
+                snap = view.snapshot()
+            except Exception as exc:  # noqa: BLE001 - a transient read error: shown, retried
+                p.update(detail=f"reading the status: {exc}"[:100])
+            else:
+                fresh = sum(1 for at in snap.measured_at.values() if at is not None and at >= started)
+                p.update(detail=f"{fresh}/{len(snap.measured_at)} topics measured")
+                if fresh == len(snap.measured_at):
+                    return
+            stopper.stop.wait(5)
+        if not stopper.stop.is_set():
+            p.detail = "no measurement within 5 min: is lagsched_lag_monitor running? (its task log says why)"
+
+
+@dataclass
+class Demo:
+    """One demo run's parts and what it saw."""
+
+    api: DemoAPI
+    view: Stack
+    loads: Sequence[TopicLoad]
+    started: float
+    duration: float | None
+    stopper: Stopper
+    loadgen: subprocess.Popen[bytes]
+    stats_path: Path
+    baseline: Mapping[tuple[str, int], int | None]
+    sink: str
+    history: list[Snapshot] = field(default_factory=list)
+
+
+def _watch(demo: Demo) -> None:
+    api, view, started, duration, stopper = demo.api, demo.view, demo.started, demo.duration, demo.stopper
+    loadgen, stats_path, history = demo.loadgen, demo.stats_path, demo.history
+    topics = [lt.topic for lt in demo.loads]
+    next_check = time.monotonic() + 60
+    while not stopper.stop.is_set():
+        elapsed = time.time() - started
+        if duration is not None and elapsed >= duration:
+            break
+        if loadgen.poll() is not None:
+            print(f"demo: the load generator exited with {loadgen.returncode}; see its log", file=sys.stderr)
+            break
+        try:
+            snap = view.snapshot()
+        except Exception as exc:  # noqa: BLE001 - one failed reading is a line, not the end of the demo
+            print(f"[status unavailable: {exc}]", flush=True)
+        else:
+            history.append(snap)
+            print(status_line(elapsed, snap, _sent(_read_stats(stats_path))), flush=True)
+        if time.monotonic() >= next_check:
+            next_check = time.monotonic() + 60
+            try:
+                if not _demo_variables_in_place(api, topics):
+                    # Someone (a test restoring its own copy) replaced them: the demo's entries go back.
+                    apply_variables(api, topics)
+                    print("    (the demo's entries in lagsched_settings/lagsched_clusters were put back)", flush=True)
+            except (AirflowAPIError, ValueError, OSError) as exc:
+                print(f"    (could not check the Variables: {exc})", flush=True)
+        wait = STATUS_EVERY_S
+        if duration is not None:
+            wait = min(wait, max(0.0, duration - (time.time() - started)))
+        stopper.stop.wait(wait)
+
+
+def _wind_down(
+    api: DemoAPI, cfg: StackConfig, loadgen: subprocess.Popen[bytes], stopper: Stopper, budget_wait: bool
+) -> None:
+    print("==> winding down: stopping the load generator", flush=True)
+    if loadgen.poll() is None:
+        loadgen.send_signal(signal.SIGTERM)
+        try:
+            loadgen.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            loadgen.kill()
+    (_demo_dir(cfg) / "loadgen.pid").unlink(missing_ok=True)
+    try:
+        api.set_paused(CONSUME_DAG, True)
+        runs = api.active_runs(CONSUME_DAG)
+    except AirflowAPIError as exc:
+        print(f"demo: could not pause {CONSUME_DAG}: {exc}", file=sys.stderr)
+        return
+    print(f"==> paused {CONSUME_DAG}; {len(runs)} run(s) still consuming", flush=True)
+    if not runs:
+        return
+    if not budget_wait:
+        stopper.hurry.set()
+    label = "waiting for the running slots to finish their budget (Ctrl-C again: stop them now)"
+    with Progress(label, stream=sys.stdout) as p:
+        p.tick_every(0.5)
+        deadline = time.monotonic() + 600
+        while runs and time.monotonic() < deadline:
+            if stopper.hurry.is_set():
+                for r in runs:
+                    # Failing the run kills its slots' tasks; each driver finishes its batch and stops
+                    # without losing or duplicating a record (docs/consumer.md).
+                    api.mark_run(CONSUME_DAG, r["dag_run_id"], "failed")
+                p.detail = "slots asked to stop"
+                stopper.hurry.clear()
+                deadline = min(deadline, time.monotonic() + 90)
+            stopper.hurry.wait(3)
+            runs = api.active_runs(CONSUME_DAG)
+            p.update(detail=f"{len(runs)} run(s) active")
+
+
+def _summary(demo: Demo) -> dict[str, Any]:
+    from lagsched.connections import kafka_config
+
+    view, loads, baseline, started, history = demo.view, demo.loads, demo.baseline, demo.started, demo.history
+    stats, sink = _read_stats(demo.stats_path), demo.sink
+
+    topics = [lt.topic for lt in loads]
+    marks = watermarks(kafka_config(), topics)
+    committed = view.committed()
+    peaks = view.peak_lag_history(started)
+    for snap in history:
+        for t, lag in snap.lag.items():
+            if lag is not None:
+                peaks[t] = max(peaks.get(t, 0), lag)
+    ranges: dict[tuple[str, int], tuple[int, int]] = {}
+    per_topic: dict[str, dict[str, Any]] = {}
+    for t in topics:
+        produced = int(stats.get("topics", {}).get(t, {}).get("acked", 0))
+        consumed = final_lag = 0
+        for (topic, p), (low, high) in sorted(marks.items()):
+            if topic != t:
+                continue
+            start = baseline.get((t, p))
+            end = committed.get((t, p))
+            start = low if start is None else start
+            end = start if end is None else end
+            ranges[(t, p)] = (start, end)
+            consumed += max(0, end - start)
+            final_lag += max(0, high - max(end, low))
+        per_topic[t] = {"peak_lag": peaks.get(t, 0), "final_lag": final_lag, "produced": produced, "consumed": consumed}
+    counted = sink_rows(sink, ranges)
+    consumed_total = sum(v["consumed"] for v in per_topic.values())
+    if counted is None:
+        exactly_once: bool | None = None
+        in_sink = "not counted (not a local folder)"
+    else:
+        rows, distinct = counted
+        exactly_once = rows == distinct == consumed_total
+        in_sink = f"{rows:,} rows ({distinct:,} distinct offsets)"
+    decisions = view.decisions(started)
+    lines = ["", "=" * 78, "lagsched demo summary", "=" * 78]
+    lines.append(
+        f"{'topic':<16} {'peak lag':>10} {'final lag':>10} {'produced':>10} {'consumed':>10}  workers over time"
+    )
+    for t in topics:
+        v = per_topic[t]
+        steps = _workers_over_time(t, decisions, history, started)
+        figures = f"{v['peak_lag']:>10,} {v['final_lag']:>10,} {v['produced']:>10,} {v['consumed']:>10,}"
+        lines.append(f"{_short(t):<16} {figures}  {steps}")
+    produced_total = sum(v["produced"] for v in per_topic.values())
+    lines += [
+        "",
+        f"records produced {produced_total:,}; consumed (committed offsets) {consumed_total:,}; in the sink {in_sink}",
+    ]
+    if exactly_once is None:
+        lines.append("exactly once: not checked (the sink is not a local folder)")
+    else:
+        lines.append(
+            "exactly once: "
+            + (
+                "YES, every consumed record is in the sink once"
+                if exactly_once
+                else "NO: sink and committed offsets differ"
+            )
+        )
+    lines.append(f"scaling decisions ({len(decisions)}):")
+    for d in decisions:
+        at = datetime.fromtimestamp(d.decided_at, tz=UTC).strftime("%H:%M:%S")
+        change = f"{_short(d.topic):<10} {d.old_workers} -> {d.new_workers}"
+        lines.append(f"  {at} +{format_duration(d.decided_at - started):>10}  {change}  {d.rule}: {d.reason}")
+    lines.append("=" * 78)
+    data = {
+        "started_at": datetime.fromtimestamp(started, tz=UTC).isoformat(),
+        "topics": per_topic,
+        "produced": produced_total,
+        "consumed": consumed_total,
+        "sink": sink,
+        "sink_rows": None if counted is None else counted[0],
+        "sink_distinct": None if counted is None else counted[1],
+        "exactly_once": exactly_once,
+        "decisions": [
+            {
+                "at": d.decided_at,
+                "topic": d.topic,
+                "old": d.old_workers,
+                "new": d.new_workers,
+                "rule": d.rule,
+                "reason": d.reason,
+            }
+            for d in decisions
+        ],
+    }
+    return {"text": "\n".join(lines), "data": data}
+
+
+def _workers_over_time(topic: str, decisions: Sequence[Any], history: Sequence[Snapshot], started: float) -> str:
+    """``1 -> 3 (+2 min 50 s) -> 1 (+7 min 40 s)`` from the decisions (or the status readings)."""
+    mine = [d for d in decisions if d.topic == topic]
+    if mine:
+        text = str(mine[0].old_workers)
+        for d in mine:
+            text += f" -> {d.new_workers} (+{format_duration(d.decided_at - started)})"
+        return text
+    seen = [s.workers.get(topic, 0) for s in history]
+    return str(seen[-1]) if seen else "-"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=float(os.environ.get("DURATION") or 0) or None,
+        help="seconds of traffic before the demo winds down (default: $DURATION, else until Ctrl-C)",
+    )
+    parser.add_argument("--peak-rate", type=float, default=3000.0, help="the hot topic's peak, records/s")
+    parser.add_argument(
+        "--no-budget-wait",
+        dest="budget_wait",
+        action="store_false",
+        help="at the end, stop the running slots at once instead of letting them finish their budget",
+    )
+    parser.add_argument("--down", action="store_true", help="stop a demo's load generator and the whole stack")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lagsched.demo", description=(__doc__ or "").split("\n\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
