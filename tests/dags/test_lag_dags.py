@@ -148,7 +148,8 @@ def test_malformed_variable_fails_the_evaluator_dag_and_changes_nothing(
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        ti = run.get_task_instance("evaluate_and_apply", session=session)
+        # Mapped over the configured clusters: one cluster, map index 0.
+        ti = run.get_task_instance("evaluate_and_apply", map_index=0, session=session)
         assert (str(ti.state).rsplit(".", 1)[-1].lower(), ti.try_number) == ("failed", 1)  # no retry of a bad config
     assert workers_of(env, topic_id) == 2
     assert decision_rows(env, topic_id) == []

@@ -69,15 +69,17 @@ def parse_duration(text: str, field: str = "duration") -> float:
     if not isinstance(text, str) or not re.fullmatch(DURATION_PATTERN, text.lower()):
         raise _error(field, text, f"must be {allowed}")
     seconds = float(sum(int(n) * _UNIT_S[u] for n, u in _PART.findall(text.lower())))
-    check_duration(seconds, field)
-    return seconds
+    return check_duration(seconds, field, shown=text)
 
 
-def check_duration(seconds: float, field: str = "duration") -> float:
-    """`seconds` if it is a usable override duration (> 0, at most `MAX_OVERRIDE_S`)."""
+def check_duration(seconds: float, field: str = "duration", *, shown: object = None) -> float:
+    """`seconds` if it is a usable override duration (> 0, at most `MAX_OVERRIDE_S`); the error
+    quotes `shown` (what the user wrote) when given, else the seconds."""
     if not isinstance(seconds, int | float) or isinstance(seconds, bool) or not 0 < seconds <= MAX_OVERRIDE_S:
         raise _error(
-            field, seconds, f"must be more than 0 and at most {format_duration(MAX_OVERRIDE_S)} ({MAX_OVERRIDE_S:g} s)"
+            field,
+            seconds if shown is None else shown,
+            f"must be more than 0 and at most {format_duration(MAX_OVERRIDE_S)} ({MAX_OVERRIDE_S:g} s)",
         )
     return float(seconds)
 
