@@ -208,3 +208,54 @@ def test_a_retried_request_finds_its_override_and_writes_nothing_more(
     assert third.announced
     (msg,) = messages(subscriber)
     assert (msg["rule"], msg["new"]) == ("override", 8)
+
+
+def test_the_cli_adds_lists_and_cancels(
+    db: Any, mysql_db: Any, redis_client: Any, cluster: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    import argparse
+
+    from lagsched import override_cli
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_LAGSCHED_MYSQL",
+        json.dumps({"conn_type": "mysql", "host": mysql_db.host, "port": mysql_db.port,
+                    "login": mysql_db.user, "password": mysql_db.password, "schema": mysql_db.database}),
+    )  # fmt: skip
+    p = redis_client.connection_pool.connection_kwargs
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_LAGSCHED_REDIS",
+        json.dumps({"conn_type": "redis", "host": p["host"], "port": p["port"], "extra": {"db": p["db"]}}),
+    )
+    topic_id = add_topic(db, cluster, "orders", workers=2, partitions=12)
+    parser = argparse.ArgumentParser()
+    override_cli.add_arguments(parser)
+
+    def cli(*argv: str) -> tuple[int, str, str]:
+        code = override_cli.run(parser.parse_args(["--cluster", cluster, *argv]), now=NOW)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    code, out, err = cli("orders", "--workers", "13", "--for", "2h", "--reason", "sale", "--by", "ana")
+    assert (code, out) == (1, "")
+    assert "invalid override: linker_workers = 13: must be at most the 12 partitions" in err
+    assert cli("orders", "--workers", "8", "--reason", "sale")[0] == 1  # --for missing
+
+    code, out, err = cli("orders", "--workers", "8", "--for", "90m", "--reason", "Black Friday", "--by", "ana")
+    assert code == 0, err
+    (active,) = active_overrides(db, cluster, NOW)
+    assert f"override {active.id}: topic orders of cluster {cluster} pinned at 8 worker(s) (was 2)" in out
+    assert f"lagsched override --cancel {active.id}" in out
+    assert (workers_of(db, topic_id), active.created_by, active.expires_at) == (8, "ana", NOW + timedelta(minutes=90))
+
+    code, out, _ = cli("--list")
+    assert code == 0
+    assert f"{active.id:>5} orders" in out and "2->8" in out and "active" in out and "(1h30m left)" in out
+    code, out, _ = cli("--list", "--json")
+    assert [(r["id"], r["status"], r["remaining_s"]) for r in json.loads(out)] == [(active.id, "active", 5400.0)]
+
+    assert cli("--cancel", str(active.id), "--by", "bob")[0] == 0
+    code, _, err = cli("--cancel", str(active.id))
+    assert code == 1 and "it is already cancelled" in err
+    assert "no overrides" in cli("--list")[1]
+    assert "cancelled" in cli("--list", "--all")[1]
