@@ -35,5 +35,6 @@ class RedisHook(ProviderRedisHook):
             params = redis_params(self.redis_conn_id)
             found = check_redis(params)
         except LagschedError as exc:  # names the Connection and where it points, never the password
-            return False, str(exc)
+            # The Test button tests a form under a random id: the id would only confuse; the rest says it all.
+            return False, str(exc).removeprefix(f"Connection {self.redis_conn_id!r} ")
         return True, f"Connected to {where_redis(params)}: Redis {found.get('version', 'unknown')}"
