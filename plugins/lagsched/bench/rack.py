@@ -78,7 +78,8 @@ def current_leader_racks(bootstrap: str, topic: str) -> dict[int, str | None]:
 
     from lagsched.adapters.kafka_admin import leader_racks
 
-    return leader_racks(AdminClient({"bootstrap.servers": bootstrap}), [topic])[topic]
+    # Empty while a new topic's metadata has not reached the broker asked.
+    return leader_racks(AdminClient({"bootstrap.servers": bootstrap}), [topic]).get(topic, {})
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +228,44 @@ def fetch(
         name = racks.get(node) or "?"
         by_rack[name] = by_rack.get(name, 0) + int(broker.get("rxbytes", 0))
     return FetchResult(rack, by_rack, records)
+
+
+def spark_fetch_bytes(spark: Any) -> dict[tuple[str, int], int]:
+    """Bytes each Kafka consumer in the Spark JVM received per broker: ``(client id, node id) -> bytes``.
+
+    Read from the Java consumers' own metrics (``consumer-node-metrics``, ``incoming-byte-total``)
+    in the JVM's platform MBean server: in local mode the executors' consumers live in the
+    driver's JVM. Bootstrap connections (negative node ids) carry metadata only and are left out.
+    The figures are cumulative and Spark pools its consumers: compare two snapshots.
+    """
+    jvm, gateway = spark._jvm, spark.sparkContext._gateway
+    server = jvm.java.lang.management.ManagementFactory.getPlatformMBeanServer()
+    # Through the public MBeanServer interface: py4j cannot call the JDK's internal server class.
+    api = jvm.java.lang.Class.forName("javax.management.MBeanServer")
+
+    def method(name: str, *types: str) -> Any:
+        array = gateway.new_array(jvm.java.lang.Class, len(types))
+        for i, t in enumerate(types):
+            array[i] = jvm.java.lang.Class.forName(t)
+        return api.getMethod(name, array)
+
+    def call(m: Any, *args: Any) -> Any:
+        array = gateway.new_array(jvm.java.lang.Object, len(args))
+        for i, a in enumerate(args):
+            array[i] = a
+        return m.invoke(server, array)
+
+    query = method("queryNames", "javax.management.ObjectName", "javax.management.QueryExp")
+    attribute = method("getAttribute", "javax.management.ObjectName", "java.lang.String")
+    pattern = jvm.javax.management.ObjectName("kafka.consumer:type=consumer-node-metrics,*")
+    out: dict[tuple[str, int], int] = {}
+    for name in call(query, pattern, None):
+        node = int(str(name.getKeyProperty("node-id")).removeprefix("node-"))
+        if node >= 0:
+            out[(str(name.getKeyProperty("client-id")), node)] = int(
+                float(call(attribute, name, "incoming-byte-total"))
+            )
+    return out
 
 
 def fetch_share(results: Sequence[FetchResult]) -> float:
