@@ -142,24 +142,8 @@ def _add_delegated(sub: Any, name: str, module: str, chosen: str | None, **parse
     parser = sub.add_parser(name, **parser_kwargs)
     if name != chosen:
         return
-    try:
-        target = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name != module:
-            raise
-        # Being written in parallel (issue #10): the rest of the CLI works meanwhile.
-        parser.set_defaults(func=lambda _args: _missing(name, module), accepts_any=True)
-        return
-    if not hasattr(target, "add_arguments"):
-        parser.set_defaults(func=lambda _args: _missing(name, f"{module}.add_arguments"), accepts_any=True)
-        return
-    target.add_arguments(parser)
+    importlib.import_module(module).add_arguments(parser)
     parser.set_defaults(func=_delegate(module, "run"))
-
-
-def _missing(name: str, module: str) -> int:
-    print(f"lagsched {name}: this checkout has no {module} yet; update lagsched to use `{name}`", file=sys.stderr)
-    return 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -247,9 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="produce the demo's uneven traffic (one hot topic, trickles, an idle one) to Kafka",
     )
 
-    args, extra = parser.parse_known_args(argv)
-    if extra and not getattr(args, "accepts_any", False):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
