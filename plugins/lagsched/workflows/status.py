@@ -68,6 +68,12 @@ def _slot_names(cluster: str) -> dict[str, str]:
     return {slot_id_for(f"{cluster}-slot-{n}"): f"{cluster}-slot-{n}" for n in range(SLOT_NAMES_TRIED)}
 
 
+def _slot_order(slot_id: str, names: Mapping[str, str]) -> tuple[int, int, str]:
+    # The consume DAG's slots by number (slot-2 before slot-10), then unnamed ones by id.
+    name = names.get(slot_id)
+    return (0, int(name.rsplit("-", 1)[1]), slot_id) if name else (1, 0, slot_id)
+
+
 def _utc(value: datetime) -> datetime:
     # DATETIME columns come back naive, holding UTC wall time (sessions run in UTC).
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
@@ -132,7 +138,7 @@ def cluster_status(
     slot_names = _slot_names(cluster)
     slots = tuple(
         SlotView(s, slot_names.get(s), registry.last_seen(s), s in live, tuple(claims_by_slot.get(s, ())))
-        for s in sorted(set(live) | set(claims_by_slot))
+        for s in sorted(set(live) | set(claims_by_slot), key=lambda s: _slot_order(s, slot_names))
     )
 
     override_by_topic = {str(o.get("topic_id")): o for o in overrides}
