@@ -285,3 +285,33 @@ def test_an_override_for_an_unregistered_topic_is_named_in_the_log(
     text = caplog.text
     assert "'Orders'" in text and "did you mean 'orders'" in text
     assert "'clicks'" in text and "no effect" in text
+
+
+def test_a_stuck_pipeline_is_held_and_a_stale_stuck_record_is_not(
+    db: Any, redis_client: Any, cluster: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from dataclasses import replace
+
+    topic_id = add_topic(db, cluster, "orders")
+    rising_history(redis_client, cluster, "orders")  # would scale 2 -> 6 if the pipeline consumed
+    store = LagStore(redis_client, cluster)
+    newest = store.read_lag_records(["orders"])["orders"][-1]
+    reason = "lag 250,000 and no committed offset moved in the last 5 measurements; no partition has a live holder"
+    store.add_lag_records({"orders": replace(newest, at=NOW + 1, state="stopped", state_reason=reason)})
+
+    held = evaluate_cluster(
+        cluster, json.dumps(SETTINGS), mysql=db, redis=redis_client, evaluation_id="e1", now=NOW + 1
+    )
+
+    (outcome,) = held.outcomes
+    assert outcome.status == "held" and outcome.decision is not None
+    assert (outcome.decision.rule, outcome.decision.reason) == ("stuck", f"pipeline stopped: {reason}")
+    assert held.as_dict()["stuck"] == [{"topic": "orders", "reason": f"pipeline stopped: {reason}"}]
+    assert f"topic orders: held at 2 workers, pipeline stopped: {reason}" in caplog.text
+    assert (workers_of(db, topic_id), decisions(db, topic_id)) == (2, [])
+
+    # The monitor stopped long ago: its last word ("stopped") is stale, and so is the whole history.
+    later = NOW + 1 + 3 * 60 + 1
+    stale = evaluate_cluster(cluster, json.dumps(SETTINGS), mysql=db, redis=redis_client, evaluation_id="e2", now=later)
+    assert [o.status for o in stale.outcomes] == ["not_due"]  # no fresh measurement: nothing to decide
+    assert stale.as_dict()["stuck"] == []
