@@ -53,5 +53,8 @@ class LagschedPlugin(AirflowPlugin):
             "url_route": "lagsched",
             "destination": "nav",
             "nav_top_level": True,
+            # Same origin, so the browser sends the login cookie the icon route checks.
+            "icon": f"{URL_PREFIX}/static/icon.svg",
+            "icon_dark_mode": f"{URL_PREFIX}/static/icon-dark.svg",
         },
     ]

@@ -24,7 +24,15 @@ import pytest
 from lagsched.adapters.airflow_api import AirflowAPI
 
 #: Every route of the app (relative to its mount point), and whether it answers 200 when logged in.
-ROUTES = ["/", "/static/lagsched.js", "/static/lagsched.css", "/api/clusters", "/api/status", "/metrics"]
+ROUTES = [
+    "/",
+    "/static/lagsched.js",
+    "/static/lagsched.css",
+    "/static/icon.svg",
+    "/api/clusters",
+    "/api/status",
+    "/metrics",
+]
 
 
 @dataclass

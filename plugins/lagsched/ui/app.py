@@ -6,7 +6,7 @@ Routes, relative to where Airflow mounts the app (``/lagsched`` by `lagsched_plu
 route                       what                                                             access
 ==========================  ===============================================================  ==========
 ``GET /``                   the page (HTML; it fetches the JSON below every 10 s)            Airflow
-``GET /static/<file>``      the page's JS and CSS                                            Airflow
+``GET /static/<file>``      the page's JS and CSS, the navigation icon                       Airflow
 ``GET /api/clusters``       registry clusters with an enabled topic                          Airflow
 ``GET /api/status``         `ClusterStatus.as_dict` of ``?cluster=`` (default: the first)    Airflow
 ``GET /api/history``        chart data of ``?topic=`` in ``?cluster=``                       Airflow
@@ -37,7 +37,12 @@ __all__ = ["DEFAULT_CLUSTER", "create_app"]
 
 #: The DAGs' default cluster (the Kafka Connection id); shown first when it has topics.
 DEFAULT_CLUSTER = "lagsched_kafka"
-STATIC_FILES = {"lagsched.js": "text/javascript; charset=utf-8", "lagsched.css": "text/css; charset=utf-8"}
+STATIC_FILES = {
+    "lagsched.js": "text/javascript; charset=utf-8",
+    "lagsched.css": "text/css; charset=utf-8",
+    "icon.svg": "image/svg+xml",
+    "icon-dark.svg": "image/svg+xml",
+}
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
