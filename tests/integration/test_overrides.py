@@ -259,3 +259,23 @@ def test_the_cli_adds_lists_and_cancels(
     assert code == 1 and "it is already cancelled" in err
     assert "no overrides" in cli("--list")[1]
     assert "cancelled" in cli("--list", "--all")[1]
+
+
+def test_an_evaluation_decided_before_an_override_does_not_undo_it(db: Any, redis_client: Any, cluster: str) -> None:
+    from lagsched.core.evaluator import Decision
+    from lagsched.core.registry import TopicRow
+    from lagsched.workflows.scaling import _apply
+
+    topic_id = add_topic(db, cluster, "orders", workers=2, partitions=12)
+    at = NOW.timestamp()
+    # The evaluator read no override and decided 2 -> 6; meanwhile someone pins the topic at 2
+    # (the same count, so the evaluator's compare-and-set on 2 alone would still succeed).
+    decided = Decision("orders", 2, 6, 250_000, 60.0, 166.7, 1.0, "hevo", "scale_up_rising", "rising", at)
+    override(db, redis_client, cluster, workers=2)
+    row = TopicRow(topic_id, cluster, "orders", None, 12, 3_600_000, 2, None, None, True)
+
+    outcome = _apply(db, redis_client, cluster=cluster, evaluation_id="late", topic=row, d=decided, now=at)
+
+    assert outcome.status == "conflict"
+    assert workers_of(db, topic_id) == 2
+    assert [r["rule"] for r in decisions(db, topic_id)] == ["override"]

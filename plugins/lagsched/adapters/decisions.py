@@ -105,20 +105,26 @@ def last_change_times(conn: Connection, topic_ids: Sequence[str]) -> dict[str, f
 
 
 def apply_change(
-    conn: Connection, *, cluster: str, evaluation_id: str, topic_id: str, d: Decision
+    conn: Connection, *, cluster: str, evaluation_id: str, topic_id: str, d: Decision, unless_overridden: bool = False
 ) -> tuple[Applied, int | None]:
     """Set the topic's ``linker_workers`` from ``d.old_workers`` to ``d.new_workers`` and record why.
 
     One transaction. Returns ``("applied", decision_id)``; ``("conflict", None)`` when the value
-    is no longer ``d.old_workers`` (another evaluator got there first: nothing written); or
-    ``("already_applied", None)`` when this evaluation id already recorded a decision for the
-    topic (a twin run of the same evaluation).
+    is no longer ``d.old_workers`` (another evaluator got there first: nothing written), or, with
+    `unless_overridden`, when a manual override of the topic became active after the decision was
+    made (the override wins; checked after the row is locked, so an override committed meanwhile
+    is seen); or ``("already_applied", None)`` when this evaluation id already recorded a decision
+    for the topic (a twin run of the same evaluation).
     """
     import pymysql
 
+    from lagsched.adapters.overrides import is_overridden  # it imports this module
+
     try:
         with transaction(conn) as cur:
-            if not set_linker_workers(cur, topic_id, d.old_workers, d.new_workers):
+            if not set_linker_workers(cur, topic_id, d.old_workers, d.new_workers) or (
+                unless_overridden and is_overridden(cur, topic_id, d.at_datetime)
+            ):
                 conn.rollback()
                 return "conflict", None
             decision_id = insert_decision(cur, cluster=cluster, evaluation_id=evaluation_id, topic_id=topic_id, d=d)

@@ -42,6 +42,7 @@ __all__ = [
     "create_override",
     "evaluation_id_of",
     "get_override",
+    "is_overridden",
     "list_overrides",
 ]
 
@@ -289,6 +290,19 @@ def cancel_override(conn: Connection, override_id: int, now: datetime, cancelled
             (at, cancelled_by.strip()[:255] or None, int(override_id), at),
         )
         return bool(cur.rowcount == 1)
+
+
+def is_overridden(cur: Cursor, topic_id: str, at: datetime) -> bool:
+    """Whether `topic_id` has an override active at `at`, inside the caller's transaction.
+
+    The evaluator's change calls it after locking the topic row: an override created since the
+    evaluator read the overrides then wins, instead of being undone until the next evaluation.
+    """
+    cur.execute(
+        "SELECT 1 FROM scaling_overrides WHERE topic_id = %s AND cancelled_at IS NULL AND expires_at > %s LIMIT 1",
+        (topic_id, _to_db(_aware(at))),
+    )
+    return cur.fetchone() is not None
 
 
 def _row(r: Sequence[Any]) -> OverrideRow:

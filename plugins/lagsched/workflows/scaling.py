@@ -368,9 +368,16 @@ def _snapshot(
 def _apply(
     conn: Any, redis: Any, *, cluster: str, evaluation_id: str, topic: TopicRow, d: Decision, now: float
 ) -> Outcome:
-    status, decision_id = apply_change(conn, cluster=cluster, evaluation_id=evaluation_id, topic_id=topic.topic_id, d=d)
+    status, decision_id = apply_change(
+        # An override's own re-pin must not be stopped by that override.
+        conn, cluster=cluster, evaluation_id=evaluation_id, topic_id=topic.topic_id, d=d,
+        unless_overridden=d.rule != "override",
+    )  # fmt: skip
     if status == "conflict":
-        log.warning("topic %s: linker_workers is no longer %d; another evaluator won", topic.name, d.old_workers)
+        log.warning(
+            "topic %s: linker_workers is no longer %d, or a manual override began meanwhile; not changed",
+            topic.name, d.old_workers,
+        )  # fmt: skip
         return Outcome(topic.topic_id, topic.name, "conflict", d)
     if status == "already_applied" or decision_id is None:  # the same evaluation id ran twice at once
         return Outcome(topic.topic_id, topic.name, "already_applied", d)
