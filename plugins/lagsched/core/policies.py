@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.linear_model import LinearRegression  # type: ignore[import-untyped, unused-ignore]
 
 from lagsched.core.config import PolicyName, TopicPolicyConfig
 
@@ -169,6 +168,10 @@ def fit_trend(points: Sequence[LagPoint]) -> Trend:
         return Trend(0.0, 0.0, n)
     if float(np.ptp(y)) == 0.0:
         return Trend(0.0, 1.0, n)
+    # Imported here: scikit-learn takes 1-2 s to import (10+ s on a loaded box), and the lag monitor and
+    # every failing-fast path import this module without fitting anything.
+    from sklearn.linear_model import LinearRegression  # type: ignore[import-untyped, unused-ignore]
+
     model = LinearRegression().fit(x, y)
     r2 = float(model.score(x, y))
     return Trend(float(model.coef_[0]), min(1.0, max(0.0, r2)), n)
