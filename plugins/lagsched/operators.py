@@ -33,6 +33,7 @@ environment: give the cluster the Connections through its own secret store inste
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -83,19 +84,49 @@ def connector_jars_from_environment() -> str:
     return ",".join(jars)
 
 
+#: What Airflow's supervisor puts into a task's environment for the task process alone: a database URL
+#: that refuses every connection, and the handles of its channel to the supervisor. A child that
+#: imports Airflow (the job resolves its Connections through it) must not inherit them: it would fail
+#: to parse the URL, or talk to a supervisor that is not its own.
+_TASK_ONLY = re.compile(r"^(_AIRFLOW|__AIRFLOW)|^AIRFLOW__(DATABASE|CORE)__SQL_ALCHEMY_CONN$")
+_BLOCKED_DB = "airflow-db-not-allowed"
+
+
+def child_process_environment(
+    base: Mapping[str, str], env_vars: Mapping[str, Any] | None, connections: Mapping[str, str]
+) -> dict[str, str]:
+    """The job's environment: ``base`` without what is the task process's alone, plus the rest.
+
+    >>> env = child_process_environment(
+    ...     {"PATH": "/bin", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "airflow-db-not-allowed:///",
+    ...      "__AIRFLOW_SUPERVISOR_FD": "7", "AIRFLOW_HOME": "/a"},
+    ...     {"X": 1}, {"AIRFLOW_CONN_LAGSCHED_MYSQL": "{}"})
+    >>> sorted(env)
+    ['AIRFLOW_CONN_LAGSCHED_MYSQL', 'AIRFLOW_HOME', 'PATH', 'X']
+    """
+    env = {
+        k: v for k, v in base.items() if not (_TASK_ONLY.match(k) and (k.startswith("_") or v.startswith(_BLOCKED_DB)))
+    }
+    env.update({k: str(v) for k, v in (env_vars or {}).items()})
+    env.update(connections)
+    return env
+
+
 class _GracefulSparkSubmitHook(SparkSubmitHook):
-    """The provider's hook with the job's Connections in the child's environment, in its own session."""
+    """The provider's hook with the job's environment of our making, in a session of its own."""
 
     _lagsched_child_env: Mapping[str, str] = {}
 
     def _build_spark_submit_command(self, application: str) -> list[str]:
         command: list[str] = super()._build_spark_submit_command(application)
-        # The provider hands `_env` to Popen (and builds it from env_vars just above); merged here,
-        # after the command is built, the Connections go to the process only, never into its argv.
-        self._env = {**(self._env or {}), **self._lagsched_child_env}
+        # The provider would hand Popen os.environ plus `_env` (from env_vars); `submit` below
+        # passes the whole environment instead, so the Connections go to the process only, never
+        # into its argv, and the task process's own variables stay behind.
+        self._env = None
         return command
 
     def submit(self, application: str = "", **kwargs: Any) -> str | None:
+        kwargs["env"] = child_process_environment(os.environ, self._env_vars, self._lagsched_child_env)
         # Its own session: Airflow's SIGTERM to the task's process group must not reach Spark's JVM.
         kwargs.setdefault("start_new_session", True)
         return super().submit(application, **kwargs)
