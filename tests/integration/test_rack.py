@@ -178,6 +178,41 @@ def test_slots_read_from_same_rack_replicas(bootstrap: str, rack_topic: Callable
     assert got.records == 7
 
 
+@pytest.mark.parametrize("mode", ["skip_locked", "optimistic", "for_update"])
+def test_claims_with_rack_targets_take_and_keep_only_target_rows(mysql_db: Any, mode: str) -> None:
+    from lagsched.adapters.claims import ClaimStore
+    from lagsched.adapters.mysql import connect
+    from lagsched.bench.claims import seed_topics
+    from lagsched.core.claims import ClaimStatus, LockMode
+
+    tid = seed_topics(mysql_db, [12])[0]
+    conn = connect(mysql_db)
+    store = ClaimStore(conn, LockMode(mode))
+    a, b, c = (str(uuid.uuid4()) for _ in range(3))
+    evens, odds = set(range(0, 12, 2)), set(range(1, 12, 2))
+    try:
+        # Before racks: a holds everything. With targets, it hands back what is not in its target.
+        assert len(store.claim(a, {tid: 12}, 30).claims) == 12
+        handed = store.rebalance(a, {tid: 4}, targets={tid: {0, 2, 4, 6}})
+        assert {r.partition_id for r in handed} == set(range(12)) - {0, 2, 4, 6}
+        # c holds partition 1 (b's target) for now.
+        assert {r.partition_id for r in store.claim(c, {tid: 1}, 30, targets={tid: {1}}).claims} == {1}
+        # b takes only its target's free rows, not the free evens 8 and 10, and knows why it is short.
+        got = store.claim(b, {tid: 6}, 30, targets={tid: odds})
+        assert {r.partition_id for r in got.claims} == odds - {1}
+        assert got.short == {tid: 1}
+        assert got.status is ClaimStatus.NONE_FREE
+        # A target row's holder hands it over; then b completes its share.
+        store.rebalance(c, {tid: 1}, targets={tid: {8}})
+        got = store.claim(b, {tid: 6}, 30, targets={tid: odds})
+        assert {r.partition_id for r in got.claims} == odds
+        assert got.status is ClaimStatus.COMPLETE
+        # Without targets the claim takes any free row, as before.
+        assert {r.partition_id for r in store.claim(c, {tid: 2}, 30).new} == evens - {0, 2, 4, 6}
+    finally:
+        store.close()
+
+
 def test_rack_slots_consume_exactly_once_and_hold_their_racks_partitions(
     rack_cluster: StackConfig,
     bootstrap: str,
@@ -195,12 +230,12 @@ def test_rack_slots_consume_exactly_once_and_hold_their_racks_partitions(
     harness = RackHarness(mysql_db, kafka, db, cluster, tmp_path)
     topic = rack_topic(12)
     leaders = current_leader_racks(bootstrap, topic)
-    produce(kafka, topic, 6000, partitions=12)
+    produce(kafka, topic, 3000, partitions=12)
     topic_id = harness.register(topic, linker_workers=3)
     rack_of = {slot_id_for(f"w-{r}"): r for r in "abc"}
     try:
         slots = [
-            harness.start(f"w-{r}", "--rack", r, "--max-records", "200", "--budget-s", "240", master="local[1]")
+            harness.start(f"w-{r}", "--rack", r, "--max-records", "1000", "--budget-s", "240", master="local[1]")
             for r in "abc"
         ]
 
@@ -213,7 +248,7 @@ def test_rack_slots_consume_exactly_once_and_hold_their_racks_partitions(
         took = wait_until(settled, 150, "every partition held by the slot of its leader's rack", poll=1.0)
         print(f"rack targets held after {took:.1f} s")
         # More records once the slots hold their racks' partitions; all of it read exactly once.
-        produce(kafka, topic, 6000, start=6000, partitions=12)
+        produce(kafka, topic, 3000, start=3000, partitions=12)
         latest = latest_offsets(kafka, topic, 12)
         wait_until(lambda: harness.committed(topic_id) == latest, 120, "every record committed", poll=1.0)
         for s in slots:
@@ -223,7 +258,7 @@ def test_rack_slots_consume_exactly_once_and_hold_their_racks_partitions(
             assert code == 0, f"slot {s.name} exited {code}; log tail:\n{s.tail()}"
     finally:
         harness.stop_all()
-    assert sum(latest.values()) == 12000
+    assert sum(latest.values()) == 6000
     assert_exactly_once(harness.sink_table(), topic, latest)
     assert harness.committed(topic_id) == latest
 
