@@ -66,7 +66,7 @@ def create_topic(bootstrap: str, partitions: int, *, prefix: str = "rack-bench")
 
 
 def delete_topic(bootstrap: str, name: str) -> None:
-    from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+    from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.delete_topics([name], operation_timeout=30).values():
@@ -74,7 +74,7 @@ def delete_topic(bootstrap: str, name: str) -> None:
 
 
 def current_leader_racks(bootstrap: str, topic: str) -> dict[int, str | None]:
-    from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+    from confluent_kafka.admin import AdminClient
 
     from lagsched.adapters.kafka_admin import leader_racks
 
@@ -191,7 +191,7 @@ def fetch(
     }
     if client_rack:
         config["client.rack"] = rack
-    from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+    from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     racks = broker_racks(admin)
@@ -211,8 +211,9 @@ def fetch(
                 if msg.error() is not None:
                     continue
                 records += 1
-                if msg.offset() + 1 >= ends[msg.partition()]:
-                    todo.discard(msg.partition())
+                partition, offset = msg.partition(), msg.offset()
+                if partition is not None and offset is not None and offset + 1 >= ends[partition]:
+                    todo.discard(partition)
         # One statistics report after the last fetch, so every byte received is counted.
         seen = len(stats)
         while len(stats) < seen + 2 and time.monotonic() < deadline:
