@@ -203,9 +203,7 @@ class RackAwareProducer:
                 self.stats.same_rack += 1
         return partition
 
-    def _delivered(
-        self, topic: str, callback: Callable[[Any, Any], None] | None
-    ) -> Callable[[Any, Any], None]:
+    def _delivered(self, topic: str, callback: Callable[[Any, Any], None] | None) -> Callable[[Any, Any], None]:
         def on_delivery(err: Any, msg: Any) -> None:
             if err is not None and err.code() in self._stale_codes:
                 # The leader moved (or the partition vanished): route by fresh metadata from now on.
