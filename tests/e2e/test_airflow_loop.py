@@ -108,6 +108,13 @@ def test_airflow_scales_consumes_and_scales_back(
     cluster = f"e2e_{tag}"
     for dag_id in (MONITOR, EVALUATOR, CONSUME):
         api.wait_for_dag(dag_id)
+    consume = api.get_dag(CONSUME)
+    if consume is not None and not consume["is_paused"]:
+        pytest.fail(
+            "lagsched_consume is unpaused (the demo?): its slots would share slot ownership with this test's "
+            "(one registry database), so the test needs the DAG to itself; stop the demo or pause the DAG",
+            pytrace=False,
+        )
     setup = api.trigger("lagsched_setup")  # the stack's schema up to date (idempotent)
     assert api.wait_for_run("lagsched_setup", setup, timeout_s=180) == "success"
     if api.get_pool("lagsched_consume") is None:

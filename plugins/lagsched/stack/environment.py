@@ -70,7 +70,11 @@ def stack_environment(cfg: StackConfig) -> dict[str, str]:
         "AIRFLOW__API__PORT": str(cfg.airflow_port),
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{cfg.airflow_port}",
         "AIRFLOW__API_AUTH__JWT_SECRET": stack_secrets(cfg)["AIRFLOW__API_AUTH__JWT_SECRET"],
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{cfg.airflow_home / 'airflow.db'}",
+        # SQLite: Airflow itself puts every connection in WAL mode (readers never wait for the one
+        # writer; airflow.utils.orm_event_handlers). A writer still waits for another writer: 30 s
+        # rather than sqlite3's 5 s, which a loaded 2-core machine exceeded once ("database is
+        # locked" in the scheduler's heartbeat, docs/dags.md has the measurements).
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{cfg.airflow_home / 'airflow.db'}?timeout=30",
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "True",
         # The Test button of Admin > Connections (off by default in Airflow 3).
         "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
