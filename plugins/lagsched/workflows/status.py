@@ -157,7 +157,7 @@ def cluster_status(
                 consumption_rate=0.0 if newest is None else newest.consumption_rate,
                 measured_at=None if newest is None else newest.at,
                 linker_workers=t.linker_workers,
-                owners=tuple(sorted(owners.get(t.name, ()))),
+                owners=tuple(sorted(owners.get(t.name, ()), key=lambda s: _slot_order(s, slot_names))),
                 state=topic_state(None if newest is None else newest.state),
                 state_reason="" if newest is None else newest.state_reason,
                 override=override_by_topic.get(t.topic_id),
