@@ -50,12 +50,16 @@ def start_stack(cfg: Any, *, airflow: bool = False, spark_cluster: bool = False)
         progress.tick_every(0.5)
         handler = _StackProgress(progress)
         logger.addHandler(handler)
-        propagate, logger.propagate = logger.propagate, False  # the bar shows them instead
+        # The bar shows the services' lines instead of the log, whatever logging is configured.
+        propagate, logger.propagate = logger.propagate, False
+        level = logger.level
+        logger.setLevel(logging.INFO)
         try:
             return stack.up(cfg, airflow=airflow, spark_cluster=spark_cluster)
         finally:
             logger.removeHandler(handler)
             logger.propagate = propagate
+            logger.setLevel(level)
 
 
 def _stack(args: argparse.Namespace) -> int:

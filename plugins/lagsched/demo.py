@@ -404,6 +404,18 @@ class DemoAPI(AirflowAPI):
         passwords = json.loads((cfg.airflow_home / PASSWORDS_FILE).read_text())
         return cls(f"http://127.0.0.1:{cfg.airflow_port}", "admin", passwords["admin"])
 
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None, auth: bool = True) -> Any:
+        # The local stack's SQLite metadata DB answers "database is locked" (HTTP 500, "Database
+        # error") while the scheduler writes; the demo's calls are idempotent or harmless to repeat.
+        for attempt in range(6):
+            try:
+                return super()._request(method, path, body, auth)
+            except AirflowAPIError as exc:
+                if "HTTP 500" not in str(exc) or "Database error" not in str(exc) or attempt == 5:
+                    raise
+                time.sleep(1.0 + attempt)
+        raise AssertionError("unreachable")
+
     def dag_param(self, dag_id: str, name: str) -> Any:
         """A DAG param's default value (``/details``)."""
         details = self._request("GET", f"/api/v2/dags/{dag_id}/details")

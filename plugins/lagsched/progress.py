@@ -63,10 +63,14 @@ def render(label: str, done: float, total: float | None, elapsed_s: float, *, de
     'jars [######..................] 3/12 25% 7 s  kafka-clients.jar'
     >>> render("kafka", 0, None, 61, tick=1)
     'kafka / 1 min 01 s'
+    >>> render("kafka", 0, None, 61, tick=-1)
+    'kafka: 1 min 01 s'
     """
     if total is not None and total > 0:
         pct = int(100 * min(1.0, done / total))
         head = f"{label} {bar(done, total)} {_count(done)}/{_count(total)} {pct}%"
+    elif tick < 0:  # no spinner (a log line): the label alone
+        head = f"{label}:"
     else:
         head = f"{label} {SPINNER[tick % len(SPINNER)]}"
     line = f"{head} {format_duration(elapsed_s)}"
@@ -183,7 +187,9 @@ class Progress:
                 self._write_line(line)
 
     def _line(self) -> str:
-        return render(self.label, self.done, self.total, self.elapsed_s, detail=self.detail, tick=self._tick)
+        # A spinner only where it spins: in a log each line stands alone.
+        tick = self._tick if self._tty else -1
+        return render(self.label, self.done, self.total, self.elapsed_s, detail=self.detail, tick=tick)
 
     def _draw(self) -> None:
         line = self._line()

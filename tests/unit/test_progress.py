@@ -41,6 +41,7 @@ def test_bar_fills_in_proportion_and_clamps() -> None:
 def test_render_with_and_without_a_total() -> None:
     assert render("jars", 6, 12, 3, detail="a.jar") == f"jars {bar(6, 12)} 6/12 50% 3 s  a.jar"
     assert render("up", 0, None, 125, tick=2) == "up - 2 min 05 s"
+    assert render("up", 0, None, 125, tick=-1, detail="kafka") == "up: 2 min 05 s  kafka"
     assert render("sent", 1500.5, 3000, 0) == f"sent {bar(1, 2)} 1,500.5/3,000 50% 0 s"
 
 
@@ -53,13 +54,17 @@ def test_log_mode_prints_start_throttled_updates_and_the_end() -> None:
         clock.now += 10
         p.advance(detail="c.jar")
         p.note("kafka up")
+        clock.now += 10
+        p.total = None
+        p.update(detail="waiting")  # no total: no spinner in a log, the label and the time
     lines = out.getvalue().splitlines()
     assert "\r" not in out.getvalue()
     assert lines[0] == "fetching ..."
     assert lines[1].startswith("fetching [") and " 3/4 75% 13 s  c.jar" in lines[1]
     assert lines[2] == "kafka up"
-    assert lines[3] == "fetching: done in 13 s  c.jar"
-    assert len(lines) == 4
+    assert lines[3] == "fetching: 23 s  waiting"
+    assert lines[4] == "fetching: done in 23 s  waiting"
+    assert len(lines) == 5
 
 
 def test_terminal_mode_redraws_one_line_and_ends_it() -> None:
