@@ -1,0 +1,114 @@
+"""The demo's own logic: Variables merged without losing anyone's entries, the sink count behind the
+exactly-once verdict, the profile and the load generator's arguments, the status line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lagsched.core.errors import ConfigError
+from lagsched.demo import (
+    DEMO_TOPIC_SETTINGS,
+    Snapshot,
+    _loadgen_argv,
+    _profile,
+    merge_clusters,
+    merge_settings,
+    sink_rows,
+    status_line,
+)
+from lagsched.loadgen import add_arguments as loadgen_arguments
+
+
+def test_merge_settings_sets_the_demo_topics_and_keeps_everything_else() -> None:
+    current = json.dumps(
+        {
+            "measure_every_s": 60,
+            "defaults": {"max_workers": 8},
+            "topics": {"orders": {"policy": "capacity"}, "demo.orders": {"min_workers": 2}},
+        }
+    )
+    merged = json.loads(merge_settings(current, ["demo.orders", "demo.clicks"]))
+    assert merged["measure_every_s"] == 60
+    assert merged["defaults"] == {"max_workers": 8}
+    assert merged["topics"]["orders"] == {"policy": "capacity"}
+    assert merged["topics"]["demo.clicks"] == DEMO_TOPIC_SETTINGS
+    # A field of the user's own the demo does not set stays.
+    assert merged["topics"]["demo.orders"] == {"min_workers": 2, **DEMO_TOPIC_SETTINGS}
+    assert json.loads(merge_settings(None, ["demo.a"]))["topics"] == {"demo.a": DEMO_TOPIC_SETTINGS}
+
+
+def test_merge_settings_refuses_a_result_the_dags_would_reject() -> None:
+    # A global sample window smaller than the demo's window: the DAGs would fail on it, so the demo does first.
+    with pytest.raises(ConfigError, match="window"):
+        merge_settings(json.dumps({"sample_window": 2}), ["demo.a"])
+
+
+def test_merge_clusters_restricts_the_demo_cluster_and_keeps_the_others() -> None:
+    merged = json.loads(merge_clusters(json.dumps({"eu": {"kafka_conn_id": "kafka_eu"}, "lagsched_kafka": {}})))
+    assert merged["eu"] == {"kafka_conn_id": "kafka_eu"}
+    assert merged["lagsched_kafka"] == {"topic_pattern": r"demo\..*", "max_slots": 3}
+    assert set(json.loads(merge_clusters(None))) == {"lagsched_kafka"}
+
+
+def write_batch(root: Path, topic: str, partition: int, start: int, end: int, index: int = 0) -> None:
+    folder = root / f"topic={topic}" / "date=2026-11-22"
+    folder.mkdir(parents=True, exist_ok=True)
+    offsets = list(range(start, end))
+    table = pa.table({"partition": [partition] * len(offsets), "offset": offsets})
+    pq.write_table(table, folder / f"{partition:05d}-{start:020d}-{end:020d}-{index}.parquet")
+
+
+def test_sink_rows_counts_only_the_consumed_ranges_and_sees_duplicates(tmp_path: Path) -> None:
+    write_batch(tmp_path, "demo.orders", 0, 0, 100)  # before this run's baseline (offset 50)
+    write_batch(tmp_path, "demo.orders", 0, 100, 180)  # 150..180 were written, not committed
+    write_batch(tmp_path, "demo.orders", 1, 0, 40)
+    write_batch(tmp_path, "demo.other", 0, 0, 500)  # not a demo topic: never read
+    ranges = {("demo.orders", 0): (50, 150), ("demo.orders", 1): (0, 40)}
+    assert sink_rows(tmp_path.as_uri(), ranges) == (140, 140)
+    assert sink_rows(str(tmp_path), ranges) == (140, 140)
+    # The same range written twice under another name: more rows than distinct offsets.
+    write_batch(tmp_path, "demo.orders", 1, 0, 40, index=1)
+    assert sink_rows(tmp_path.as_uri(), ranges) == (180, 140)
+
+
+def test_sink_rows_of_a_remote_sink_is_not_counted() -> None:
+    assert sink_rows("s3a://bucket/sink", {("demo.orders", 0): (0, 10)}) is None
+
+
+@pytest.mark.parametrize("duration", [None, 240.0, 600.0, 30.0])
+def test_the_load_generator_gets_exactly_the_demos_profile(duration: float | None) -> None:
+    import argparse
+
+    loads = _profile(duration, 1234.0)
+    argv = _loadgen_argv(loads, 1234.0, Path("/tmp/stats.json"))
+    assert argv[1:3] == ["-m", "lagsched.loadgen"]
+    parser = argparse.ArgumentParser()
+    loadgen_arguments(parser)
+    args = parser.parse_args(argv[3:])
+    from lagsched.core.load_profile import demo_profile
+
+    rebuilt = demo_profile(
+        peak_rate=args.peak_rate,
+        ramp_at_s=args.ramp_at_s,
+        ramp_s=args.ramp_s,
+        hold_s=args.hold_s,
+        fall_s=args.fall_s,
+        prefix=args.prefix,
+    )
+    flat = [x for lt in loads for point in lt.points for x in point]
+    assert [x for lt in rebuilt for point in lt.points for x in point] == pytest.approx(flat)
+    assert [lt.topic for lt in rebuilt] == [lt.topic for lt in loads]
+    # The hot topic is back to a trickle by 55 % of the run (330 s, the default profile, from 600 s
+    # on), leaving time to drain and scale down.
+    hot_ends = loads[0].points[-1][0]
+    assert hot_ends == pytest.approx(330.0 if duration is None or duration >= 600 else 0.55 * max(duration, 60.0))
+
+
+def test_status_line_marks_stuck_topics() -> None:
+    snap = Snapshot(0.0, {"demo.orders": 1200}, {"demo.orders": 2}, {}, 1, {"demo.orders": "stalled"})
+    assert status_line(61, snap, None) == "[ 1:01] orders lag 1,200 w2 STALLED | 1 live slot"
