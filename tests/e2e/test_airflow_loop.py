@@ -29,7 +29,7 @@ import pytest
 from lagsched.adapters.airflow_api import AirflowAPI
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "integration"))
-from consumer_support import assert_exactly_once, latest_offsets, produce, wait_until
+from consumer_support import latest_offsets, produce, wait_until
 
 MONITOR, EVALUATOR, CONSUME = "lagsched_lag_monitor", "lagsched_scaling_evaluator", "lagsched_consume"
 HOT_RECORDS, COLD_RECORDS = 6000, 300
@@ -127,13 +127,13 @@ def test_airflow_scales_consumes_and_scales_back(
 
     saved_clusters = api.get_variable("lagsched_clusters")
     saved_settings = api.get_variable("lagsched_settings")
-    clusters = json.loads(saved_clusters) if saved_clusters else {"lagsched_kafka": {}}
-    clusters[cluster] = {"topic_pattern": f"e2e-{tag}-.*", "max_slots": 3}
+    # For the test's few minutes its cluster is the only one: the continuous consume runs (default
+    # params) then consume nothing but its topics. The per-topic settings join whatever is set.
+    clusters = {cluster: {"topic_pattern": f"e2e-{tag}-.*", "max_slots": 3}}
     settings = json.loads(saved_settings) if saved_settings else {}
     settings.setdefault("topics", {}).update(tuned([hot, cold]))
-    sink = tmp_path / "sink"
+    sink = Path(str(api.dag_params(CONSUME)["sink"]).removeprefix("file://"))
     started = time.monotonic()
-    consume_run: str | None = None
     try:
         api.set_variable("lagsched_clusters", json.dumps(clusters))
         api.set_variable("lagsched_settings", json.dumps(settings))
@@ -147,60 +147,90 @@ def test_airflow_scales_consumes_and_scales_back(
         drive(api, cluster, lambda: workers(registry, cluster, hot) == 3, "linker_workers 3 on the hot topic", 240)
         assert workers(registry, cluster, cold) == 1
 
-        # 3. The consume DAG plans 3 slots (the hot topic's workers) and runs them.
-        consume_run = api.trigger(
-            CONSUME, {"cluster": cluster, "budget_s": 90, "sink": f"file://{sink}", "idle_wait_s": 0}
-        )
+        # 3. Unpaused, the continuous consume DAG plans 3 slots (the hot topic's workers) and runs them.
+        before = {r["dag_run_id"] for r in api.dag_runs(CONSUME)}
         api.set_paused(CONSUME, False)
-
-        def slots_started() -> bool:
-            tis = [t for t in api.task_instances(CONSUME, consume_run) if t["task_id"] == "consume"]
-            return len(tis) == 3 and all(t["state"] in ("queued", "running", "success") for t in tis)
-
-        wait_until(slots_started, 120, "three consume slots", poll=2)
-        # No continuous run for the other clusters: the run in flight goes on while paused.
-        api.set_paused(CONSUME, True)
-        plan = api.xcom(CONSUME, consume_run, "plan_slots")
-        assert sorted(p["application_args"][1] for p in plan) == [f"{cluster}-slot-{n}" for n in (1, 2, 3)]
+        first = wait_for_plan(api, before, "the first consume run's plan")
+        assert first.names == [f"{cluster}-slot-{n}" for n in (1, 2, 3)], first.names
 
         # 4. The slots drain the backlog; the monitor sees the lag fall, the evaluator scales down.
         wait_until(
             lambda: (
-                sum(latest_offsets(kafka_config, hot, 3).values()) == HOT_RECORDS
-                and _committed(registry, cluster, hot) == HOT_RECORDS
+                _committed(registry, cluster, hot) == HOT_RECORDS
+                and _committed(registry, cluster, cold) == COLD_RECORDS
             ),
-            180,
-            "the slots to commit every hot record",
+            240,
+            "the slots to commit every record",
             poll=2,
         )
         drive(api, cluster, lambda: workers(registry, cluster, hot) == 1, "linker_workers back to 1", 240)
         lag = latest_lag(cluster, hot)
         assert lag is not None and lag < THRESHOLD, lag
 
-        # 5. The run ends (budget, or a slot that no longer owns a topic ends early), every slot exit 0.
-        assert api.wait_for_run(CONSUME, consume_run, timeout_s=180) == "success"
-        consume_run = None
-        table = sink_table(sink)
-        assert_exactly_once(table, hot, latest_offsets(kafka_config, hot, 3))
-        assert_exactly_once(table, cold, latest_offsets(kafka_config, cold, 1))
-        assert time.monotonic() - started < 420
+        # 5. The run ends (budget, or early for a slot left owning nothing), every slot exit 0; the
+        #    next run starts one slot only.
+        assert api.wait_for_run(CONSUME, first.run_id, timeout_s=300) == "success"
+        slots = [t for t in api.task_instances(CONSUME, first.run_id) if t["task_id"] == "consume"]
+        assert sorted(t["state"] for t in slots) == ["success"] * 3, slots
+        second = wait_for_plan(api, before | {first.run_id}, "the next consume run's plan")
+        assert second.names == [f"{cluster}-slot-1"], second.names
+
+        for topic, partitions in ((hot, 3), (cold, 1)):
+            assert_once(sink, topic, latest_offsets(kafka_config, topic, partitions))
+        assert time.monotonic() - started < 600
     finally:
         # Each step on its own: one failing (Airflow restarting) must not skip the others.
         _cleanup(lambda: api.set_paused(CONSUME, True))
-        if consume_run is not None:
-            run_id = consume_run
-            _cleanup(lambda: api.mark_run(CONSUME, run_id, "failed"))  # its slots stop at a batch boundary
+        _cleanup(lambda: _stop_runs(api))  # the slots in flight stop at a batch boundary
         _cleanup(lambda: _restore(api, "lagsched_clusters", saved_clusters))
         _cleanup(lambda: _restore(api, "lagsched_settings", saved_settings))
         _cleanup(lambda: _disable(registry, cluster))  # keep the test's topics out of everyone's ownership
 
 
-def sink_table(sink: Path) -> Any:
-    """Every record in the sink, with ``topic`` from the Hive-style path (as the consumer tests read it)."""
+class Plan:
+    """A consume run and the slot names its planning task chose."""
+
+    def __init__(self, run_id: str, names: list[str]) -> None:
+        self.run_id, self.names = run_id, names
+
+
+def wait_for_plan(api: AirflowAPI, known: set[str], what: str) -> Plan:
+    """The first consume run not in ``known`` whose plan_slots finished, with its slot names."""
+    found: list[Plan] = []
+
+    def planned() -> bool:
+        for run in sorted(api.dag_runs(CONSUME), key=lambda r: r["run_after"]):
+            if run["dag_run_id"] in known:
+                continue
+            tis = {
+                t["task_id"]: t["state"] for t in api.task_instances(CONSUME, run["dag_run_id"]) if t["map_index"] < 0
+            }
+            if tis.get("plan_slots") == "success":
+                plan = api.xcom(CONSUME, run["dag_run_id"], "plan_slots")
+                found.append(Plan(run["dag_run_id"], sorted(p["application_args"][1] for p in plan)))
+                return True
+            return False
+        return False
+
+    wait_until(planned, 240, what, poll=2)
+    return found[0]
+
+
+def assert_once(sink: Path, topic: str, latest: dict[int, int]) -> None:
+    """Every offset ``[0, latest[p])`` of the topic's partitions is in the sink exactly once."""
     import pyarrow.dataset as ds
 
-    assert sink.exists(), f"nothing was written to the sink {sink}"
-    return ds.dataset(str(sink), format="parquet", partitioning="hive").to_table()
+    folder = sink / f"topic={topic}"
+    assert folder.exists(), f"nothing of {topic} in the sink {sink}"
+    table = ds.dataset(str(folder), format="parquet", partitioning="hive").to_table(columns=["partition", "offset"])
+    seen = list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True))
+    expected = {(p, o) for p, end in latest.items() for o in range(end)}
+    dupes = len(seen) - len(set(seen))
+    missing, extra = expected - set(seen), set(seen) - expected
+    assert dupes == 0 and not missing and not extra, (
+        f"{topic}: {dupes} duplicate(s), {len(missing)} missing (e.g. {sorted(missing)[:5]}), "
+        f"{len(extra)} unexpected (e.g. {sorted(extra)[:5]})"
+    )
 
 
 def _committed(conn: Any, cluster: str, topic: str) -> int:
@@ -213,6 +243,13 @@ def _committed(conn: Any, cluster: str, topic: str) -> int:
         (total,) = cur.fetchone()
     conn.commit()
     return int(total)
+
+
+def _stop_runs(api: AirflowAPI) -> None:
+    """Mark every unfinished consume run failed: its slot tasks are killed, their drivers stop gracefully."""
+    for run in api.dag_runs(CONSUME, limit=10):
+        if run["state"] in ("queued", "running"):
+            api.mark_run(CONSUME, run["dag_run_id"], "failed")
 
 
 def _cleanup(step: Callable[[], object]) -> None:

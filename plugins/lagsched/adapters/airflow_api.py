@@ -119,6 +119,11 @@ class AirflowAPI:
 
     # -- DAGs and runs --------------------------------------------------------------------------
 
+    def dag_params(self, dag_id: str) -> dict[str, Any]:
+        """The DAG's params with their default values (what a scheduled run gets)."""
+        details = self._request("GET", f"/api/v2/dags/{dag_id}/details")
+        return {k: (v.get("value") if isinstance(v, dict) else v) for k, v in (details.get("params") or {}).items()}
+
     def set_paused(self, dag_id: str, paused: bool) -> None:
         """Pause or unpause a DAG (a paused DAG starts no run, scheduled or triggered)."""
         self._request("PATCH", f"/api/v2/dags/{dag_id}?update_mask=is_paused", {"is_paused": paused})

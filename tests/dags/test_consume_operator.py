@@ -1,0 +1,86 @@
+"""LagschedSparkSubmitOperator runs a real consumer slot, and a kill stops it at a batch boundary.
+
+One Spark slot (about 30 s): the Connections reach the job through its environment only, and
+``on_kill`` (what Airflow calls when a task is marked failed or times out) makes the job finish its
+batch, commit, release its rows and exit 0, where the provider's kill would abandon the batch.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from test_lag_dags import add_topic, env  # noqa: F401 - env is a fixture
+
+from lagsched.adapters.slots import SlotRegistry, slot_id_for
+from lagsched.operators import LagschedSparkSubmitOperator
+
+JOB = Path(__file__).parents[2] / "jobs" / "consume.py"
+
+
+def committed(conn: Any, topic_id: str) -> int:
+    with conn.cursor() as cur:
+        cur.execute("SELECT COALESCE(SUM(committed_offset), 0) FROM topic_partitions WHERE topic_id = %s", (topic_id,))
+        (total,) = cur.fetchone()
+    conn.commit()
+    return int(total)
+
+
+def test_slot_consumes_then_stops_gracefully_on_kill(
+    env: Any,  # noqa: F811
+    redis_client: Any,
+    new_topic: Callable[..., str],
+    kafka_config: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    cluster = f"c-{uuid.uuid4().hex[:8]}"
+    topic = new_topic(1)
+    producer = Producer(kafka_config)
+    for i in range(2000):
+        producer.produce(topic, value=f"v{i}".encode())
+    assert producer.flush(30) == 0
+    topic_id = add_topic(env, cluster, topic, {0: None}, workers=1)
+    name = f"{cluster}-slot-1"
+    op = LagschedSparkSubmitOperator(
+        task_id="consume",
+        application=str(JOB),
+        application_args=["--slot", name, "--cluster", cluster, "--budget-s", "600", "--sink", f"file://{tmp_path}"],
+        # Half the JVM start-up CPU on shared cores, as the consumer tests do.
+        conf={"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"},
+        stop_timeout_s=120,
+    )
+    outcome: dict[str, BaseException | None] = {}
+
+    def run() -> None:
+        try:
+            op.execute({})
+            outcome["error"] = None
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    deadline = time.monotonic() + 240
+    while committed(env, topic_id) < 2000:
+        assert worker.is_alive(), f"the slot ended before consuming: {outcome.get('error')!r}"
+        assert time.monotonic() < deadline, "the slot did not commit the topic's 2000 records in 240 s"
+        time.sleep(1)
+    assert SlotRegistry(redis_client).last_seen(slot_id_for(name)) is not None  # heartbeating
+
+    op.on_kill()
+    worker.join(timeout=150)
+
+    assert not worker.is_alive()
+    assert outcome["error"] is None, outcome["error"]  # exit 0: it stopped, it did not die
+    assert op._hook is not None and op._hook._submit_sp is not None
+    assert op._hook._submit_sp.returncode == 0
+    assert SlotRegistry(redis_client).last_seen(slot_id_for(name)) is None  # it left the live set
+    with env.cursor() as cur:
+        cur.execute("SELECT claimed_by FROM topic_partitions WHERE topic_id = %s", (topic_id,))
+        assert cur.fetchall() == ((None,),)  # its row was released
+    env.commit()
