@@ -371,6 +371,12 @@ def _sent(stats: Mapping[str, Any]) -> int | None:
     return None if not topics else sum(int(c["sent"]) for c in topics.values())
 
 
+def _stack_environment(cfg: StackConfig) -> dict[str, str]:
+    from lagsched.stack.environment import stack_environment
+
+    return stack_environment(cfg)
+
+
 def _demo_dir(cfg: StackConfig) -> Path:
     path = cfg.home / "demo"
     path.mkdir(parents=True, exist_ok=True)
@@ -451,33 +457,18 @@ def run(args: argparse.Namespace) -> int:
         print("stopped: " + (", ".join(names) if names else "nothing was running"), flush=True)
         return 0
     duration = args.duration if args.duration and args.duration > 0 else None
+    try:
+        prepared = _start_and_prepare(cfg, duration, args.peak_rate)
+    except KeyboardInterrupt:
+        print("\ndemo: interrupted before the traffic started; `make demo-down` stops the stack", file=sys.stderr)
+        return 130
+    if isinstance(prepared, int):
+        return prepared
+    api, loads, sink = prepared
+    topics = [lt.topic for lt in loads]
+    # From here a Ctrl-C winds the demo down in order and still prints the summary.
     stopper = Stopper()
     stopper.install()
-    from lagsched.cli import start_stack
-
-    try:
-        start_stack(cfg, airflow=True)
-    except ServiceError as exc:
-        print(f"demo: {exc}", file=sys.stderr)
-        return 2
-    from lagsched.stack.environment import connection_environment, stack_environment
-
-    for key, value in connection_environment(cfg).items():
-        os.environ.setdefault(key, value)
-    url = f"http://127.0.0.1:{cfg.airflow_port}"
-    api = DemoAPI.for_stack(cfg)
-    loads = _profile(duration, args.peak_rate)
-    topics = [lt.topic for lt in loads]
-    try:
-        failed = _prepare(api, cfg, loads)
-    except (AirflowAPIError, ValueError) as exc:  # ConfigError is a ValueError
-        print(f"demo: {exc}", file=sys.stderr)
-        return 1
-    if failed:
-        print(f"demo: {failed} did not succeed; see its task logs in the Airflow UI ({url})", file=sys.stderr)
-        return 1
-    sink = str(api.dag_param(CONSUME_DAG, "sink") or "file:///var/tmp/lagsched-sink")
-    _print_addresses(cfg, url, sink)
 
     view = Stack(topics)
     baseline = view.committed()
@@ -490,7 +481,7 @@ def run(args: argparse.Namespace) -> int:
         # Its own session: a Ctrl-C reaches the demo only, which then stops it in order.
         loadgen = subprocess.Popen(  # noqa: S603 - our own module
             _loadgen_argv(loads, args.peak_rate, stats_path),
-            env={**os.environ, **stack_environment(cfg)},
+            env={**os.environ, **_stack_environment(cfg)},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -518,6 +509,37 @@ def run(args: argparse.Namespace) -> int:
     print(summary["text"], flush=True)
     print(f"(also in {demo_dir / 'summary.json'}; `make demo-down` stops everything)", flush=True)
     return 0 if summary["data"]["exactly_once"] in (True, None) else 1
+
+
+def _start_and_prepare(
+    cfg: StackConfig, duration: float | None, peak_rate: float
+) -> int | tuple[DemoAPI, tuple[TopicLoad, ...], str]:
+    """Stack up, everything set up; the API, the profile and the sink, or the exit status on failure."""
+    from lagsched.cli import start_stack
+
+    try:
+        start_stack(cfg, airflow=True)
+    except ServiceError as exc:
+        print(f"demo: {exc}", file=sys.stderr)
+        return 2
+    from lagsched.stack.environment import connection_environment
+
+    for key, value in connection_environment(cfg).items():
+        os.environ.setdefault(key, value)
+    url = f"http://127.0.0.1:{cfg.airflow_port}"
+    api = DemoAPI.for_stack(cfg)
+    loads = _profile(duration, peak_rate)
+    try:
+        failed = _prepare(api, cfg, loads)
+        sink = str(api.dag_param(CONSUME_DAG, "sink") or "file:///var/tmp/lagsched-sink")
+    except (AirflowAPIError, ValueError) as exc:  # ConfigError is a ValueError
+        print(f"demo: {exc}", file=sys.stderr)
+        return 1
+    if failed:
+        print(f"demo: {failed} did not succeed; see its task logs in the Airflow UI ({url})", file=sys.stderr)
+        return 1
+    _print_addresses(cfg, url, sink)
+    return api, loads, sink
 
 
 def _prepare(api: DemoAPI, cfg: StackConfig, loads: Sequence[TopicLoad]) -> str | None:
@@ -704,12 +726,17 @@ def _summary(demo: Demo) -> dict[str, Any]:
             ranges[(t, p)] = (start, end)
             consumed += max(0, end - start)
             final_lag += max(0, high - max(end, low))
-        per_topic[t] = {"peak_lag": peaks.get(t, 0), "final_lag": final_lag, "produced": produced, "consumed": consumed}
+        # The final lag is a reading too (exact: broker heads minus committed offsets, at the end).
+        peak = max(peaks.get(t, 0), final_lag)
+        per_topic[t] = {"peak_lag": peak, "final_lag": final_lag, "produced": produced, "consumed": consumed}
     counted = sink_rows(sink, ranges)
     consumed_total = sum(v["consumed"] for v in per_topic.values())
     if counted is None:
         exactly_once: bool | None = None
         in_sink = "not counted (not a local folder)"
+    elif consumed_total == 0:
+        exactly_once = None
+        in_sink = f"{counted[0]:,} rows"
     else:
         rows, distinct = counted
         exactly_once = rows == distinct == consumed_total
@@ -730,7 +757,8 @@ def _summary(demo: Demo) -> dict[str, Any]:
         f"records produced {produced_total:,}; consumed (committed offsets) {consumed_total:,}; in the sink {in_sink}",
     ]
     if exactly_once is None:
-        lines.append("exactly once: not checked (the sink is not a local folder)")
+        why = "the sink is not a local folder" if counted is None else "nothing was consumed during this run"
+        lines.append(f"exactly once: not checked ({why})")
     else:
         lines.append(
             "exactly once: "
