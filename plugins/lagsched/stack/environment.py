@@ -51,6 +51,21 @@ def connection_environment(cfg: StackConfig) -> dict[str, str]:
     return {f"AIRFLOW_CONN_{cid.upper()}": json.dumps(value) for cid, value in conns.items()}
 
 
+def airflow_metadata_url(cfg: StackConfig) -> str:
+    """Airflow's metadata DB: SQLite by default, PostgreSQL with ``LAGSCHED_AIRFLOW_DB=postgres``.
+
+    SQLite: Airflow itself puts every connection in WAL mode (readers never wait for the one
+    writer; airflow.utils.orm_event_handlers). A writer still waits for another: 30 s rather than
+    sqlite3's 5 s, which a loaded 2-core machine exceeded ("database is locked"; docs/dags.md has
+    the measurements). PostgreSQL (`lagsched.stack.services.Postgres`): its Unix socket, no password.
+    """
+    from lagsched.stack.services import Postgres, airflow_uses_postgres
+
+    if airflow_uses_postgres():
+        return f"postgresql+psycopg2://airflow@/airflow?host={Postgres(cfg).socket_dir}&port={Postgres.port}"
+    return f"sqlite:///{cfg.airflow_home / 'airflow.db'}?timeout=30"
+
+
 def stack_environment(cfg: StackConfig) -> dict[str, str]:
     """Everything Airflow and Spark need to run lagsched against the local stack."""
     venv_bin = str(Path(sys.executable).parent)
@@ -70,11 +85,7 @@ def stack_environment(cfg: StackConfig) -> dict[str, str]:
         "AIRFLOW__API__PORT": str(cfg.airflow_port),
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{cfg.airflow_port}",
         "AIRFLOW__API_AUTH__JWT_SECRET": stack_secrets(cfg)["AIRFLOW__API_AUTH__JWT_SECRET"],
-        # SQLite: Airflow itself puts every connection in WAL mode (readers never wait for the one
-        # writer; airflow.utils.orm_event_handlers). A writer still waits for another writer: 30 s
-        # rather than sqlite3's 5 s, which a loaded 2-core machine exceeded once ("database is
-        # locked" in the scheduler's heartbeat, docs/dags.md has the measurements).
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{cfg.airflow_home / 'airflow.db'}?timeout=30",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": airflow_metadata_url(cfg),
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "True",
         # The Test button of Admin > Connections (off by default in Airflow 3).
         "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",

@@ -339,6 +339,98 @@ class Kafka(Service):
         return f"kafka://{self.cfg.kafka_bootstrap}"
 
 
+class Postgres(Service):
+    """PostgreSQL from Debian's packages, as Airflow's metadata DB when ``LAGSCHED_AIRFLOW_DB=postgres``.
+
+    Unix socket only (``listen_addresses=''``: nothing listens on TCP), in ``.local/postgres/run``;
+    local connections are trusted, so there is no password to keep: who can reach the socket
+    directory (root and the postgres user) can connect. One role and database, ``airflow``.
+    Started and stopped by the `Airflow` service, before and after it.
+    """
+
+    name = "postgres"
+    start_timeout_s = 60.0
+    # SIGINT is PostgreSQL's "fast" shutdown: active transactions are rolled back, clients closed.
+    stop_signal = signal.SIGINT
+    port = 5432  # names the socket file only
+
+    @property
+    def datadir(self) -> Path:
+        return self.cfg.home / "postgres" / "data"
+
+    @property
+    def socket_dir(self) -> Path:
+        return self.cfg.home / "postgres" / "run"
+
+    def _bin(self, name: str) -> str:
+        return _require_binary(
+            name, "apt-get install -y postgresql", extra=tuple(sorted(_postgres_bins(), reverse=True))
+        )
+
+    def _as_postgres(self, argv: list[str]) -> list[str]:
+        # PostgreSQL refuses to run as root; setpriv execs in place, so the pid is the postmaster's.
+        if os.geteuid() != 0:
+            return argv
+        return ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", *argv]
+
+    def prepare(self) -> None:
+        for folder in (self.datadir.parent, self.socket_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+            if os.geteuid() == 0:
+                shutil.chown(folder, "postgres", "postgres")
+        if (self.datadir / "PG_VERSION").exists():
+            return
+        argv = [self._bin("initdb"), "-D", str(self.datadir), "-U", "postgres", "--auth-local=trust",
+                "--auth-host=reject", "-E", "UTF8", "--locale=C.UTF-8"]  # fmt: skip
+        result = subprocess.run(self._as_postgres(argv), capture_output=True, text=True, check=False)  # noqa: S603
+        if result.returncode != 0:
+            raise ServiceError(f"initdb failed:\n{result.stdout}\n{result.stderr}")
+
+    def command(self) -> list[str]:
+        argv = [self._bin("postgres"), "-D", str(self.datadir), "-k", str(self.socket_dir), "-p", str(self.port),
+                "-c", "listen_addresses=", "-c", "max_connections=200", "-c", "timezone=UTC"]  # fmt: skip
+        return self._as_postgres(argv)
+
+    def _psql(self, sql: str, database: str = "postgres") -> subprocess.CompletedProcess[str]:
+        argv = [self._bin("psql"), "-h", str(self.socket_dir), "-p", str(self.port), "-U", "postgres",
+                "-d", database, "-v", "ON_ERROR_STOP=1", "-tA"]  # fmt: skip
+        return subprocess.run(argv, input=sql, capture_output=True, text=True, check=False, timeout=30)  # noqa: S603
+
+    def is_healthy(self) -> bool:
+        if not (self.socket_dir / f".s.PGSQL.{self.port}").exists():
+            return False
+        return self._psql("SELECT 1").returncode == 0
+
+    def detail(self) -> str:
+        return f"postgresql://airflow@/airflow?host={self.socket_dir}"
+
+    def after_start(self) -> None:
+        steps = [
+            ("postgres", "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'airflow') "
+                         "THEN CREATE ROLE airflow LOGIN; END IF; END $$;"),
+        ]  # fmt: skip
+        exists = self._psql("SELECT 1 FROM pg_database WHERE datname = 'airflow'")
+        if exists.returncode == 0 and exists.stdout.strip() != "1":
+            steps.append(("postgres", "CREATE DATABASE airflow OWNER airflow ENCODING 'UTF8';"))
+        # Airflow's migrations create tables in the public schema (PostgreSQL 15 no longer grants it).
+        steps.append(("airflow", "GRANT ALL ON SCHEMA public TO airflow;"))
+        for database, sql in steps:
+            result = self._psql(sql, database)
+            if result.returncode != 0:
+                raise ServiceError(f"could not create Airflow's role and database in PostgreSQL: {result.stderr}")
+
+
+def _postgres_bins() -> list[str]:
+    """Debian keeps PostgreSQL's server binaries in /usr/lib/postgresql/<version>/bin, off PATH."""
+    root = Path("/usr/lib/postgresql")
+    return [str(p / "bin") for p in root.iterdir() if (p / "bin").is_dir()] if root.is_dir() else []
+
+
+def airflow_uses_postgres() -> bool:
+    """``LAGSCHED_AIRFLOW_DB=postgres`` puts Airflow's metadata in PostgreSQL (default: SQLite)."""
+    return os.environ.get("LAGSCHED_AIRFLOW_DB", "sqlite").strip().lower() == "postgres"
+
+
 class Airflow(Service):
     """``airflow standalone``: API server with the UI, scheduler, DAG processor and triggerer."""
 
@@ -348,7 +440,15 @@ class Airflow(Service):
     stop_signal = signal.SIGINT
 
     def prepare(self) -> None:
+        if airflow_uses_postgres():
+            Postgres(self.cfg).start()
         migrate_airflow_db(self.cfg)
+
+    def stop(self) -> bool:
+        stopped = super().stop()
+        # Its metadata DB goes after it (a no-op when PostgreSQL is not running).
+        Postgres(self.cfg).stop()
+        return stopped
 
     def command(self) -> list[str]:
         return [str(Path(sys.executable).parent / "airflow"), "standalone"]
