@@ -29,8 +29,9 @@ history the lag monitor stored in Redis, and for each change:
 A topic is evaluated at its first run, then once at least `evaluate_every` new measurements arrived
 since its last evaluation: since the evaluator runs after each measurement, `evaluate_every` means
 exactly that many measurements. History older than 3 x `measure_every_s` is ignored (the monitor is
-not running). Scale-ups are capped at the live worker slots when slots heartbeat (slot timeout in
-the `slot_timeout_s` param); with no slot registered at all, there is no live-slot cap.
+not running). When slots heartbeat, scale-ups are capped at the cluster's `max_slots` (what the
+consume DAG can start; `lagsched_clusters`) or the live slots (slot timeout in the `slot_timeout_s`
+param), whichever is more; with no slot registered at all, there is no such cap.
 
 A retry never applies a step twice: decisions are keyed by the run id. A malformed Variable fails
 the run at once with the field, the value and what is allowed, and changes nothing.

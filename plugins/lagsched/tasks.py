@@ -250,7 +250,8 @@ def run_evaluation(
     from lagsched.workflows.scaling import count_live_slots, evaluate_cluster
 
     parse_settings({} if raw_settings is None else raw_settings)  # fail before connecting
-    name = _cluster(cluster).name
+    config = _cluster(cluster)
+    name = config.name
     at = time.time() if now is None else now
     mysql_p, redis_p = mysql_params(), redis_params()
     with naming_connections(mysql_target(mysql_p), redis_target(redis_p)):
@@ -258,9 +259,16 @@ def run_evaluation(
         try:
             redis = redis_client(redis_p)
             try:
-                slots = count_live_slots(redis, at, slot_timeout_s)
-                if slots is None:
+                live = count_live_slots(redis, at, slot_timeout_s)
+                if live is None:
                     log.info("no worker slot has registered a heartbeat: live slots unknown, no live-slot cap")
+                # The consume DAG starts slots on demand, up to the cluster's max_slots, so that is
+                # what a scale-up can count on: capped at the slots live now, a topic could never
+                # grow past the slots its own worker count had started.
+                slots = None if live is None else max(live, config.max_slots)
+                if live is not None and slots != live:
+                    log.info("%d live slot(s); the consume DAG can run %d for %s: scale-ups capped at %d",
+                             live, config.max_slots, name, slots)  # fmt: skip
                 summary = evaluate_cluster(
                     name,
                     raw_settings,
