@@ -153,3 +153,29 @@ def test_malformed_variable_fails_the_evaluator_dag_and_changes_nothing(
         assert (str(ti.state).rsplit(".", 1)[-1].lower(), ti.try_number) == ("failed", 1)  # no retry of a bad config
     assert workers_of(env, topic_id) == 2
     assert decision_rows(env, topic_id) == []
+
+
+def test_scale_up_counts_on_the_slots_the_consume_dag_can_start(
+    env: Any, redis_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One slot is live, but the consume DAG may run 5: the step up from 2 stops at 5, not at 1."""
+    from datetime import UTC, datetime
+
+    from lagsched.adapters.slots import SlotRegistry, slot_id_for
+
+    cluster = f"c-{uuid.uuid4().hex[:8]}"
+    topic_id = add_topic(env, cluster, "orders", {p: 0 for p in range(12)})
+    now = time.time()
+    store = LagStore(redis_client, cluster)
+    for i in range(6):
+        store.add_lag_records({"orders": LagRecord(now - 60 * (5 - i), lag=200_000 + 10_000 * i)})
+    SlotRegistry(redis_client).heartbeat(slot_id_for(f"{cluster}-slot-1"), datetime.now(UTC), 60)
+    monkeypatch.setenv(
+        "AIRFLOW_VAR_LAGSCHED_SETTINGS", json.dumps({"defaults": {"evaluate_every": 1, "cooldown_s": 0}})
+    )
+    monkeypatch.setenv("AIRFLOW_VAR_LAGSCHED_CLUSTERS", json.dumps({cluster: {"max_slots": 5}}))
+
+    run = load_dag("lagsched_scaling_evaluator").test(run_conf={"cluster": cluster})
+
+    assert state(run) == "success", run.state
+    assert workers_of(env, topic_id) == 5  # hevo's step of 4 would give 6; the live slot alone, 1
