@@ -269,12 +269,37 @@ def spark_fetch_bytes(spark: Any) -> dict[tuple[str, int], int]:
     return out
 
 
+def spark_fetch(
+    spark: Any, bootstrap: str, topic: str, rack: str, partitions: Sequence[int], *, client_rack: bool
+) -> FetchResult:
+    """As ``fetch``, through the slots' own reader (``adapters.spark.read_offset_ranges``), bytes per
+    broker from the Spark consumers' metrics (``spark_fetch_bytes``, before and after)."""
+    from confluent_kafka.admin import AdminClient
+
+    from lagsched.adapters.kafka_admin import broker_racks, read_offsets
+    from lagsched.adapters.spark import read_offset_ranges, with_client_rack
+    from lagsched.core.offsets import OffsetRange
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    racks = broker_racks(admin)
+    ends = {o.partition: o.latest for o in read_offsets(admin, {topic: max(partitions) + 1})[topic]}
+    ranges = [OffsetRange(topic, p, 0, ends[p]) for p in partitions if ends[p] > 0]
+    config = with_client_rack({"bootstrap.servers": bootstrap}, rack if client_rack else None)
+    before = spark_fetch_bytes(spark)
+    records = int(read_offset_ranges(spark, config, ranges).count())
+    by_rack: dict[str, int] = {}
+    for key, total in spark_fetch_bytes(spark).items():
+        name = racks.get(key[1]) or "?"
+        by_rack[name] = by_rack.get(name, 0) + total - before.get(key, 0)
+    return FetchResult(rack, by_rack, records)
+
+
 def fetch_share(results: Sequence[FetchResult]) -> float:
     total = sum(r.total_bytes for r in results)
     return sum(r.same_rack_bytes for r in results) / total if total else 0.0
 
 
-def run(bootstrap: str, partitions: int, records: int) -> dict[str, Any]:
+def run(bootstrap: str, partitions: int, records: int, *, spark: Any = None) -> dict[str, Any]:
     topic = create_topic(bootstrap, partitions)
     try:
         leaders = current_leader_racks(bootstrap, topic)
@@ -299,6 +324,15 @@ def run(bootstrap: str, partitions: int, records: int) -> dict[str, Any]:
                 fetch(bootstrap, topic, rack, splits[split][rack], client_rack=client_rack) for rack in RACKS
             ]
             print(f"   fetch   {name:<20}: {fetch_share(fetched[name]):.3f} same-rack bytes")
+        spark_fetched: dict[str, list[FetchResult]] = {}
+        if spark is not None:
+            for name in ("rack_aware", "default"):
+                split, client_rack = variants[name]
+                spark_fetched[name] = [
+                    spark_fetch(spark, bootstrap, topic, rack, splits[split][rack], client_rack=client_rack)
+                    for rack in RACKS
+                ]
+                print(f"   spark   {name:<20}: {fetch_share(spark_fetched[name]):.3f} same-rack bytes")
 
         def produce_share(rs: list[ProduceResult]) -> float:
             return sum(r.same_rack for r in rs) / sum(r.delivered for r in rs)
@@ -311,10 +345,15 @@ def run(bootstrap: str, partitions: int, records: int) -> dict[str, Any]:
             "records_per_producer": records,
             "producers": len(RACKS) * 2,
             "fetch_bytes": {m: {r.rack: r.bytes_by_rack for r in rs} for m, rs in fetched.items()},
+            # The slots' own reader (Spark's Kafka source, Java consumers), when measured.
+            "spark_fetch_same_rack_share": {m: round(fetch_share(rs), 4) for m, rs in spark_fetched.items()},
+            "spark_fetch_bytes": {m: {r.rack: r.bytes_by_rack for r in rs} for m, rs in spark_fetched.items()},
             "method": (
                 "produce: delivery reports, partition leader rack == producer rack; fetch: librdkafka "
                 "statistics rxbytes per broker, broker rack == consumer rack; rack_aware fetch = rack targets "
-                "+ client.rack (RackAwareReplicaSelector), default = range split from leaders"
+                "+ client.rack (RackAwareReplicaSelector), default = range split from leaders; spark: the same "
+                "reads through adapters.spark.read_offset_ranges, bytes per broker from the Java consumers' "
+                "consumer-node-metrics incoming-byte-total"
             ),
         }
     finally:
@@ -326,6 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=120)
     parser.add_argument("--records", type=int, default=20_000, help="records per producer (default: %(default)s)")
     parser.add_argument("--out", default=DEFAULT_OUT)
+    parser.add_argument("--no-spark", action="store_true", help="skip the Spark reader's measurement")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     from lagsched.stack import kafka_cluster
@@ -334,11 +374,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = load()
     was_up = all(s.healthy for s in kafka_cluster.status(cfg))
     kafka_cluster.up(cfg)
+    session = None
     try:
         started = time.monotonic()
-        result = run(cfg.kafka_rack_bootstrap, args.partitions, args.records)
+        if not args.no_spark:
+            from lagsched.adapters.spark import session as spark_session
+            from lagsched.stack.environment import spark_jars
+
+            os.environ.setdefault("LAGSCHED_SPARK_JARS", ",".join(str(p) for p in spark_jars(cfg)))
+            session = spark_session(
+                "lagsched-bench-rack", master="local[1]", conf={"spark.ui.showConsoleProgress": "false"}
+            )
+        result = run(cfg.kafka_rack_bootstrap, args.partitions, args.records, spark=session)
         result["elapsed_s"] = round(time.monotonic() - started, 1)
     finally:
+        if session is not None:
+            session.stop()
         if not was_up and not os.environ.get("LAGSCHED_KEEP_STACK"):
             kafka_cluster.down(cfg)
     out = Path(args.out)
