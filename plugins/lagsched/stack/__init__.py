@@ -52,9 +52,15 @@ def spark_cluster_down(cfg: StackConfig) -> list[str]:
 
 
 def down(cfg: StackConfig) -> list[str]:
-    """Stop every service lagsched started, Airflow first; returns the names that were running."""
+    """Stop every service lagsched started, Airflow first; returns the names that were running.
+
+    The 3-broker rack cluster (docs/rack.md) too, when it runs.
+    """
+    from lagsched.stack.kafka_cluster import brokers
+
     master, workers = spark_cluster_services(cfg)
-    return _stop([Airflow(cfg), *reversed(workers), master, *reversed(core_services(cfg))])
+    rack_brokers: list[Service] = list(reversed(brokers(cfg)))
+    return _stop([Airflow(cfg), *reversed(workers), master, *rack_brokers, *reversed(core_services(cfg))])
 
 
 def status(cfg: StackConfig) -> list[Status]:
