@@ -472,6 +472,10 @@ def run(args: argparse.Namespace) -> int:
 
     view = Stack(topics)
     baseline = view.committed()
+    from lagsched.connections import kafka_config
+
+    # With the committed offsets: the backlog already waiting, which this run consumes too.
+    heads_at_start = watermarks(kafka_config(), topics)
     demo_dir = _demo_dir(cfg)
     stats_path = demo_dir / "loadgen.json"
     stats_path.unlink(missing_ok=True)
@@ -497,7 +501,7 @@ def run(args: argparse.Namespace) -> int:
         "    " + ("until Ctrl-C" if duration is None else f"for {format_duration(duration)} (or until Ctrl-C)"),
         flush=True,
     )
-    demo = Demo(api, view, loads, started, duration, stopper, loadgen, stats_path, baseline, sink)
+    demo = Demo(api, view, loads, started, duration, stopper, loadgen, stats_path, baseline, heads_at_start, sink)
     try:
         _wait_first_measurement(view, started, stopper, loadgen)
         _watch(demo)
@@ -619,6 +623,7 @@ class Demo:
     loadgen: subprocess.Popen[bytes]
     stats_path: Path
     baseline: Mapping[tuple[str, int], int | None]
+    heads_at_start: Mapping[tuple[str, int], tuple[int, int]]
     sink: str
     history: list[Snapshot] = field(default_factory=list)
 
@@ -752,10 +757,13 @@ def _summary(demo: Demo) -> dict[str, Any]:
         figures = f"{v['peak_lag']:>10,} {v['final_lag']:>10,} {v['produced']:>10,} {v['consumed']:>10,}"
         lines.append(f"{_short(t):<16} {figures}  {steps}")
     produced_total = sum(v["produced"] for v in per_topic.values())
+    backlog = sum(max(0, high - max(low, baseline.get(key) or 0)) for key, (low, high) in demo.heads_at_start.items())
     lines += [
         "",
         f"records produced {produced_total:,}; consumed (committed offsets) {consumed_total:,}; in the sink {in_sink}",
     ]
+    if backlog:
+        lines.append(f"(the consumed records include {backlog:,} that were waiting before the traffic started)")
     if exactly_once is None:
         why = "the sink is not a local folder" if counted is None else "nothing was consumed during this run"
         lines.append(f"exactly once: not checked ({why})")
@@ -778,6 +786,7 @@ def _summary(demo: Demo) -> dict[str, Any]:
         "started_at": datetime.fromtimestamp(started, tz=UTC).isoformat(),
         "topics": per_topic,
         "produced": produced_total,
+        "backlog_at_start": backlog,
         "consumed": consumed_total,
         "sink": sink,
         "sink_rows": None if counted is None else counted[0],
