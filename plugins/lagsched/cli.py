@@ -74,6 +74,10 @@ def _stack(args: argparse.Namespace) -> int:
         statuses = stack.spark_cluster_up(cfg)
     elif args.action == "up":
         statuses = start_stack(cfg, airflow=args.airflow, spark_cluster=args.spark_cluster)
+        if args.racks:
+            from lagsched.stack import kafka_cluster
+
+            statuses = [*statuses, *kafka_cluster.up(cfg)]
     elif args.action == "down":
         stopped = stack.spark_cluster_down(cfg) if args.only_spark_cluster else stack.down(cfg)
         print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
@@ -85,6 +89,10 @@ def _stack(args: argparse.Namespace) -> int:
         return 0
     else:
         statuses = stack.status(cfg)
+        if args.racks:
+            from lagsched.stack import kafka_cluster
+
+            statuses = [*statuses, *kafka_cluster.status(cfg)]
     width = max(len(s.name) for s in statuses)
     for s in statuses:
         state = "healthy" if s.healthy else ("running, not healthy" if s.running else "stopped")
@@ -169,6 +177,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--only-spark-cluster",
         action="store_true",
         help="with `up` or `down`: start or stop the Spark standalone cluster alone",
+    )
+    p_stack.add_argument(
+        "--racks",
+        action="store_true",
+        help="with `up` or `status`: also the 3-broker Kafka cluster in racks a, b, c (docs/rack.md); "
+        "`down` stops it whenever it runs",
     )
     p_stack.set_defaults(func=_stack)
 
