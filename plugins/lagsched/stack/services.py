@@ -443,6 +443,24 @@ class Airflow(Service):
         if airflow_uses_postgres():
             Postgres(self.cfg).start()
         migrate_airflow_db(self.cfg)
+        self._write_admin_password()
+
+    def _write_admin_password(self) -> None:
+        """Generate the admin's password ourselves, so Airflow never prints one into its log.
+
+        The simple auth manager prints every password it generates to stdout, which is
+        ``.local/logs/airflow.log``; it generates none for a user already in its file.
+        """
+        import secrets
+
+        from lagsched.adapters.airflow_api import PASSWORDS_FILE
+
+        path = self.cfg.airflow_home / PASSWORDS_FILE
+        if path.exists():
+            return
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps({"admin": secrets.token_urlsafe(12)}) + "\n")
 
     def stop(self) -> bool:
         stopped = super().stop()
