@@ -66,8 +66,9 @@ lost or consumed twice either way (docs/consumer.md). Paused at creation: unpaus
             120, type="integer", minimum=10, maximum=3600, description="Seconds each slot runs before the next plan."
         ),
         "sink": Param("file:///var/tmp/lagsched-sink", type="string", minLength=1, description="Sink URI."),
+        # At most 4 min: plan_slots has 5 min to finish.
         "idle_wait_s": Param(
-            60, type="integer", minimum=0, maximum=3600, description="With nothing to consume, look again this long."
+            60, type="integer", minimum=0, maximum=240, description="With nothing to consume, look again this long."
         ),
     },
 )
