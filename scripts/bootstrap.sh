@@ -19,6 +19,8 @@ command -v mariadb >/dev/null 2>&1 || need+=(mariadb-client)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || need+=(maven)
+# PostgreSQL: Airflow's metadata DB in the local stack (Debian keeps its binaries off PATH).
+compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || need+=(postgresql)
 # A real browser for the UI test (Playwright drives it; no browser download).
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then

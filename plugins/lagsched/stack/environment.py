@@ -52,7 +52,7 @@ def connection_environment(cfg: StackConfig) -> dict[str, str]:
 
 
 def airflow_metadata_url(cfg: StackConfig) -> str:
-    """Airflow's metadata DB: SQLite by default, PostgreSQL with ``LAGSCHED_AIRFLOW_DB=postgres``.
+    """Airflow's metadata DB: PostgreSQL by default, SQLite with ``LAGSCHED_AIRFLOW_DB=sqlite``.
 
     SQLite: Airflow itself puts every connection in WAL mode (readers never wait for the one
     writer; airflow.utils.orm_event_handlers). A writer still waits for another: 30 s rather than

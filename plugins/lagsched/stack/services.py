@@ -340,12 +340,12 @@ class Kafka(Service):
 
 
 class Postgres(Service):
-    """PostgreSQL from Debian's packages, as Airflow's metadata DB when ``LAGSCHED_AIRFLOW_DB=postgres``.
+    """PostgreSQL from Debian's packages, as Airflow's metadata DB (unless ``LAGSCHED_AIRFLOW_DB=sqlite``).
 
     Unix socket only (``listen_addresses=''``: nothing listens on TCP), in ``.local/postgres/run``;
     local connections are trusted, so there is no password to keep: who can reach the socket
     directory (root and the postgres user) can connect. One role and database, ``airflow``.
-    Started and stopped by the `Airflow` service, before and after it.
+    Started before Airflow's DB migration (`migrate_airflow_db`), stopped after Airflow.
     """
 
     name = "postgres"
@@ -427,8 +427,13 @@ def _postgres_bins() -> list[str]:
 
 
 def airflow_uses_postgres() -> bool:
-    """``LAGSCHED_AIRFLOW_DB=postgres`` puts Airflow's metadata in PostgreSQL (default: SQLite)."""
-    return os.environ.get("LAGSCHED_AIRFLOW_DB", "sqlite").strip().lower() == "postgres"
+    """Airflow's metadata in PostgreSQL (default), or in SQLite with ``LAGSCHED_AIRFLOW_DB=sqlite``.
+
+    SQLite (in WAL mode, as Airflow sets it) answered "database is locked" to the scheduler and the
+    API server while the consume DAG's mapped slots, the monitor and the evaluator ran together on a
+    loaded 2-core machine (docs/dags.md); PostgreSQL does not lock the whole database per write.
+    """
+    return os.environ.get("LAGSCHED_AIRFLOW_DB", "postgres").strip().lower() != "sqlite"
 
 
 class Airflow(Service):
@@ -440,9 +445,7 @@ class Airflow(Service):
     stop_signal = signal.SIGINT
 
     def prepare(self) -> None:
-        if airflow_uses_postgres():
-            Postgres(self.cfg).start()
-        migrate_airflow_db(self.cfg)
+        migrate_airflow_db(self.cfg)  # starts PostgreSQL first when it is the metadata DB
         self._write_admin_password()
 
     def _write_admin_password(self) -> None:
@@ -656,9 +659,15 @@ def migrate_airflow_db(cfg: StackConfig) -> None:
 
     from lagsched.stack.environment import stack_environment
 
-    stamp = cfg.airflow_home / ".migrated"
+    postgres = airflow_uses_postgres()
+    if postgres:
+        Postgres(cfg).start()  # a no-op when it runs; `stack down` stops it with Airflow
+        present = (Postgres(cfg).datadir / "PG_VERSION").exists()
+    else:
+        present = (cfg.airflow_home / "airflow.db").exists()
+    stamp = cfg.airflow_home / (".migrated-postgres" if postgres else ".migrated")
     wanted = version("apache-airflow-core")
-    if stamp.exists() and stamp.read_text().strip() == wanted and (cfg.airflow_home / "airflow.db").exists():
+    if stamp.exists() and stamp.read_text().strip() == wanted and present:
         return
     cfg.airflow_home.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
