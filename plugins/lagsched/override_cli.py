@@ -160,22 +160,10 @@ def _cancel(mysql: Any, override_id: int, *, now: datetime, by: str, out: IO[str
 @contextmanager
 def _clients() -> Iterator[tuple[Any, Any]]:
     """MySQL and Redis from the lagsched Connections; errors name the Connection (never a password)."""
-    from lagsched.adapters.failures import mysql_target, naming_connections, redis_target
-    from lagsched.adapters.lag_store import redis_client
-    from lagsched.adapters.mysql import connect
-    from lagsched.connections import mysql_params, redis_params
+    from lagsched.adapters.clients import mysql_and_redis
 
-    mysql_p, redis_p = mysql_params(), redis_params()
-    with naming_connections(mysql_target(mysql_p), redis_target(redis_p)):
-        mysql = connect(mysql_p)
-        try:
-            redis = redis_client(redis_p)
-            try:
-                yield mysql, redis
-            finally:
-                redis.close()
-        finally:
-            mysql.close()
+    with mysql_and_redis() as clients:
+        yield clients
 
 
 def _os_user() -> str:

@@ -110,35 +110,25 @@ def run_override(
     Raises:
         ConfigError: a bad value, ``field`` naming it; nothing was changed.
     """
-    from lagsched.adapters.failures import mysql_target, naming_connections, redis_target
-    from lagsched.adapters.lag_store import redis_client
-    from lagsched.adapters.mysql import connect
+    from lagsched.adapters.clients import mysql_and_redis
     from lagsched.connections import mysql_params, redis_params
     from lagsched.workflows.overrides import apply_override
 
     request = parse_request(params)  # before connecting: a bad form opens no connection
     at = datetime.now(tz=UTC) if now is None else now
     mysql_p, redis_p = mysql_params(), redis_params()
-    with naming_connections(mysql_target(mysql_p), redis_target(redis_p)):
-        mysql = connect(mysql_p)
-        try:
-            redis = redis_client(redis_p)
-            try:
-                result = apply_override(
-                    mysql,
-                    redis,
-                    cluster=request.cluster,
-                    topic=request.topic,
-                    workers=request.linker_workers,
-                    duration_s=request.duration_s,
-                    reason=request.reason,
-                    created_by=created_by or "airflow",
-                    now=at,
-                    request_id=request_id,
-                )
-            finally:
-                redis.close()
-        finally:
-            mysql.close()
+    with mysql_and_redis(mysql_p, redis_p) as (mysql, redis):
+        result = apply_override(
+            mysql,
+            redis,
+            cluster=request.cluster,
+            topic=request.topic,
+            workers=request.linker_workers,
+            duration_s=request.duration_s,
+            reason=request.reason,
+            created_by=created_by or "airflow",
+            now=at,
+            request_id=request_id,
+        )
     log.info("%s", result.text())
     return result.as_dict()

@@ -193,35 +193,27 @@ def run_monitor(
     Raises:
         ConfigError: the settings are malformed (nothing was measured or stored).
     """
-    from lagsched.adapters.failures import KafkaConnection, mysql_target, naming_connections, redis_target
+    from lagsched.adapters.clients import mysql_and_redis
+    from lagsched.adapters.failures import KafkaConnection
     from lagsched.adapters.kafka_admin import admin_client
-    from lagsched.adapters.lag_store import LagStore, redis_client
-    from lagsched.adapters.mysql import connect
+    from lagsched.adapters.lag_store import LagStore
     from lagsched.connections import kafka_config, mysql_params, redis_params
     from lagsched.workflows.lag_monitor import measure
 
     settings = parse_settings({} if raw_settings is None else raw_settings)
     c = _cluster(cluster)
     kafka, mysql_p, redis_p = KafkaConnection(kafka_config(c.kafka_conn_id)), mysql_params(), redis_params()
-    with naming_connections(kafka.target, mysql_target(mysql_p), redis_target(redis_p)):
+    with mysql_and_redis(mysql_p, redis_p, also_naming=(kafka.target,)) as (mysql, redis):
         admin = kafka.client(admin_client)
-        mysql = connect(mysql_p)
-        try:
-            redis = redis_client(redis_p)
-            try:
-                store = LagStore(redis, c.name, max_samples=settings.sample_window, max_age_s=settings.sample_ttl_s)
-                summary = measure(
-                    c.name,
-                    mysql=mysql,
-                    admin=admin,
-                    store=store,
-                    settings=settings,
-                    now=time.time() if now is None else now,
-                )
-            finally:
-                redis.close()
-        finally:
-            mysql.close()
+        store = LagStore(redis, c.name, max_samples=settings.sample_window, max_age_s=settings.sample_ttl_s)
+        summary = measure(
+            c.name,
+            mysql=mysql,
+            admin=admin,
+            store=store,
+            settings=settings,
+            now=time.time() if now is None else now,
+        )
         _warn_if_redis_ignores_password(redis_p)
     log.info("lag summary\n%s", summary.table(top))
     return summary.as_dict(top)
@@ -243,9 +235,7 @@ def run_evaluation(
     Raises:
         ConfigError: the settings are malformed (nothing was read or changed).
     """
-    from lagsched.adapters.failures import mysql_target, naming_connections, redis_target
-    from lagsched.adapters.lag_store import redis_client
-    from lagsched.adapters.mysql import connect
+    from lagsched.adapters.clients import mysql_and_redis
     from lagsched.connections import mysql_params, redis_params
     from lagsched.workflows.scaling import count_live_slots, evaluate_cluster
 
@@ -254,34 +244,26 @@ def run_evaluation(
     name = config.name
     at = time.time() if now is None else now
     mysql_p, redis_p = mysql_params(), redis_params()
-    with naming_connections(mysql_target(mysql_p), redis_target(redis_p)):
-        mysql = connect(mysql_p)
-        try:
-            redis = redis_client(redis_p)
-            try:
-                live = count_live_slots(redis, at, slot_timeout_s)
-                if live is None:
-                    log.info("no worker slot has registered a heartbeat: live slots unknown, no live-slot cap")
-                # The consume DAG starts slots on demand, up to the cluster's max_slots, so that is
-                # what a scale-up can count on: capped at the slots live now, a topic could never
-                # grow past the slots its own worker count had started.
-                slots = None if live is None else max(live, config.max_slots)
-                if live is not None and slots != live:
-                    log.info("%d live slot(s); the consume DAG can run %d for %s: scale-ups capped at %d",
-                             live, config.max_slots, name, slots)  # fmt: skip
-                summary = evaluate_cluster(
-                    name,
-                    raw_settings,
-                    mysql=mysql,
-                    redis=redis,
-                    evaluation_id=evaluation_id,
-                    now=at,
-                    live_slots=slots,
-                )
-            finally:
-                redis.close()
-        finally:
-            mysql.close()
+    with mysql_and_redis(mysql_p, redis_p) as (mysql, redis):
+        live = count_live_slots(redis, at, slot_timeout_s)
+        if live is None:
+            log.info("no worker slot has registered a heartbeat: live slots unknown, no live-slot cap")
+        # The consume DAG starts slots on demand, up to the cluster's max_slots, so that is
+        # what a scale-up can count on: capped at the slots live now, a topic could never
+        # grow past the slots its own worker count had started.
+        slots = None if live is None else max(live, config.max_slots)
+        if live is not None and slots != live:
+            log.info("%d live slot(s); the consume DAG can run %d for %s: scale-ups capped at %d",
+                     live, config.max_slots, name, slots)  # fmt: skip
+        summary = evaluate_cluster(
+            name,
+            raw_settings,
+            mysql=mysql,
+            redis=redis,
+            evaluation_id=evaluation_id,
+            now=at,
+            live_slots=slots,
+        )
         _warn_if_redis_ignores_password(redis_p)
     log.info("scaling evaluation\n%s", summary.table())
     return summary.as_dict()
@@ -344,34 +326,25 @@ def run_maintenance(
     Logs `MaintenanceReport.table` (retention losses and anomalies as ``RETENTION LOSS`` and
     ``ANOMALY`` lines, at warning level when there are any) and returns `MaintenanceReport.as_dict`.
     """
-    from lagsched.adapters.failures import KafkaConnection, mysql_target, naming_connections, redis_target
+    from lagsched.adapters.clients import mysql_and_redis
+    from lagsched.adapters.failures import KafkaConnection
     from lagsched.adapters.kafka_admin import admin_client
-    from lagsched.adapters.lag_store import redis_client
-    from lagsched.adapters.mysql import connect
     from lagsched.connections import kafka_config, mysql_params, redis_params
     from lagsched.workflows.maintenance import maintain
 
     chosen = [ClusterConfig.from_dict(c) for c in clusters]
     kafkas = {c.name: KafkaConnection(kafka_config(c.kafka_conn_id)) for c in chosen}
     mysql_p, redis_p = mysql_params(), redis_params()
-    with naming_connections(*(k.target for k in kafkas.values()), mysql_target(mysql_p), redis_target(redis_p)):
+    with mysql_and_redis(mysql_p, redis_p, also_naming=[k.target for k in kafkas.values()]) as (mysql, redis):
         admins = {name: k.client(admin_client) for name, k in kafkas.items()}
-        mysql = connect(mysql_p)
-        try:
-            redis = redis_client(redis_p)
-            try:
-                report = maintain(
-                    chosen,
-                    mysql=mysql,
-                    redis=redis,
-                    admins=admins,
-                    now=time.time() if now is None else now,
-                    slot_horizon_s=slot_horizon_s,
-                )
-            finally:
-                redis.close()
-        finally:
-            mysql.close()
+        report = maintain(
+            chosen,
+            mysql=mysql,
+            redis=redis,
+            admins=admins,
+            now=time.time() if now is None else now,
+            slot_horizon_s=slot_horizon_s,
+        )
     troubled = any(c.retention_losses or c.lost_pending or c.anomalies for c in report.clusters)
     log.log(logging.WARNING if troubled else logging.INFO, "maintenance\n%s", report.table())
     return report.as_dict()
