@@ -416,7 +416,7 @@ def test_sigkill_at_random_points_while_records_arrive_leaves_each_record_once(
         "test_s": round(time.monotonic() - t_test, 1),
     }
     print("\nkill test:", json.dumps(summary), *(f"\n  {k}" for k in kills))
-    assert len(kills) >= 10
+    assert len(kills) == len(schedule)
     assert sum(k.mid_batch for k in kills) >= 2, "the schedule aims at batches in flight; none was hit"
     assert any(k.where == "mid-batch: written, not committed" for k in kills), "never caught a batch before its commit"
 
