@@ -27,7 +27,6 @@ import argparse
 import base64
 import logging
 import os
-import subprocess
 import sys
 import time
 import uuid
@@ -142,21 +141,10 @@ class RackBroker(Kafka):
         config = self._write_config()
         if (self.dir / "data" / "meta.properties").exists():
             return
-        result = subprocess.run(  # noqa: S603
-            [self._java(), "-cp", self._classpath(), f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
-             "kafka.tools.StorageTool", "format", "-t", self._cluster_id(), "-c", str(config)],
-            capture_output=True, text=True, check=False, timeout=120,
-        )  # fmt: skip
-        if result.returncode != 0:
-            raise ServiceError(f"formatting {self.name}'s storage failed:\n{result.stdout}\n{result.stderr}")
+        self._format_storage(config, self._cluster_id())
 
     def command(self) -> list[str]:
-        heap = os.environ.get("LAGSCHED_KAFKA_RACK_HEAP", "384m")
-        return [
-            self._java(), "-Xms128m", f"-Xmx{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
-            "-cp", self._classpath(), "kafka.Kafka", str(self.dir / "server.properties"),
-        ]  # fmt: skip
+        return self._kafka_command(initial_heap="128m", max_heap=os.environ.get("LAGSCHED_KAFKA_RACK_HEAP", "384m"))
 
     def is_healthy(self) -> bool:
         """Serving clients and registered with the cluster (it is in the metadata it serves)."""

@@ -308,18 +308,24 @@ class Kafka(Service):
         if (self.dir / "data" / "meta.properties").exists():
             return
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self._format_storage(config, cluster_id, "--standalone")
+
+    def _format_storage(self, config: Path, cluster_id: str, *options: str) -> None:
+        """Kafka's StorageTool ``format`` of this node's log dirs (once, before its first start)."""
         result = subprocess.run(  # noqa: S603
             [self._java(), "-cp", self._classpath(), f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
-             "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config), "--standalone"],
+             "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config), *options],
             capture_output=True, text=True, check=False, timeout=120,
         )  # fmt: skip
         if result.returncode != 0:
-            raise ServiceError(f"formatting Kafka storage failed:\n{result.stdout}\n{result.stderr}")
+            raise ServiceError(f"formatting {self.name}'s storage failed:\n{result.stdout}\n{result.stderr}")
 
     def command(self) -> list[str]:
-        heap = os.environ.get("LAGSCHED_KAFKA_HEAP", "768m")
+        return self._kafka_command(initial_heap="256m", max_heap=os.environ.get("LAGSCHED_KAFKA_HEAP", "768m"))
+
+    def _kafka_command(self, *, initial_heap: str, max_heap: str) -> list[str]:
         return [
-            self._java(), "-Xms256m", f"-Xmx{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            self._java(), f"-Xms{initial_heap}", f"-Xmx{max_heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
             "-cp", self._classpath(), "kafka.Kafka", str(self.dir / "server.properties"),
         ]  # fmt: skip
