@@ -43,8 +43,8 @@ if [ "$(cat "$VENV/.lagsched-stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$VENV/.lagsched-stamp"
 fi
 
-# 3. Jars: the Kafka broker with Kafka's own CLI tools (one classpath), and Spark's Kafka connector
-# (only what Spark does not ship itself). Each set is fetched into a temporary folder and swapped in
+# 3. Jars: the Kafka broker with Kafka's own CLI tools (one classpath), Spark's Kafka connector
+# (only what Spark does not ship itself) and the lake's (Iceberg, its JDBC catalog's driver, S3A). Each set is fetched into a temporary folder and swapped in
 # whole, stamped with the hash of its pom and options, so a changed pom refetches only its own set
 # and an interrupted fetch never leaves a half-filled folder that looks done.
 # What Maven has downloaded so far per its log: "<files> files, <MB> MB".
@@ -98,5 +98,6 @@ fetch_jars() {  # fetch_jars <folder name> <pom> [extra dependency:copy-dependen
 fetch_jars kafka deps/kafka/pom.xml
 fetch_jars spark deps/spark-kafka/pom.xml \
   -DincludeArtifactIds=spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2
+fetch_jars spark-lake deps/spark-lake/pom.xml
 rm -f "$JARS/.stamp"  # the single stamp of the jar sets before they had one each
 say "dependencies ready"
