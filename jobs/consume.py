@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 STARTED = time.monotonic()
@@ -42,8 +44,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--min-interval-s", type=float, default=5.0, help="a batch waits this long since the last ...")
     p.add_argument("--min-records", type=int, default=10_000, help="... unless this many records are waiting")
     p.add_argument(
-        "--sink", default="file:///var/tmp/lagsched-sink", help="any Spark-writable URI (default: %(default)s)"
+        "--warehouse",
+        help="the Iceberg catalog's warehouse: file://, s3a:// or hdfs:// (default: $LAGSCHED_WAREHOUSE, else "
+        "file://$LAGSCHED_HOME/warehouse, LAGSCHED_HOME defaulting to the repository's .local/)",
     )
+    p.add_argument("--catalog", help="the Iceberg catalog's name (default: lagsched)")
+    p.add_argument("--namespace", help="the table's namespace (default: kafka)")
+    p.add_argument("--table", help="the table's name (default: the cluster's name, . and - as _)")
+    p.add_argument("--s3-endpoint", help="an S3-compatible store's URL for s3a:// warehouses (default: AWS S3)")
     p.add_argument("--lease-s", type=float, default=60.0, help="claim lease (default: %(default)s)")
     p.add_argument("--heartbeat-s", type=float, default=5.0, help="heartbeat period (default: %(default)s)")
     p.add_argument("--group", help="Kafka consumer group to mirror offsets into (default: lagsched.<cluster>)")
@@ -90,10 +98,23 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     from lagsched.adapters.slots import slot_id_for
     from lagsched.connections import kafka_config, mysql_params, redis_params
     from lagsched.core.batches import StartFrom
+    from lagsched.core.lake import LakeTable, default_warehouse
     from lagsched.core.names import validate_cluster_name
     from lagsched.workflows.consume import ConsumerSettings
 
     cluster = validate_cluster_name(args.cluster)
+    sink = {
+        "warehouse": args.warehouse,
+        "catalog": args.catalog,
+        "namespace": args.namespace,
+        "table": args.table,
+        "s3_endpoint": args.s3_endpoint,
+    }
+    lake = LakeTable.of(
+        cluster,
+        {k: v for k, v in sink.items() if v is not None},
+        default_warehouse=default_warehouse(os.environ, str(Path(__file__).resolve().parents[1] / ".local")),
+    )
     try:
         slot_id = str(uuid.UUID(args.slot))
     except ValueError:
@@ -105,7 +126,6 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
         max_records=args.max_records,
         min_interval_s=args.min_interval_s,
         min_records=args.min_records,
-        sink=args.sink,
         lease_s=args.lease_s,
         heartbeat_s=args.heartbeat_s,
         group=None if args.no_mirror else (args.group or f"lagsched.{cluster}"),
@@ -116,14 +136,24 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     kafka = kafka_config()
     mysql = mysql_params()
     redis_conf = redis_params()
-    log.info("slot %s (%s) of cluster %s, rack %s, sink %s", args.slot, slot_id, cluster, settings.rack, settings.sink)
+    log.info(
+        "slot %s (%s) of cluster %s, rack %s, table %s in %s",
+        args.slot, slot_id, cluster, settings.rack, lake.identifier, lake.warehouse,
+    )  # fmt: skip
     # Every client error below is re-raised naming its Connection (where it points, never secrets).
     with naming_connections(mysql_target(mysql), redis_target(redis_conf)):
-        return _consume(args, settings, kafka=kafka, mysql=mysql, redis_conf=redis_conf, stop=stop)
+        return _consume(args, settings, lake, kafka=kafka, mysql=mysql, redis_conf=redis_conf, stop=stop)
 
 
 def _consume(
-    args: argparse.Namespace, settings: Any, *, kafka: Any, mysql: Any, redis_conf: Any, stop: threading.Event
+    args: argparse.Namespace,
+    settings: Any,
+    lake: Any,
+    *,
+    kafka: Any,
+    mysql: Any,
+    redis_conf: Any,
+    stop: threading.Event,
 ) -> int:
     import json
 
@@ -141,7 +171,10 @@ def _consume(
     redis = redis_client(redis_conf)
     redis.ping()
     stats = open(args.stats_file, "a", encoding="utf-8") if args.stats_file else None  # noqa: SIM115
-    session = spark.session(f"lagsched-consume-{args.slot}", master=None)
+    conf = sink.catalog_conf(
+        lake, jdbc_url=sink.jdbc_url(mysql.host, mysql.port, mysql.database), user=mysql.user, password=mysql.password
+    )
+    session = spark.session(f"lagsched-consume-{args.slot}", master=None, conf=conf)
     if stats is not None:
         stats.write(
             json.dumps({"event": "started", "slot": slot_id, "spark_ready_s": time.monotonic() - STARTED}) + "\n"
@@ -151,6 +184,9 @@ def _consume(
     registry = SlotRegistry(redis)
     # The reads fetch from a same-rack replica where the brokers allow it (KIP-392).
     read_config = spark.with_client_rack(kafka, settings.rack)
+    table = sink.IcebergSink(
+        session, read_config, lake, properties={"lagsched.slot": slot_id, "lagsched.cluster": cluster}
+    )
     listener = ScalingListener(redis_client(redis_conf), SCALING_CHANNEL, cluster, wake)
     with open_claim_store(mysql) as store:
         keeper = SlotKeeper(
@@ -166,7 +202,7 @@ def _consume(
             store=store,
             registry=registry,
             admin=admin_client(kafka),
-            write=lambda reads: sink.write_batch(session, read_config, reads, settings.sink),
+            sink=table,
             keeper=keeper,
             stop=stop,
             wake=wake,

@@ -1,7 +1,8 @@
 """The consumer harness: run real `jobs/consume.py` slots with spark-submit, and check the sink.
 
-Each test gets its own MySQL database, Redis DB (``LAGSCHED_TEST_REDIS_DB``), cluster name and sink
-folder, so the slots of one test never see another's.
+Each test gets its own MySQL database (so its own Iceberg catalog), Redis DB
+(``LAGSCHED_TEST_REDIS_DB``), cluster name and warehouse folder, so the slots of one test never see
+another's. The table is read back with pyiceberg through the same catalog, never with Spark.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ class Slot:
 
 @dataclass
 class ConsumerHarness:
-    """Registers topics, starts slots, and reads the sink back with pyarrow (never Spark)."""
+    """Registers topics, starts slots, and reads the table back with pyiceberg (never Spark)."""
 
     mysql: Any  # MySQLParams of the test's database
     kafka_config: dict[str, Any]
@@ -110,9 +111,22 @@ class ConsumerHarness:
     workdir: Path
     slots: list[Slot] = field(default_factory=list)
 
+    #: The warehouse URI; None: ``file://<workdir>/warehouse``.
+    warehouse_uri: str | None = None
+
     @property
-    def sink(self) -> Path:
-        return self.workdir / "sink"
+    def warehouse(self) -> str:
+        return self.warehouse_uri or f"file://{self.workdir / 'warehouse'}"
+
+    @property
+    def lake(self) -> Any:
+        from lagsched.core.lake import LakeTable
+
+        return LakeTable.of(
+            self.cluster, {"warehouse": self.warehouse, "s3_endpoint": os.environ.get("LAGSCHED_S3_ENDPOINT")}
+            if self.warehouse.startswith("s3a://") else {"warehouse": self.warehouse},
+            default_warehouse=self.warehouse,
+        )  # fmt: skip
 
     def env(self) -> dict[str, str]:
         from lagsched.connections import redis_params
@@ -171,7 +185,7 @@ class ConsumerHarness:
         log = self.workdir / f"{name}.{len(self.slots)}.log"
         stats = self.workdir / f"{name}.stats"
         argv = [
-            "--slot", name, "--cluster", self.cluster, "--sink", f"file://{self.sink}", "--stats-file", str(stats),
+            "--slot", name, "--cluster", self.cluster, "--stats-file", str(stats), *self._lake_args(),
             "--min-interval-s", "0", "--min-records", "1", "--heartbeat-s", "1", "--lease-s", "6", *args,
         ]  # fmt: skip
         with log.open("wb") as out:
@@ -193,14 +207,30 @@ class ConsumerHarness:
         assert code == 0, f"slot {name} exited {code}; log tail:\n{slot.tail()}"
         return slot
 
-    def sink_table(self) -> Any:
-        import pyarrow.dataset as ds
+    def _lake_args(self) -> list[str]:
+        lake = self.lake
+        args = ["--warehouse", lake.warehouse]
+        if lake.s3_endpoint:
+            args += ["--s3-endpoint", lake.s3_endpoint]
+        return args
 
-        if not self.sink.exists():
+    def sink_table(self, columns: tuple[str, ...] = ("topic", "partition", "offset")) -> Any:
+        """The table's rows as pyiceberg reads them (empty before any slot created the table)."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        from lagsched.adapters.lake_reader import read_rows
+
+        try:
+            return read_rows(self.lake, self.mysql, columns=columns)
+        except NoSuchTableError:
             import pyarrow as pa
 
-            return pa.table({"topic": [], "partition": [], "offset": []})
-        return ds.dataset(str(self.sink), format="parquet", partitioning="hive").to_table()
+            return pa.table({c: [] for c in columns})
+
+    def table_stats(self) -> Any:
+        from lagsched.adapters.lake_reader import table_stats
+
+        return table_stats(self.lake, self.mysql)
 
     def committed(self, topic_id: str) -> dict[int, int | None]:
         from lagsched.adapters.mysql import connect

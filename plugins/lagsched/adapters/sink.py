@@ -1,20 +1,20 @@
-"""Write one batch of Kafka records into the Parquet sink, so that a rewrite is never a duplicate.
+"""Write one batch of Kafka records into the cluster's Apache Iceberg table, exactly once (docs/lake.md).
 
-Layout (docs/consumer.md)::
+A batch lands in one Iceberg commit (one snapshot) that also records its offset ranges in the
+snapshot summary (``lagsched.ranges``). The commit is **conditional**: it fails if any data file
+holding records of the same ranges was committed since the mark taken before the ranges were
+recorded in MySQL (``IcebergSink.mark``, before ``begin_batch``). Iceberg checks that inside its
+own compare-and-swap of the table's metadata, on every retry, so two holders of one range (a stale
+holder that woke up, two slots redoing the same recorded batch) can never both land it, whatever
+the timing. A redo first looks whether the range is already in the table as of the mark (its
+holder died between the table commit and the MySQL commit) and then only commits the offset.
 
-    <sink>/topic=<topic>/date=<YYYY-MM-DD>/<partition:05d>-<start:020d>-<end:020d>.parquet
-
-with columns ``partition, offset, timestamp, key, value, headers`` (``topic`` and ``date``, the UTC
-date of the record timestamp, come from the path, Hive style). Each file holds the records of one
-partition's recorded batch ``[start, end)`` that fall on that date.
-
-How a batch lands: Spark writes it under ``<sink>/_tmp/<uuid>/`` (readers skip ``_`` paths), one
-file per (topic, date, partition) because each Kafka partition is one Spark input partition; then
-each file is renamed to its final name with the Hadoop FileSystem API, so the same code serves a
-local folder, HDFS or an object store. A final name that already exists is left alone and the new
-copy deleted: the name is the range, Kafka records are immutable by offset, so it holds the same
-records (a redo after a crash, or a stale holder's late write). Renames are atomic on local
-filesystems and HDFS; on S3 a rename is a copy, still never visible half-written.
+How the data files are written without committing them: Spark writes the batch through Iceberg's
+own writer in its "rewrite" mode (the write option ``rewritten-file-scan-task-set-id``, which
+Iceberg's ``rewrite_data_files`` uses), which stages the new files in the driver instead of
+committing; this module then commits them with Iceberg's ``OverwriteFiles`` API (adding files
+only, so the snapshot's operation is ``append``) with the conflict check above. Files of a failed
+commit are deleted at once; files of a crashed process are orphans, removed by the table care.
 """
 
 from __future__ import annotations
@@ -22,127 +22,307 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lagsched.adapters.spark import read_offset_ranges
-from lagsched.core.batches import file_name
+from lagsched.core.errors import LagschedError
+from lagsched.core.lake import RANGES_PROPERTY, TABLE_PROPERTIES, LakeTable, encode_ranges
 from lagsched.core.offsets import OffsetRange
 
-__all__ = ["BatchRead", "SinkWrite", "to_sink_rows", "write_batch"]
+__all__ = [
+    "BatchRead",
+    "IcebergSink",
+    "SinkConflictError",
+    "SinkWrite",
+    "catalog_conf",
+    "ensure_table",
+    "to_table_rows",
+]
 
 log = logging.getLogger(__name__)
 
-#: The partition column Spark splits the temporary output by; the files keep ``partition`` itself.
-_SPLIT = "kafka_partition"
-TMP_DIR = "_tmp"
+#: The table's columns, in order (docs/lake.md).
+COLUMNS_DDL = (
+    "topic STRING NOT NULL, `partition` INT NOT NULL, `offset` BIGINT NOT NULL, `timestamp` TIMESTAMP, "
+    "key BINARY, value BINARY, headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+)
+PARTITIONING = "topic, hours(`timestamp`)"
+#: Snapshot summary key naming the batch (a UUID) that committed it.
+BATCH_PROPERTY = "lagsched.batch"
 
 
 @dataclass(frozen=True, slots=True)
 class BatchRead:
-    """One partition's part of a batch: read ``[read_start, batch[1])``, name files by ``batch``."""
+    """One partition's part of a batch: read ``[read_start, batch[1])``; ``batch`` is the recorded range.
+
+    ``redo``: the range was recorded by an earlier holder (or run) and may already be in the table.
+    """
 
     topic: str
     partition: int
     batch: tuple[int, int]
     read_start: int
+    redo: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class SinkWrite:
-    """What one batch wrote: files renamed into place, and files that were already there."""
+    """What one batch did to the table.
+
+    Attributes:
+        files: data files committed.
+        already_there: redone ranges found in the table already (committed by an earlier holder).
+        read_write_s: Spark's read from Kafka and write of the data files.
+        commit_s: the table commit (conflict check included).
+        snapshot_id: the snapshot of the commit, or None when nothing was committed.
+        records: rows committed.
+    """
 
     files: int
     already_there: int
     read_write_s: float
-    rename_s: float
+    commit_s: float
+    snapshot_id: int | None = None
+    records: int = 0
+    present: frozenset[tuple[str, int]] = field(default_factory=frozenset)
 
 
-def to_sink_rows(df: DataFrame) -> DataFrame:
-    """Kafka source rows -> the sink's columns, plus ``topic``/``date``/split columns for the layout."""
-    return df.select(
-        "topic",
-        F.to_date("timestamp").alias("date"),  # the session time zone is UTC (adapters.spark.session)
-        F.col("partition").alias(_SPLIT),
-        "partition",
-        "offset",
-        "timestamp",
-        "key",
-        "value",
-        "headers",
+class SinkConflictError(LagschedError):
+    """The table already received records of these ranges since the batch was recorded: another holder
+    committed them (this one was stale, or two redid the same range). Nothing of this batch was committed."""
+
+    def __init__(self, message: str, ranges: Mapping[tuple[str, int], tuple[int, int]]) -> None:
+        super().__init__(message)
+        self.ranges = dict(ranges)
+
+
+def catalog_conf(lake: LakeTable, *, jdbc_url: str, user: str, password: str) -> dict[str, str]:
+    """Spark settings for the lake's Iceberg JDBC catalog (in the lagsched MySQL database).
+
+    The password goes into the session's conf, never onto a command line; Spark redacts conf keys
+    matching ``password`` in its UI and event logs. The table cache is off: a slot must see the
+    snapshots other slots commit (its redo check reads the table as of a snapshot id).
+    """
+    prefix = f"spark.sql.catalog.{lake.catalog}"
+    conf = {
+        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        prefix: "org.apache.iceberg.spark.SparkCatalog",
+        f"{prefix}.type": "jdbc",
+        f"{prefix}.uri": jdbc_url,
+        f"{prefix}.jdbc.user": user,
+        f"{prefix}.jdbc.password": password,
+        # V1 has the iceberg_type column (views); MySQL key lengths fixed upstream (apache/iceberg#6338).
+        f"{prefix}.jdbc.schema-version": "V1",
+        f"{prefix}.warehouse": lake.warehouse,
+        f"{prefix}.cache-enabled": "false",
+    }
+    if lake.scheme == "s3a":
+        from lagsched.adapters.s3a import s3a_spark_conf
+
+        conf.update(s3a_spark_conf(lake.s3_endpoint))
+    return conf
+
+
+def jdbc_url(host: str, port: int, database: str) -> str:
+    """The catalog's JDBC URL (MariaDB's driver speaks to MySQL 8 as well).
+
+    ``nullDatabaseMeansCurrent``: the catalog looks for its tables with a null database in JDBC's
+    metadata calls, which would otherwise find ``iceberg_tables`` of *any* database on the server,
+    skip creating them in this one and then fail to read them.
+    """
+    return f"jdbc:mariadb://{host}:{port}/{database}?nullDatabaseMeansCurrent=true"
+
+
+def ensure_table(spark: SparkSession, lake: LakeTable) -> None:
+    """Create the namespace and the table if they do not exist (several slots may race: that is fine)."""
+    namespace = f"{lake.catalog}.{lake.namespace}"
+    props = ", ".join(f"'{k}'='{v}'" for k, v in TABLE_PROPERTIES.items())
+    for statement in (
+        f"CREATE NAMESPACE IF NOT EXISTS {namespace}",
+        f"CREATE TABLE IF NOT EXISTS {lake.identifier} ({COLUMNS_DDL}) USING iceberg "
+        f"PARTITIONED BY ({PARTITIONING}) TBLPROPERTIES ({props})",
+    ):
+        try:
+            spark.sql(statement)
+        except Exception as exc:
+            # Another slot created it between the existence check and the create.
+            if "AlreadyExists" not in type(exc).__name__ and "already exists" not in str(exc).lower():
+                raise
+
+
+def to_table_rows(df: DataFrame) -> DataFrame:
+    """Kafka source rows -> the table's columns."""
+    return df.select("topic", "partition", "offset", "timestamp", "key", "value", "headers")
+
+
+class IcebergSink:
+    """Lands batches in one Iceberg table through one Spark session (see the module doc)."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        kafka_config: Mapping[str, Any],
+        lake: LakeTable,
+        *,
+        properties: Mapping[str, str] | None = None,
+    ) -> None:
+        self._spark, self._kafka, self._lake = spark, dict(kafka_config), lake
+        #: Extra snapshot summary entries of every commit (the slot and cluster).
+        self._properties = dict(properties or {})
+        jvm: Any = spark._jvm
+        self._jvm = jvm
+        self._expressions = jvm.org.apache.iceberg.expressions.Expressions
+        ensure_table(spark, lake)
+
+    @property
+    def lake(self) -> LakeTable:
+        return self._lake
+
+    def _table(self) -> Any:
+        table = self._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+            self._spark._jsparkSession, self._lake.identifier
+        )
+        table.refresh()
+        return table
+
+    def mark(self) -> int | None:
+        """The table's current snapshot id (None while empty): take it before ``begin_batch``."""
+        snapshot = self._table().currentSnapshot()
+        return None if snapshot is None else int(snapshot.snapshotId())
+
+    def write(self, reads: Sequence[BatchRead], since: int | None) -> SinkWrite:
+        """Read ``reads`` from Kafka and commit them in one snapshot, unless already there.
+
+        Raises:
+            SinkConflictError: records of these ranges were committed since ``since``; nothing of
+                this batch was committed (its files are deleted).
+        """
+        todo = [r for r in reads if r.batch[1] > r.read_start]
+        redo = [r for r in todo if r.redo]
+        present = self._present(redo, since) if redo else frozenset()
+        if present:
+            log.info(
+                "%d redone range(s) were committed to %s already (by an earlier holder): committing only the offsets",
+                len(present), self._lake.identifier,
+            )  # fmt: skip
+        todo = [r for r in todo if (r.topic, r.partition) not in present]
+        if not todo:
+            return SinkWrite(0, len(present), 0.0, 0.0, present=present)
+        started = time.monotonic()
+        file_set = f"lagsched-{uuid.uuid4().hex}"
+        ranges = [OffsetRange(r.topic, r.partition, r.read_start, r.batch[1]) for r in todo]
+        df = to_table_rows(read_offset_ranges(self._spark, self._kafka, ranges, include_headers=True))
+        df.writeTo(self._lake.identifier).option("rewritten-file-scan-task-set-id", file_set).append()
+        table = self._table()
+        coordinator = self._jvm.org.apache.iceberg.spark.FileRewriteCoordinator.get()
+        files = list(_iterate(coordinator.fetchNewFiles(table, file_set)))
+        coordinator.clearRewrite(table, file_set)
+        written = time.monotonic()
+        recorded = {(r.topic, r.partition): r.batch for r in todo}
+        if not files:  # every record of the ranges was aborted or compacted away: nothing to commit
+            return SinkWrite(0, len(present), written - started, 0.0, present=present)
+        snapshot_id = self._commit(table, files, recorded, since, file_set)
+        records = sum(int(f.recordCount()) for f in files)
+        return SinkWrite(
+            len(files), len(present), written - started, time.monotonic() - written, snapshot_id, records, present
+        )
+
+    def _commit(
+        self,
+        table: Any,
+        files: Sequence[Any],
+        ranges: Mapping[tuple[str, int], tuple[int, int]],
+        since: int | None,
+        batch_id: str,
+    ) -> int | None:
+        update = table.newOverwrite()
+        for f in files:
+            update.addFile(f)
+        if since is not None:
+            update.validateFromSnapshot(since)
+        update.conflictDetectionFilter(self._ranges_filter(ranges)).validateNoConflictingData()
+        update.set(RANGES_PROPERTY, encode_ranges(ranges))
+        update.set(BATCH_PROPERTY, batch_id)
+        for key, value in self._properties.items():
+            update.set(key, value)
+        try:
+            update.commit()
+        except Exception as exc:
+            if "ValidationException" not in str(exc):
+                raise  # files of an unknown commit state stay: the table care removes orphans
+            io = table.io()
+            for f in files:
+                io.deleteFile(f.location())
+            raise SinkConflictError(
+                f"{self._lake.identifier}: records of this batch's ranges were committed by another holder "
+                f"since snapshot {since}; nothing of this batch was committed",
+                ranges,
+            ) from None
+        return _snapshot_of(table, batch_id)
+
+    def _ranges_filter(self, ranges: Mapping[tuple[str, int], tuple[int, int]]) -> Any:
+        e = self._expressions
+        both = getattr(e, "and")
+        either = getattr(e, "or")
+        out = None
+        for (topic, partition), (start, end) in sorted(ranges.items()):
+            one = both(
+                e.equal("topic", topic),
+                both(
+                    e.equal("partition", partition),
+                    both(e.greaterThanOrEqual("offset", start), e.lessThan("offset", end)),
+                ),
+            )
+            out = one if out is None else either(out, one)
+        return out
+
+    def _present(self, reads: Sequence[BatchRead], since: int | None) -> frozenset[tuple[str, int]]:
+        """Which of the recorded ranges the table holds records of as of snapshot ``since``."""
+        if since is None:
+            return frozenset()
+        table = self._spark.read.option("snapshot-id", str(since)).table(self._lake.identifier)
+        rows = table.where(_any_of(_range_condition(r) for r in reads)).groupBy("topic", "partition").count().collect()
+        return frozenset((str(row["topic"]), int(row["partition"])) for row in rows)
+
+
+def _range_condition(read: BatchRead) -> Column:
+    start, end = read.batch
+    return (
+        (F.col("topic") == F.lit(read.topic))
+        & (F.col("partition") == F.lit(read.partition))
+        & (F.col("offset") >= F.lit(start))
+        & (F.col("offset") < F.lit(end))
     )
 
 
-def write_batch(
-    spark: SparkSession, kafka_config: Mapping[str, Any], reads: Sequence[BatchRead], sink: str
-) -> SinkWrite:
-    """Read ``reads`` from Kafka and land them in ``sink``; returns once every file is in place."""
-    todo = [r for r in reads if r.batch[1] > r.read_start]
-    if not todo:
-        return SinkWrite(0, 0, 0.0, 0.0)
-    names = {(r.topic, r.partition): r.batch for r in todo}
-    ranges = [OffsetRange(r.topic, r.partition, r.read_start, r.batch[1]) for r in todo]
-    tmp = f"{sink.rstrip('/')}/{TMP_DIR}/{uuid.uuid4().hex}"
-    started = time.monotonic()
-    df = to_sink_rows(read_offset_ranges(spark, kafka_config, ranges, include_headers=True))
-    df.write.partitionBy("topic", "date", _SPLIT).parquet(tmp)
-    written = time.monotonic()
-    files, kept = _move_into_place(spark, tmp, sink, names)
-    return SinkWrite(files, kept, written - started, time.monotonic() - written)
+def _any_of(conditions: Iterable[Column]) -> Column:
+    out: Column | None = None
+    for c in conditions:
+        out = c if out is None else (out | c)
+    return out if out is not None else F.lit(False)
 
 
-def _move_into_place(
-    spark: SparkSession, tmp: str, sink: str, names: Mapping[tuple[str, int], tuple[int, int]]
-) -> tuple[int, int]:
-    jvm: Any = spark._jvm
-    conf = spark._jsc.hadoopConfiguration()
-    tmp_path = jvm.org.apache.hadoop.fs.Path(tmp)
-    fs = tmp_path.getFileSystem(conf)
-    moved = kept = 0
-    by_dir: dict[str, list[Any]] = {}
-    files = fs.listFiles(tmp_path, True)
-    while files.hasNext():
-        status = files.next()
-        path = status.getPath()
-        if path.getName().endswith(".parquet"):
-            by_dir.setdefault(path.getParent().toString(), []).append(path)
-    for paths in by_dir.values():
-        # .../topic=T/date=D/kafka_partition=P/part-0000i-....parquet; Spark's file names sort in
-        # task order, which is offset order within a partition, so an index is stable across redos.
-        paths.sort(key=lambda p: p.getName())
-        split_dir = paths[0].getParent()
-        date_dir = split_dir.getParent()
-        topic_dir = date_dir.getParent()
-        topic = _unescape(topic_dir.getName().removeprefix("topic="))
-        partition = int(split_dir.getName().removeprefix(f"{_SPLIT}="))
-        target_dir = jvm.org.apache.hadoop.fs.Path(f"{sink.rstrip('/')}/{topic_dir.getName()}/{date_dir.getName()}")
-        fs.mkdirs(target_dir)
-        for index, path in enumerate(paths):
-            target = jvm.org.apache.hadoop.fs.Path(target_dir, file_name(partition, names[(topic, partition)], index))
-            if fs.exists(target):
-                kept += 1  # identical by construction: same range of immutable records
-                continue
-            if not fs.rename(path, target):
-                if fs.exists(target):  # another writer of the same range won the race: same content
-                    kept += 1
-                    continue
-                raise OSError(f"could not move {path} to {target}")
-            moved += 1
-    fs.delete(tmp_path, True)
-    if kept:
-        log.info("%d file(s) of this batch were already in the sink (a redo): kept the existing copies", kept)
-    return moved, kept
+def _iterate(java_collection: Any) -> Iterable[Any]:
+    it = java_collection.iterator()
+    while it.hasNext():
+        yield it.next()
 
 
-def _unescape(value: str) -> str:
-    # Spark escapes special characters in partition values as %XX; topic names never need it
-    # ([a-zA-Z0-9._-]), so this only guards against a surprise.
-    if "%" in value:
-        from urllib.parse import unquote
-
-        return unquote(value)
-    return value
+def _snapshot_of(table: Any, batch_id: str, look_back: int = 100) -> int | None:
+    """The id of the snapshot whose summary names ``batch_id``: ours, or one of the next few others
+    committed right after it (slots commit concurrently)."""
+    table.refresh()
+    snapshot = table.currentSnapshot()
+    for _ in range(look_back):
+        if snapshot is None:
+            return None
+        if snapshot.summary().get(BATCH_PROPERTY) == batch_id:
+            return int(snapshot.snapshotId())
+        parent = snapshot.parentId()
+        snapshot = None if parent is None else table.snapshot(parent)
+    return None

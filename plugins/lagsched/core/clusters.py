@@ -19,6 +19,10 @@ Fields of a cluster (all optional):
   With ``topics`` too, a topic is managed if either says so; with neither, every topic is.
 * ``max_slots``: consumer slots the consume DAG runs at most for this cluster (1 to 1,000;
   default 4). The Airflow pool ``lagsched_consume`` bounds the slots of all clusters together.
+* ``sink``: the Iceberg table the cluster's records land in (`lagsched.core.lake.LakeTable`):
+  ``warehouse`` (``file://``, ``s3a://``, ``hdfs://``; default ``$LAGSCHED_WAREHOUSE``, else
+  ``.local/warehouse``), ``catalog`` (default ``lagsched``), ``namespace`` (default ``kafka``),
+  ``table`` (default: the cluster name) and ``s3_endpoint`` (an S3-compatible store's URL).
 
 An absent Variable means one cluster, ``lagsched_kafka``, with every topic (`DEFAULT_CLUSTERS`).
 A malformed one raises a single `ConfigError` listing every problem (field path, value, what is
@@ -41,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lagsched.core.errors import ConfigError, TopicNameError
+from lagsched.core.lake import sink_problems
 from lagsched.core.names import validate_cluster_name, validate_topic_name
 
 __all__ = [
@@ -63,7 +68,7 @@ DEFAULT_CLUSTER = "lagsched_kafka"
 DEFAULT_MAX_SLOTS = 4
 MAX_SLOTS = 1000
 _CONN_ID = re.compile(r"[A-Za-z0-9_.-]{1,250}")
-_FIELDS = ("kafka_conn_id", "topics", "topic_pattern", "max_slots")
+_FIELDS = ("kafka_conn_id", "topics", "topic_pattern", "max_slots", "sink")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +81,7 @@ class ClusterConfig:
         topics: topic names to manage; empty with no pattern = every topic.
         topic_pattern: regular expression a managed topic name matches in full, or None.
         max_slots: consumer slots the consume DAG runs at most for this cluster.
+        sink: the validated ``sink`` object as sorted ``(field, value)`` pairs; `sink_settings` as a dict.
     """
 
     name: str
@@ -83,6 +89,11 @@ class ClusterConfig:
     topics: tuple[str, ...] = ()
     topic_pattern: str | None = None
     max_slots: int = DEFAULT_MAX_SLOTS
+    sink: tuple[tuple[str, str], ...] = ()
+
+    def sink_settings(self) -> dict[str, str]:
+        """The ``sink`` object (`lagsched.core.lake.LakeTable.of` fills in the defaults)."""
+        return dict(self.sink)
 
     @property
     def manages_every_topic(self) -> bool:
@@ -102,6 +113,7 @@ class ClusterConfig:
             "topics": list(self.topics),
             "topic_pattern": self.topic_pattern,
             "max_slots": self.max_slots,
+            "sink": self.sink_settings(),
         }
 
     @classmethod
@@ -172,9 +184,12 @@ def _check_cluster(name: str, body: Any, problems: list[tuple[str, object, str]]
     # bool is an int in Python; `true` slots is a mistake, not 1.
     if isinstance(max_slots, bool) or not isinstance(max_slots, int) or not 1 <= max_slots <= MAX_SLOTS:
         problems.append((f"{name}.max_slots", max_slots, f"an integer from 1 to {MAX_SLOTS}"))
+    sink = body.get("sink") or {}
+    problems.extend(sink_problems(name, sink))
     if len(problems) > before:
         return None
-    return ClusterConfig(name, conn_id, tuple(dict.fromkeys(topics)), pattern, max_slots)
+    settings = tuple(sorted((k, v) for k, v in sink.items() if v is not None))
+    return ClusterConfig(name, conn_id, tuple(dict.fromkeys(topics)), pattern, max_slots, settings)
 
 
 def parse_clusters(raw: str | bytes | Mapping[str, Any] | None) -> tuple[ClusterConfig, ...]:

@@ -8,7 +8,8 @@ The loop (docs/consumer.md), at every batch boundary:
 4. read the log start and latest offset of the claimed partitions and plan each
    (``core.batches.plan_partition``); wait for ``min_interval_s`` or ``min_records``;
 5. record retention gaps; ``begin_batch`` records each range under the claim's epoch;
-6. Spark reads the ranges and lands them in the sink (``adapters.sink.write_batch``);
+6. Spark reads the ranges and commits them to the cluster's Iceberg table in one snapshot, unless
+   another holder committed them since the mark taken before step 5 (``adapters.sink.IcebergSink``);
 7. ``commit_offset`` stores the new offsets under the epoch and clears the recorded batch;
 8. mirror the offsets into the Kafka consumer group.
 
@@ -39,7 +40,7 @@ from lagsched.adapters.claims import ClaimStore
 from lagsched.adapters.gaps import RetentionGap, record_gap
 from lagsched.adapters.kafka_admin import kafka_topic_ids, leader_racks, mirror_group_offsets, read_offsets
 from lagsched.adapters.ownership import OwnershipView, current_assignment, wants_for
-from lagsched.adapters.sink import BatchRead, SinkWrite
+from lagsched.adapters.sink import BatchRead, SinkConflictError, SinkWrite
 from lagsched.adapters.slots import SlotRegistry
 from lagsched.adapters.topics import load_topics
 from lagsched.core.batches import OffsetAheadError, PartitionPlan, StartFrom, batch_is_due, plan_partition
@@ -83,7 +84,6 @@ class ConsumerSettings:
     max_records: int = 100_000
     min_interval_s: float = 5.0
     min_records: int = 10_000
-    sink: str = "file:///var/tmp/lagsched-sink"
     lease_s: float = 60.0
     heartbeat_s: float = 5.0
     group: str | None = None
@@ -131,10 +131,12 @@ class RunOutcome:
     lost_claims: list[str] = field(default_factory=list)
 
 
-class BatchWriter(Protocol):
-    """Lands reads in the sink (``adapters.sink.write_batch`` bound to a Spark session)."""
+class Sink(Protocol):
+    """Lands reads in the table (``adapters.sink.IcebergSink``)."""
 
-    def __call__(self, reads: Sequence[BatchRead]) -> SinkWrite: ...  # pragma: no cover - protocol
+    def mark(self) -> int | None: ...  # pragma: no cover - protocol
+
+    def write(self, reads: Sequence[BatchRead], since: int | None) -> SinkWrite: ...  # pragma: no cover
 
 
 class SlotKeeper:
@@ -288,7 +290,7 @@ class SlotRun:
         store: ClaimStore,
         registry: SlotRegistry,
         admin: Any,
-        write: BatchWriter,
+        sink: Sink,
         keeper: SlotKeeper,
         stop: threading.Event,
         wake: threading.Event,
@@ -299,7 +301,7 @@ class SlotRun:
         self.s = settings
         self.racks = racks
         self.conn, self.store, self.registry, self.admin = conn, store, registry, admin
-        self.write, self.keeper, self.stop, self.wake = write, keeper, stop, wake
+        self.sink, self.keeper, self.stop, self.wake = sink, keeper, stop, wake
         self.stats, self.clock = stats, clock
         self.outcome = RunOutcome(StopReason.BUDGET)
         self._last_batch = clock()
@@ -501,6 +503,9 @@ class SlotRun:
         slot = self.s.slot_id
         reads: list[BatchRead] = []
         started: dict[tuple[str, int], Claim] = {}
+        # Before any range is recorded: the table's commit checks for records of these ranges
+        # committed since this mark (docs/lake.md, "Exactly once").
+        since = self.sink.mark()
         for key, plan in sorted(batch.plans.items()):
             claim = batch.claims[key]
             name = topics[key[0]].name
@@ -520,9 +525,13 @@ class SlotRun:
             except ClaimLostError as exc:
                 self._lost(exc)
                 continue
-            reads.append(BatchRead(name, key[1], plan.batch, plan.read_start))
+            reads.append(BatchRead(name, key[1], plan.batch, plan.read_start, redo=plan.redo))
         t_read = self.clock()
-        wrote = self.write(reads)
+        try:
+            wrote = self.sink.write(reads, since)
+        except SinkConflictError as exc:
+            self._conflict(exc, started)
+            return
         t_written = self.clock()
         committed: dict[tuple[str, int], int] = {}
         records = 0
@@ -541,9 +550,10 @@ class SlotRun:
         self.outcome.batches += 1
         self.outcome.records += records
         log.info(
-            "batch %d: %d records of %d partition(s) in %.2f s (write %.2f s, %d new file(s), %d already there)",
-            self.outcome.batches, records, len(reads), self._last_batch - t0, wrote.read_write_s + wrote.rename_s,
-            wrote.files, wrote.already_there,
+            "batch %d: %d records of %d partition(s) in %.2f s (read+write %.2f s, table commit %.2f s, "
+            "%d file(s) in snapshot %s, %d range(s) already in the table)",
+            self.outcome.batches, records, len(reads), self._last_batch - t0, wrote.read_write_s, wrote.commit_s,
+            wrote.files, wrote.snapshot_id, wrote.already_there,
         )  # fmt: skip
         self._emit(
             {
@@ -552,13 +562,28 @@ class SlotRun:
                 "records": records,
                 "partitions": len(reads),
                 "read_s": round(wrote.read_write_s, 4),
-                "write_s": round(wrote.rename_s, 4),
+                "table_commit_s": round(wrote.commit_s, 4),
+                "files": wrote.files,
+                "snapshot_id": wrote.snapshot_id,
+                "already_there": wrote.already_there,
                 "plan_s": round(t_read - t0, 4),
                 "commit_s": round(t_committed - t_written, 4),
                 "wall_s": round(self._last_batch - t0, 4),
                 "t_end": time.time(),
             }
         )
+
+    def _conflict(self, exc: SinkConflictError, started: Mapping[tuple[str, int], Claim]) -> None:
+        """The table refused the batch: another holder committed its ranges. Rows this slot no longer
+        holds are lost claims (it was stale); rows it still holds are redone at the next boundary."""
+        held = {c.key for c in self.store.held(self.s.slot_id)}
+        lost = sorted(key for key in started if key not in held)
+        log.warning("%s; %d of its %d partition(s) are no longer this slot's", exc, len(lost), len(started))
+        for key in lost:
+            self.outcome.lost_claims.append(
+                f"{key[0]}[{key[1]}]: another holder committed its recorded range to the table and took the row"
+            )
+        self._emit({"event": "conflict", "partitions": len(started), "lost": len(lost)})
 
     def _lost(self, exc: ClaimLostError) -> None:
         log.error("%s", exc)
