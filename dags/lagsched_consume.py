@@ -26,8 +26,9 @@ Continuous (a new run starts when the previous one ends; one run at a time). Eac
    every 5 s for up to `idle_wait_s` before the run ends empty;
 2. **consume** (mapped, one task per slot, in the pool `lagsched_consume`): `spark-submit
    jobs/consume.py --slot <cluster>-slot-<n> --cluster <cluster> --budget-s <budget_s>`. Each slot
-   claims its share of its topics, moves the claimed records into the sink exactly once and exits
-   after `budget_s` at a batch boundary; then the next run plans again.
+   claims its share of its topics, commits the claimed records to the cluster's Iceberg table
+   exactly once (the cluster's `sink` in `lagsched_clusters`, docs/lake.md) and exits after
+   `budget_s` at a batch boundary; then the next run plans again.
 
 So raising a topic's `linker_workers` (the evaluator, an override) above the slot count starts
 more slots at the next run, and lowering it starts fewer (a slot left with nothing to own also ends
@@ -65,7 +66,6 @@ lost or consumed twice either way (docs/consumer.md). Paused at creation: unpaus
         "budget_s": Param(
             120, type="integer", minimum=10, maximum=3600, description="Seconds each slot runs before the next plan."
         ),
-        "sink": Param("file:///var/tmp/lagsched-sink", type="string", minLength=1, description="Sink URI."),
         # At most 4 min: plan_slots has 5 min to finish.
         "idle_wait_s": Param(
             60, type="integer", minimum=0, maximum=240, description="With nothing to consume, look again this long."
@@ -84,7 +84,7 @@ def lagsched_consume() -> None:
             clusters = run_resolve_clusters(Variable.get("lagsched_clusters", default=None), str(params["cluster"]))
             return run_consume_plan(
                 clusters,
-                {"budget_s": float(params["budget_s"]), "sink": str(params["sink"])},
+                {"budget_s": float(params["budget_s"])},
                 idle_wait_s=float(params["idle_wait_s"]),
             )
 

@@ -288,7 +288,7 @@ def run_consume_plan(
 
     Args:
         clusters: ``run_resolve_clusters`` output.
-        options: `SlotOptions` fields (``budget_s``, ``sink``, ``min_interval_s``, ``min_records``).
+        options: `SlotOptions` fields (``budget_s``, ``min_interval_s``, ``min_records``).
     """
     from lagsched.adapters.failures import mysql_target, naming_connections
     from lagsched.adapters.mysql import connect

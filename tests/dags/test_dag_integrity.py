@@ -110,4 +110,4 @@ def test_consume_is_continuous_single_run_pooled_and_mapped(parsed: tuple[Any, f
     assert type(slot).__name__ == "MappedOperator"
     assert slot.pool == "lagsched_consume"
     assert slot.partial_kwargs.get("retries", dag.default_args["retries"]) >= 1
-    assert set(dag.params) >= {"cluster", "budget_s", "sink", "idle_wait_s"}
+    assert set(dag.params) >= {"cluster", "budget_s", "idle_wait_s"}

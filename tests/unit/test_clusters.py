@@ -130,22 +130,26 @@ def test_slots_needed_is_the_largest_enabled_worker_count_within_max_slots() -> 
 
 
 def test_plan_names_slots_per_cluster_and_carries_the_options() -> None:
-    options = SlotOptions(budget_s=90, sink="file:///tmp/s", min_interval_s=2.5, min_records=100)
-    plan = ConsumePlan.of({"us": 1, "eu": 3, "idle": 0}, {"us": 4, "eu": 2, "idle": 4}, options, {"eu": "k_eu"})
+    options = SlotOptions(budget_s=90, min_interval_s=2.5, min_records=100)
+    sinks = {"eu": {"warehouse": "s3a://lake/eu", "s3_endpoint": "http://s3.local:9000"}}
+    plan = ConsumePlan.of({"us": 1, "eu": 3, "idle": 0}, {"us": 4, "eu": 2, "idle": 4}, options, {"eu": "k_eu"}, sinks)
     assert [s.name for s in plan.slots] == ["eu-slot-1", "eu-slot-2", "us-slot-1"]
     assert plan.per_cluster() == {"us": 1, "eu": 2, "idle": 0}
     first = plan.slots[0].as_kwargs()
     assert first == {
         "application_args": [
-            "--slot", "eu-slot-1", "--cluster", "eu", "--budget-s", "90", "--sink", "file:///tmp/s",
+            "--slot", "eu-slot-1", "--cluster", "eu", "--budget-s", "90",
             "--min-interval-s", "2.5", "--min-records", "100",
+            "--warehouse", "s3a://lake/eu", "--s3-endpoint", "http://s3.local:9000",
         ],
         "kafka_conn_id": "k_eu",
     }  # fmt: skip
     assert plan.slots[2].kafka_conn_id == "lagsched_kafka"
+    # A cluster without sink settings: the job's defaults (no lake option at all).
+    assert "--warehouse" not in plan.slots[2].args
 
 
-@pytest.mark.parametrize(("kwargs", "fragment"), [({"budget_s": 5}, "budget_s=5"), ({"sink": ""}, "sink is empty")])
+@pytest.mark.parametrize(("kwargs", "fragment"), [({"budget_s": 5}, "budget_s=5"), ({"budget_s": 90_000}, "budget_s=")])
 def test_slot_options_refuse_what_the_job_would(kwargs: dict[str, object], fragment: str) -> None:
     with pytest.raises(ValueError, match=fragment):
         SlotOptions(**kwargs)  # type: ignore[arg-type]

@@ -38,6 +38,7 @@ __all__ = [
     "decode_ranges",
     "default_warehouse",
     "encode_ranges",
+    "job_args",
     "table_name_for",
 ]
 
@@ -176,6 +177,15 @@ def sink_problems(cluster: str, body: Any) -> list[tuple[str, object, str]]:
         if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
             problems.append((f"{where}.s3_endpoint", endpoint, "an http(s)://host[:port] URL, or null for AWS S3"))
     return problems
+
+
+def job_args(sink: Mapping[str, str]) -> list[str]:
+    """A cluster's ``sink`` settings as ``jobs/consume.py`` options; absent fields keep the job's defaults.
+
+    >>> job_args({"warehouse": "s3a://b/lake", "s3_endpoint": "http://127.0.0.1:19000"})
+    ['--warehouse', 's3a://b/lake', '--s3-endpoint', 'http://127.0.0.1:19000']
+    """
+    return [arg for key in SINK_FIELDS if sink.get(key) for arg in (f"--{key.replace('_', '-')}", sink[key])]
 
 
 def encode_ranges(ranges: Mapping[tuple[str, int], tuple[int, int]]) -> str:

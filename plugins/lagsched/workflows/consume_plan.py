@@ -29,6 +29,7 @@ from typing import Any
 
 from lagsched.adapters.topics import load_topics
 from lagsched.core.clusters import ClusterConfig
+from lagsched.core.lake import job_args
 from lagsched.core.registry import TopicRow
 
 __all__ = ["ConsumePlan", "SlotOptions", "SlotPlan", "plan_consume", "slot_name", "slots_needed"]
@@ -63,24 +64,20 @@ class SlotOptions:
     Attributes:
         budget_s: each slot runs this long, then finishes its batch and exits 0, so the run ends
             and the next run (with the slot count recomputed) starts.
-        sink: where the records land (any Spark-writable URI).
         min_interval_s: a batch waits this long since the last one ...
         min_records: ... unless this many records are waiting.
     """
 
     budget_s: float = 120.0
-    sink: str = "file:///var/tmp/lagsched-sink"
     min_interval_s: float | None = None
     min_records: int | None = None
 
     def __post_init__(self) -> None:
         if not 10 <= self.budget_s <= 86_400:
             raise ValueError(f"budget_s={self.budget_s}: use 10 to 86400 seconds")
-        if not self.sink:
-            raise ValueError("sink is empty: give a Spark-writable URI such as file:///var/tmp/lagsched-sink")
 
     def args(self) -> list[str]:
-        out = ["--budget-s", _number(self.budget_s), "--sink", self.sink]
+        out = ["--budget-s", _number(self.budget_s)]
         if self.min_interval_s is not None:
             out += ["--min-interval-s", _number(self.min_interval_s)]
         if self.min_records is not None:
@@ -125,14 +122,17 @@ class ConsumePlan:
         max_slots: Mapping[str, int],
         options: SlotOptions,
         conn_ids: Mapping[str, str] | None = None,
+        sinks: Mapping[str, Mapping[str, str]] | None = None,
     ) -> ConsumePlan:
+        """``sinks``: each cluster's ``sink`` settings (``lagsched_clusters``), passed on as job options."""
         slots: list[SlotPlan] = []
         for cluster in sorted(wanted):
             count = max(0, min(wanted[cluster], max_slots[cluster]))
             conn_id = (conn_ids or {}).get(cluster, "lagsched_kafka")
             for n in range(1, count + 1):
                 name = slot_name(cluster, n)
-                args = ("--slot", name, "--cluster", cluster, *options.args())
+                sink = job_args((sinks or {}).get(cluster, {}))
+                args = ("--slot", name, "--cluster", cluster, *options.args(), *sink)
                 slots.append(SlotPlan(cluster, name, conn_id, args))
         return cls(dict(wanted), tuple(slots))
 
@@ -163,7 +163,11 @@ def plan_consume(conn: Any, clusters: Sequence[ClusterConfig], options: SlotOpti
                 c.name, wanted[c.name], c.max_slots, c.max_slots,
             )  # fmt: skip
     plan = ConsumePlan.of(
-        wanted, {c.name: c.max_slots for c in clusters}, options, {c.name: c.kafka_conn_id for c in clusters}
+        wanted,
+        {c.name: c.max_slots for c in clusters},
+        options,
+        {c.name: c.kafka_conn_id for c in clusters},
+        {c.name: c.sink_settings() for c in clusters},
     )
     log.info("consume plan: %s", plan.as_dict())
     return plan
