@@ -39,7 +39,11 @@ def load_table(lake: LakeTable, mysql: MySQLParams) -> Any:
 
 
 def read_rows(
-    lake: LakeTable, mysql: MySQLParams, *, columns: tuple[str, ...] = ("topic", "partition", "offset"), topic: str | None = None
+    lake: LakeTable,
+    mysql: MySQLParams,
+    *,
+    columns: tuple[str, ...] = ("topic", "partition", "offset"),
+    topic: str | None = None,
 ) -> Any:
     """The table's rows (a pyarrow Table) as of its current snapshot; only ``topic``'s if given."""
     from pyiceberg.expressions import AlwaysTrue, EqualTo

@@ -438,16 +438,22 @@ def load_records(bootstrap: Mapping[str, Any], topic: str, partitions: int, reco
 
 
 def check_sink(sink: Path, topic: str, expected: Mapping[int, int]) -> int:
-    """Every (partition, offset) in [0, expected[partition]) once in the sink; the rows counted.
+    """Every (partition, offset) in [0, expected[partition]) once in the raw consumer's Parquet folder.
 
     Read with pyarrow (not Spark), only the partition and offset columns.
     """
-    import numpy as np
     import pyarrow.dataset as ds
 
     table = ds.dataset(sink, format="parquet", partitioning="hive").to_table(
         columns=["partition", "offset"], filter=ds.field("topic") == topic
     )
+    return check_offsets(table, str(sink), topic, expected)
+
+
+def check_offsets(table: Any, sink: str, topic: str, expected: Mapping[int, int]) -> int:
+    """Every (partition, offset) in [0, expected[partition]) once in ``table`` (pyarrow); the rows counted."""
+    import numpy as np
+
     parts = table.column("partition").to_numpy()
     offsets = table.column("offset").to_numpy()
     for p, n in expected.items():
@@ -690,7 +696,6 @@ def run_spark(topic: str, partitions: int, expected: Mapping[int, int], max_reco
     run_id = uuid.uuid4().hex[:8]
     cluster = f"bench-{run_id}"
     work = SINK_ROOT / f"lagsched-bench-spark-{run_id}"
-    sink = work / "sink"
     stats_path = work / "stats.jsonl"
     log_path = work / "job.log"
     work.mkdir(parents=True)
@@ -702,7 +707,7 @@ def run_spark(topic: str, partitions: int, expected: Mapping[int, int], max_reco
             "--slot", f"bench-{run_id}", "--cluster", cluster,
             "--budget-s", "1800", "--max-records", str(max_records),
             "--min-interval-s", "0", "--min-records", "1",
-            "--sink", sink.as_uri(), "--group", group,
+            "--warehouse", (work / "warehouse").as_uri(), "--group", group,
             "--exit-when-idle", "--stats-file", str(stats_path),
         ]  # fmt: skip
         job = str(PLUGINS.parent / "jobs" / "consume.py")
@@ -730,11 +735,18 @@ def run_spark(topic: str, partitions: int, expected: Mapping[int, int], max_reco
         total = sum(expected.values())
         if stats.records != total:
             raise RuntimeError(f"the job reported {stats.records} records, expected {total}")
-        figures["records"] = check_sink(sink, topic, expected)
-        files = list(sink.glob(f"topic={topic}/date=*/*.parquet"))
-        figures["files"] = len(files)
-        figures["bytes"] = sum(f.stat().st_size for f in files)
-        figures["schema_matches_raw"] = _schema_matches(files[0])
+        # Judged by Iceberg's own reader (pyiceberg, no Spark) through the job's catalog.
+        from lagsched.adapters.lake_reader import read_rows, table_stats
+        from lagsched.core.lake import LakeTable
+
+        lake = LakeTable.of(cluster, {"warehouse": (work / "warehouse").as_uri()}, default_warehouse="")
+        columns = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
+        rows = read_rows(lake, database, columns=columns)
+        figures["records"] = check_offsets(rows.select(["partition", "offset"]), lake.identifier, topic, expected)
+        table = table_stats(lake, database)
+        figures["files"] = table.data_files
+        figures["bytes"] = table.data_bytes
+        figures["schema_matches_raw"] = _schema_matches(rows.drop_columns(["topic"]).schema)
         # The job mirrors its offsets into a Kafka consumer group after each commit (issue 9 item 5).
         figures["mirrored_group_matches"] = _mirrored_offsets(topic, group) == dict(expected)
     finally:
@@ -870,21 +882,31 @@ def spark_phases(
     In one ``local[2]`` session (the job's settings, `lagsched.adapters.spark.session`, plus an
     event log), after one warm-up batch, three passes over the remaining batches: ``read`` (the
     Kafka source with headers into a no-op sink: fetch and row decoding), ``convert`` (plus the
-    job's column mapping, `adapters.sink.to_sink_rows`), ``job`` (`adapters.sink.write_batch`, the
-    job's own call: Parquet encoding, compression and the renames). Differences give each phase's
+    job's column mapping, `adapters.sink.to_table_rows`), ``job`` (`adapters.sink.IcebergSink.write`,
+    the job's own call: Parquet encoding, compression and the table commit). Differences give each phase's
     cost; the event log gives each pass's task time, CPU and GC (`parse_event_log`). With a
     `variant` (a `SPARK_VARIANTS` name), only the ``job`` pass, under that variant's settings.
     """
     from lagsched.adapters import sink as sink_mod
     from lagsched.adapters import spark
     from lagsched.adapters.sink import BatchRead
-    from lagsched.connections import kafka_config
+    from lagsched.bench.claims import create_database, drop_database
+    from lagsched.connections import kafka_config, mysql_params
+    from lagsched.core.lake import LakeTable
     from lagsched.core.offsets import OffsetRange
 
     settings = SPARK_VARIANTS[variant] if variant else {}
     work = SINK_ROOT / f"lagsched-bench-phases-{uuid.uuid4().hex[:8]}"
     events = work / "events"
     events.mkdir(parents=True)
+    database = create_database(mysql_params(), prefix="lagsched_bench_phases")
+    lake = LakeTable.of("bench_phases", {"warehouse": (work / "warehouse").as_uri()}, default_warehouse="")
+    catalog = sink_mod.catalog_conf(
+        lake,
+        jdbc_url=sink_mod.jdbc_url(database.host, database.port, database.database),
+        user=database.user,
+        password=database.password,
+    )
     session = spark.session(
         "lagsched-bench-phases",
         master="local[2]",
@@ -894,6 +916,7 @@ def spark_phases(
             # One plain JSON-lines file (Spark 4 rolls and compresses event logs by default).
             "spark.eventLog.rolling.enabled": "false",
             "spark.eventLog.compress": "false",
+            **catalog,
             **{k: v for k, v in settings.items() if k.startswith("spark.")},
         },
     )
@@ -911,7 +934,7 @@ def spark_phases(
 
     def noop(batch: Sequence[tuple[int, int, int]], convert: bool) -> None:
         df = spark.read_offset_ranges(session, kafka, ranges(batch), include_headers=True)
-        (sink_mod.to_sink_rows(df) if convert else df).write.format("noop").mode("overwrite").save()
+        (sink_mod.to_table_rows(df) if convert else df).write.format("noop").mode("overwrite").save()
 
     def timed(name: str, one: Callable[[Sequence[tuple[int, int, int]]], Any]) -> float:
         session.sparkContext.setJobGroup(name, f"bench pass {name}")
@@ -925,17 +948,19 @@ def spark_phases(
     wall: dict[str, float] = {}
     try:
         session.sparkContext.setJobGroup("warm-up", "bench warm-up batch")
-        sink_mod.write_batch(session, kafka, reads(batches[0]), (work / "warm").as_uri())
+        table = sink_mod.IcebergSink(session, kafka, lake)
+        table.write(reads(batches[0]), table.mark())
         if variant is None:
             wall["read"] = timed("read", lambda b: noop(b, False))
             wall["convert"] = timed("convert", lambda b: noop(b, True))
-        wall["job"] = timed("job", lambda b: sink_mod.write_batch(session, kafka, reads(b), (work / "job").as_uri()))
+        wall["job"] = timed("job", lambda b: table.write(reads(b), table.mark()))
     finally:
         session.stop()
         metrics: dict[str, dict[str, float]] = {}
         for log_file in sorted(p for p in events.rglob("*") if p.is_file()):
             metrics.update(parse_event_log(log_file.read_text(errors="replace").splitlines()))
         shutil.rmtree(work, ignore_errors=True)
+        drop_database(database)
     steady = sum(hi - lo for batch in batches[1:] for _p, lo, hi in batch)
     out: dict[str, Any] = {
         "records": steady,
@@ -984,13 +1009,14 @@ def run_spark_phases(
     return result
 
 
-def _schema_matches(path: Path) -> bool:
-    """Whether a job-written file has the raw consumer's columns and types (metadata aside)."""
-    import pyarrow.parquet as pq
-
+def _schema_matches(schema: Any) -> bool:
+    """Whether the job's table has the raw consumer's columns and types (metadata and nullability aside)."""
     from lagsched.bench.raw_consumer import SCHEMA
 
-    return bool(pq.read_schema(path).remove_metadata().equals(SCHEMA, check_metadata=False))
+    def shape(s: Any) -> list[tuple[str, str]]:
+        return [(f.name, str(f.type).replace(" not null", "")) for f in s]
+
+    return shape(schema.remove_metadata()) == shape(SCHEMA)
 
 
 def _mirrored_offsets(topic: str, group: str) -> dict[int, int]:
