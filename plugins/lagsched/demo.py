@@ -250,34 +250,29 @@ def watermarks(kafka_config: Mapping[str, Any], topics: Iterable[str]) -> dict[t
         consumer.close()
 
 
-def sink_rows(sink: str, ranges: Mapping[tuple[str, int], tuple[int, int]]) -> tuple[int, int] | None:
-    """Rows and distinct (partition, offset) of the sink's Parquet files within ``ranges`` (``[start, end)``).
-
-    None when the sink is not a local folder (``file://`` or a path) this process can read.
-    """
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    if sink.startswith("file://"):
-        root = Path(sink.removeprefix("file://"))
-    elif "://" in sink:
-        return None
-    else:
-        root = Path(sink)
+def sink_rows(table: Any, ranges: Mapping[tuple[str, int], tuple[int, int]]) -> tuple[int, int]:
+    """Rows and distinct (topic, partition, offset) of ``table`` (pyarrow: topic, partition, offset)
+    within ``ranges`` (``[start, end)`` per (topic, partition)); rows of other ranges are not counted."""
     rows = 0
-    distinct = 0
-    for topic in sorted({t for t, _ in ranges}):
-        seen: set[tuple[int, int]] = set()
-        for path in sorted((root / f"topic={topic}").glob("date=*/*.parquet")):
-            table = pq.read_table(path, columns=["partition", "offset"])
-            for partition in pc.unique(table["partition"]).to_pylist():
-                start, end = ranges.get((topic, int(partition)), (0, 0))
-                offsets = table.filter(pc.equal(table["partition"], partition))["offset"].to_pylist()
-                inside = [o for o in offsets if start <= o < end]
-                rows += len(inside)
-                seen.update((int(partition), o) for o in inside)
-        distinct += len(seen)
-    return rows, distinct
+    seen: set[tuple[str, int, int]] = set()
+    columns = (table.column(c).to_pylist() for c in ("topic", "partition", "offset"))
+    for topic, partition, offset in zip(*columns, strict=True):
+        start, end = ranges.get((topic, partition), (0, 0))
+        if start <= offset < end:
+            rows += 1
+            seen.add((topic, partition, offset))
+    return rows, len(seen)
+
+
+def demo_lake(cfg: StackConfig, clusters: str | None) -> Any:
+    """The demo cluster's Iceberg table: its ``sink`` in ``lagsched_clusters``, else the stack's default
+    (``.local/warehouse``, as the slots resolve it with the stack's ``LAGSCHED_HOME``)."""
+    from lagsched.core.clusters import parse_clusters, select_clusters
+    from lagsched.core.lake import LakeTable, default_warehouse
+
+    (cluster,) = select_clusters(parse_clusters(clusters), DEMO_CLUSTER)
+    warehouse = default_warehouse({**os.environ, "LAGSCHED_HOME": str(cfg.home)}, str(cfg.home))
+    return LakeTable.of(DEMO_CLUSTER, cluster.sink_settings(), default_warehouse=warehouse)
 
 
 # -- the run ---------------------------------------------------------------------------------------
@@ -357,6 +352,20 @@ def _loadgen_argv(loads: Sequence[TopicLoad], peak_rate: float, stats: Path) -> 
         "--stats-file",
         str(stats),
     ]
+
+
+def _read_table(lake: Any) -> tuple[Any, Any]:
+    """The demo table's rows (topic, partition, offset) and its file/snapshot figures, read with pyiceberg
+    through the catalog; (None, None), said on stderr, when it cannot be read."""
+    from lagsched.adapters.lake_reader import read_rows, table_stats
+    from lagsched.connections import mysql_params
+
+    try:
+        mysql = mysql_params()
+        return read_rows(lake, mysql), table_stats(lake, mysql)
+    except Exception as exc:  # noqa: BLE001 - the summary says what it could not count
+        print(f"demo: could not read {lake.identifier}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return None, None
 
 
 def _read_stats(path: Path) -> dict[str, Any]:
@@ -464,7 +473,7 @@ def run(args: argparse.Namespace) -> int:
         return 130
     if isinstance(prepared, int):
         return prepared
-    api, loads, sink = prepared
+    api, loads, lake = prepared
     topics = [lt.topic for lt in loads]
     # From here a Ctrl-C winds the demo down in order and still prints the summary.
     stopper = Stopper()
@@ -501,7 +510,7 @@ def run(args: argparse.Namespace) -> int:
         "    " + ("until Ctrl-C" if duration is None else f"for {format_duration(duration)} (or until Ctrl-C)"),
         flush=True,
     )
-    demo = Demo(api, view, loads, started, duration, stopper, loadgen, stats_path, baseline, heads_at_start, sink)
+    demo = Demo(api, view, loads, started, duration, stopper, loadgen, stats_path, baseline, heads_at_start, lake)
     try:
         _wait_first_measurement(view, started, stopper, loadgen)
         _watch(demo)
@@ -517,8 +526,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _start_and_prepare(
     cfg: StackConfig, duration: float | None, peak_rate: float
-) -> int | tuple[DemoAPI, tuple[TopicLoad, ...], str]:
-    """Stack up, everything set up; the API, the profile and the sink, or the exit status on failure."""
+) -> int | tuple[DemoAPI, tuple[TopicLoad, ...], Any]:
+    """Stack up, everything set up; the API, the profile and the lake table, or the exit status on failure."""
     from lagsched.cli import start_stack
 
     try:
@@ -535,14 +544,14 @@ def _start_and_prepare(
     loads = _profile(duration, peak_rate)
     try:
         failed = _prepare(api, cfg, loads)
-        sink = str(api.dag_param(CONSUME_DAG, "sink") or "file:///var/tmp/lagsched-sink")
+        sink = demo_lake(cfg, api.get_variable("lagsched_clusters"))
     except (AirflowAPIError, ValueError) as exc:  # ConfigError is a ValueError
         print(f"demo: {exc}", file=sys.stderr)
         return 1
     if failed:
         print(f"demo: {failed} did not succeed; see its task logs in the Airflow UI ({url})", file=sys.stderr)
         return 1
-    _print_addresses(cfg, url, sink)
+    _print_addresses(cfg, url, sink)  # the demo cluster's table
     return api, loads, sink
 
 
@@ -574,14 +583,14 @@ def _prepare(api: DemoAPI, cfg: StackConfig, loads: Sequence[TopicLoad]) -> str 
     return None
 
 
-def _print_addresses(cfg: StackConfig, url: str, sink: str) -> None:
+def _print_addresses(cfg: StackConfig, url: str, lake: Any) -> None:
     print(
         f"""
   Airflow UI     {url}   user admin, password in {cfg.airflow_home / PASSWORDS_FILE}
   lagsched page  {url}/plugin/lagsched   ("lagsched" in Airflow's navigation)
   DAGs           {url}/dags?tags=lagsched
   in a terminal  .venv/bin/lagsched status   (after: eval "$(.venv/bin/lagsched stack env)")
-  sink           {sink}
+  Iceberg table  {lake.identifier} in {lake.warehouse}
   logs           {cfg.logs}/   task logs {cfg.airflow_home / "logs"}/
 """,
         flush=True,
@@ -624,7 +633,7 @@ class Demo:
     stats_path: Path
     baseline: Mapping[tuple[str, int], int | None]
     heads_at_start: Mapping[tuple[str, int], tuple[int, int]]
-    sink: str
+    lake: Any  # lagsched.core.lake.LakeTable
     history: list[Snapshot] = field(default_factory=list)
 
 
@@ -706,7 +715,7 @@ def _summary(demo: Demo) -> dict[str, Any]:
     from lagsched.connections import kafka_config
 
     view, loads, baseline, started, history = demo.view, demo.loads, demo.baseline, demo.started, demo.history
-    stats, sink = _read_stats(demo.stats_path), demo.sink
+    stats, lake = _read_stats(demo.stats_path), demo.lake
 
     topics = [lt.topic for lt in loads]
     marks = watermarks(kafka_config(), topics)
@@ -734,11 +743,12 @@ def _summary(demo: Demo) -> dict[str, Any]:
         # The final lag is a reading too (exact: broker heads minus committed offsets, at the end).
         peak = max(peaks.get(t, 0), final_lag)
         per_topic[t] = {"peak_lag": peak, "final_lag": final_lag, "produced": produced, "consumed": consumed}
-    counted = sink_rows(sink, ranges)
+    table, files = _read_table(lake)
+    counted = None if table is None else sink_rows(table, ranges)
     consumed_total = sum(v["consumed"] for v in per_topic.values())
     if counted is None:
         exactly_once: bool | None = None
-        in_sink = "not counted (not a local folder)"
+        in_sink = "not counted (the table could not be read; see above)"
     elif consumed_total == 0:
         exactly_once = None
         in_sink = f"{counted[0]:,} rows"
@@ -760,20 +770,25 @@ def _summary(demo: Demo) -> dict[str, Any]:
     backlog = sum(max(0, high - max(low, baseline.get(key) or 0)) for key, (low, high) in demo.heads_at_start.items())
     lines += [
         "",
-        f"records produced {produced_total:,}; consumed (committed offsets) {consumed_total:,}; in the sink {in_sink}",
+        f"records produced {produced_total:,}; consumed (committed offsets) {consumed_total:,}; in the table {in_sink}",
     ]
+    if files is not None:
+        lines.append(
+            f"table {lake.identifier}: {files.data_files:,} data files, median {files.median_file_bytes:,} bytes, "
+            f"{files.snapshots:,} snapshots"
+        )
     if backlog:
         lines.append(f"(the consumed records include {backlog:,} that were waiting before the traffic started)")
     if exactly_once is None:
-        why = "the sink is not a local folder" if counted is None else "nothing was consumed during this run"
+        why = "the table could not be read" if counted is None else "nothing was consumed during this run"
         lines.append(f"exactly once: not checked ({why})")
     else:
         lines.append(
             "exactly once: "
             + (
-                "YES, every consumed record is in the sink once"
+                "YES, every consumed record is in the table once (read with pyiceberg)"
                 if exactly_once
-                else "NO: sink and committed offsets differ"
+                else "NO: the table and the committed offsets differ"
             )
         )
     lines.append(f"scaling decisions ({len(decisions)}):")
@@ -788,9 +803,13 @@ def _summary(demo: Demo) -> dict[str, Any]:
         "produced": produced_total,
         "backlog_at_start": backlog,
         "consumed": consumed_total,
-        "sink": sink,
+        "table": lake.identifier,
+        "warehouse": lake.warehouse,
         "sink_rows": None if counted is None else counted[0],
         "sink_distinct": None if counted is None else counted[1],
+        "data_files": None if files is None else files.data_files,
+        "median_file_bytes": None if files is None else files.median_file_bytes,
+        "snapshots": None if files is None else files.snapshots,
         "exactly_once": exactly_once,
         "decisions": [
             {

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from lagsched.core.errors import ConfigError
@@ -16,6 +15,7 @@ from lagsched.demo import (
     Snapshot,
     _loadgen_argv,
     _profile,
+    demo_lake,
     merge_clusters,
     merge_settings,
     sink_rows,
@@ -55,29 +55,40 @@ def test_merge_clusters_restricts_the_demo_cluster_and_keeps_the_others() -> Non
     assert set(json.loads(merge_clusters(None))) == {"lagsched_kafka"}
 
 
-def write_batch(root: Path, topic: str, partition: int, start: int, end: int, index: int = 0) -> None:
-    folder = root / f"topic={topic}" / "date=2026-11-22"
-    folder.mkdir(parents=True, exist_ok=True)
-    offsets = list(range(start, end))
-    table = pa.table({"partition": [partition] * len(offsets), "offset": offsets})
-    pq.write_table(table, folder / f"{partition:05d}-{start:020d}-{end:020d}-{index}.parquet")
+def rows(*batches: tuple[str, int, int, int]) -> pa.Table:
+    """A table's (topic, partition, offset) columns holding each ``(topic, partition, start, end)`` range."""
+    topic: list[str] = []
+    partition: list[int] = []
+    offset: list[int] = []
+    for t, p, start, end in batches:
+        topic += [t] * (end - start)
+        partition += [p] * (end - start)
+        offset += list(range(start, end))
+    return pa.table({"topic": topic, "partition": partition, "offset": offset})
 
 
-def test_sink_rows_counts_only_the_consumed_ranges_and_sees_duplicates(tmp_path: Path) -> None:
-    write_batch(tmp_path, "demo.orders", 0, 0, 100)  # before this run's baseline (offset 50)
-    write_batch(tmp_path, "demo.orders", 0, 100, 180)  # 150..180 were written, not committed
-    write_batch(tmp_path, "demo.orders", 1, 0, 40)
-    write_batch(tmp_path, "demo.other", 0, 0, 500)  # not a demo topic: never read
+def test_sink_rows_counts_only_the_consumed_ranges_and_sees_duplicates() -> None:
     ranges = {("demo.orders", 0): (50, 150), ("demo.orders", 1): (0, 40)}
-    assert sink_rows(tmp_path.as_uri(), ranges) == (140, 140)
-    assert sink_rows(str(tmp_path), ranges) == (140, 140)
-    # The same range written twice under another name: more rows than distinct offsets.
-    write_batch(tmp_path, "demo.orders", 1, 0, 40, index=1)
-    assert sink_rows(tmp_path.as_uri(), ranges) == (180, 140)
+    table = rows(
+        ("demo.orders", 0, 0, 100),  # before this run's baseline (offset 50)
+        ("demo.orders", 0, 100, 180),  # 150..180 were written, not committed
+        ("demo.orders", 1, 0, 40),
+        ("demo.other", 0, 0, 500),  # not a demo topic: never counted
+    )
+    assert sink_rows(table, ranges) == (140, 140)
+    # The same range twice: more rows than distinct offsets.
+    assert sink_rows(pa.concat_tables([table, rows(("demo.orders", 1, 0, 40))]), ranges) == (180, 140)
 
 
-def test_sink_rows_of_a_remote_sink_is_not_counted() -> None:
-    assert sink_rows("s3a://bucket/sink", {("demo.orders", 0): (0, 10)}) is None
+def test_the_demo_table_follows_the_clusters_variable(tmp_path: Path) -> None:
+    from lagsched.stack.config import load
+
+    cfg = load()
+    default = demo_lake(cfg, None)
+    assert default.warehouse == f"file://{cfg.home}/warehouse"
+    assert default.identifier == "lagsched.kafka.lagsched_kafka"
+    mine = demo_lake(cfg, json.dumps({"lagsched_kafka": {"sink": {"warehouse": "s3a://lake/demo", "table": "t"}}}))
+    assert (mine.warehouse, mine.table) == ("s3a://lake/demo", "t")
 
 
 @pytest.mark.parametrize("duration", [None, 240.0, 600.0, 30.0])
