@@ -12,7 +12,6 @@ from lagsched.core.batches import (
     PartitionPlan,
     StartFrom,
     batch_is_due,
-    file_name,
     plan_partition,
 )
 
@@ -130,8 +129,3 @@ def test_a_batch_waits_for_the_interval_or_enough_records() -> None:
 )
 def test_redos_and_commit_only_plans_run_at_once(p: PartitionPlan) -> None:
     assert batch_is_due([p], since_last_s=0, min_interval_s=60, min_records=10**9)
-
-
-def test_file_names_sort_by_partition_then_offset() -> None:
-    names = [file_name(2, (900, 1_000)), file_name(10, (0, 5)), file_name(2, (1_000, 1_100))]
-    assert sorted(names) == [names[0], names[2], names[1]]

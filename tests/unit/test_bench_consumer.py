@@ -31,7 +31,7 @@ from lagsched.bench.consumer import (
     spark_figures,
     summarize,
 )
-from lagsched.bench.raw_consumer import SCHEMA, PartitionFiles, batch_arrays, runs
+from lagsched.bench.raw_consumer import SCHEMA, PartitionFiles, batch_arrays, file_name, runs
 
 DAY_MS = 86_400_000
 T0 = 20_000 * DAY_MS  # 2024-10-04T00:00:00Z
@@ -375,3 +375,9 @@ def test_parse_event_log_sums_tasks_and_jobs_per_group_and_ignores_untagged_jobs
         "read": {"jobs": 2, "job_wall_s": 2.5, "task_run_s": 2.9, "task_cpu_s": 0.85, "gc_s": 0.1},
         "job": {"jobs": 1, "job_wall_s": 3.0, "task_run_s": 2.5, "task_cpu_s": 2.0, "gc_s": 0.3},
     }
+
+
+
+def test_file_names_sort_by_partition_then_offset() -> None:
+    names = [file_name(2, (900, 1_000)), file_name(10, (0, 5)), file_name(2, (1_000, 1_100))]
+    assert sorted(names) == [names[0], names[2], names[1]]

@@ -46,10 +46,11 @@ def read_rows(
     topic: str | None = None,
 ) -> Any:
     """The table's rows (a pyarrow Table) as of its current snapshot; only ``topic``'s if given."""
-    from pyiceberg.expressions import AlwaysTrue, EqualTo
+    from lagsched.core.names import validate_topic_name
 
     table = load_table(lake, mysql)
-    row_filter = AlwaysTrue() if topic is None else EqualTo("topic", topic)
+    # pyiceberg's filter string; a legal topic name ([a-zA-Z0-9._-]) needs no escaping.
+    row_filter = "True" if topic is None else f"topic == '{validate_topic_name(topic)}'"
     return table.scan(row_filter=row_filter, selected_fields=columns).to_arrow()
 
 

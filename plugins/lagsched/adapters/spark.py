@@ -42,12 +42,10 @@ def session(app_name: str, *, master: str | None = "local[2]", conf: Mapping[str
         builder.config("spark.jars", ",".join(connector_jars()))
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.enabled", "false")
-        # Dates in the sink's layout are UTC dates, whatever the hosts' zones.
+        # Timestamps are read and hour partitions computed in UTC, whatever the hosts' zones.
         .config("spark.sql.session.timeZone", "UTC")
         # Parquet timestamps as plain INT64 micros (INT96 is deprecated; every reader knows micros).
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        # The sink's temporary folders are renamed file by file: no _SUCCESS markers wanted.
-        .config("spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
     )
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)

@@ -46,8 +46,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lagsched.core.batches import file_name
-
 __all__ = [
     "HEADERS_TYPE",
     "SCHEMA",
@@ -397,3 +395,17 @@ def consume_topic(
         write_s=writer.write_s,
         wait_s=writer.wait_s,
     )
+
+
+def file_name(partition: int, batch: tuple[int, int], index: int = 0) -> str:
+    """The raw consumer's file of one partition's batch (within one date directory).
+
+    Named by the recorded range, never by what was actually read, so a redo writes the same names.
+
+    >>> file_name(3, (100, 600))
+    '00003-00000000000000000100-00000000000000000600.parquet'
+    >>> file_name(3, (100, 600), 1)
+    '00003-00000000000000000100-00000000000000000600-1.parquet'
+    """
+    suffix = f"-{index}" if index else ""
+    return f"{partition:05d}-{batch[0]:020d}-{batch[1]:020d}{suffix}.parquet"

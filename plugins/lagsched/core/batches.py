@@ -30,7 +30,6 @@ __all__ = [
     "PartitionPlan",
     "StartFrom",
     "batch_is_due",
-    "file_name",
     "plan_partition",
 ]
 
@@ -167,16 +166,3 @@ def batch_is_due(
     waiting = sum(p.records for p in plans)
     return since_last_s >= min_interval_s or waiting >= min_records
 
-
-def file_name(partition: int, batch: tuple[int, int], index: int = 0) -> str:
-    """The sink file of one partition's batch (within one date directory).
-
-    Named by the recorded range, never by what was actually read, so a redo writes the same names.
-
-    >>> file_name(3, (100, 600))
-    '00003-00000000000000000100-00000000000000000600.parquet'
-    >>> file_name(3, (100, 600), 1)
-    '00003-00000000000000000100-00000000000000000600-1.parquet'
-    """
-    suffix = f"-{index}" if index else ""
-    return f"{partition:05d}-{batch[0]:020d}-{batch[1]:020d}{suffix}.parquet"
