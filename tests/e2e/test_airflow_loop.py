@@ -2,16 +2,17 @@
 
 topic sync -> lag monitor -> the evaluator (scheduled on the monitor's asset) raises a hot topic's
 linker_workers -> the consume DAG runs more slots on it -> lag falls below the threshold ->
-linker_workers come back down; every record is in the sink exactly once.
+linker_workers come back down; every record is in the cluster's Iceberg table exactly once.
 
 Shared-stack etiquette: the test's topics live in a cluster of their own (``e2e_<hex>``, a
 ``topic_pattern`` that matches only its topics), added to ``lagsched_clusters`` next to whatever
 is configured; its tuned settings are per-topic overrides in ``lagsched_settings``, so nobody
-else's topics change policy. The consume DAG is triggered for that cluster only, with a sink in
-the test's temporary folder, and paused again as soon as its slots run, so no continuous run
-starts for the other clusters. Both Variables are restored and the cluster's registry rows
-disabled at the end. The demo (which consumes ``lagsched_kafka`` with the same DAG) must not run
-at the same time: slot ownership spans the registry database (docs/consumer.md).
+else's topics change policy. The consume DAG is triggered for that cluster only, its table's
+warehouse in the test's temporary folder (the cluster's ``sink``), and paused again as soon as its
+slots run, so no continuous run starts for the other clusters. Both Variables are restored and
+the cluster's registry rows disabled at the end. The demo (which consumes ``lagsched_kafka`` with
+the same DAG) must not run at the same time: slot ownership spans the registry database
+(docs/consumer.md).
 """
 
 from __future__ import annotations
@@ -129,10 +130,10 @@ def test_airflow_scales_consumes_and_scales_back(
     saved_settings = api.get_variable("lagsched_settings")
     # For the test's few minutes its cluster is the only one: the continuous consume runs (default
     # params) then consume nothing but its topics. The per-topic settings join whatever is set.
-    clusters = {cluster: {"topic_pattern": f"e2e-{tag}-.*", "max_slots": 3}}
+    sink = {"warehouse": f"file://{tmp_path / 'warehouse'}"}
+    clusters = {cluster: {"topic_pattern": f"e2e-{tag}-.*", "max_slots": 3, "sink": sink}}
     settings = json.loads(saved_settings) if saved_settings else {}
     settings.setdefault("topics", {}).update(tuned([hot, cold]))
-    sink = Path(str(api.dag_params(CONSUME)["sink"]).removeprefix("file://"))
     started = time.monotonic()
     try:
         api.set_variable("lagsched_clusters", json.dumps(clusters))
@@ -176,7 +177,7 @@ def test_airflow_scales_consumes_and_scales_back(
         assert second.names == [f"{cluster}-slot-1"], second.names
 
         for topic, partitions in ((hot, 3), (cold, 1)):
-            assert_once(sink, topic, latest_offsets(kafka_config, topic, partitions))
+            assert_once(cluster, sink, topic, latest_offsets(kafka_config, topic, partitions))
         assert time.monotonic() - started < 600
     finally:
         # Each step on its own: one failing (Airflow restarting) must not skip the others.
@@ -216,13 +217,15 @@ def wait_for_plan(api: AirflowAPI, known: set[str], what: str) -> Plan:
     return found[0]
 
 
-def assert_once(sink: Path, topic: str, latest: dict[int, int]) -> None:
-    """Every offset ``[0, latest[p])`` of the topic's partitions is in the sink exactly once."""
-    import pyarrow.dataset as ds
+def assert_once(cluster: str, sink: dict[str, str], topic: str, latest: dict[int, int]) -> None:
+    """Every offset ``[0, latest[p])`` of the topic's partitions is in the cluster's table exactly once
+    (read with pyiceberg through the stack's catalog)."""
+    from lagsched.adapters.lake_reader import read_rows
+    from lagsched.connections import mysql_params
+    from lagsched.core.lake import LakeTable
 
-    folder = sink / f"topic={topic}"
-    assert folder.exists(), f"nothing of {topic} in the sink {sink}"
-    table = ds.dataset(str(folder), format="parquet", partitioning="hive").to_table(columns=["partition", "offset"])
+    lake = LakeTable.of(cluster, sink, default_warehouse=sink["warehouse"])
+    table = read_rows(lake, mysql_params(), topic=topic)
     seen = list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True))
     expected = {(p, o) for p, end in latest.items() for o in range(end)}
     dupes = len(seen) - len(set(seen))
