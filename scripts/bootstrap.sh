@@ -98,6 +98,8 @@ fetch_jars() {  # fetch_jars <folder name> <pom> [extra dependency:copy-dependen
 fetch_jars kafka deps/kafka/pom.xml
 fetch_jars spark deps/spark-kafka/pom.xml \
   -DincludeArtifactIds=spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2
-fetch_jars spark-lake deps/spark-lake/pom.xml
+fetch_jars spark-lake deps/spark-lake/pom.xml \
+  -DincludeGroupIds=org.apache.iceberg,org.mariadb.jdbc,org.apache.hadoop,software.amazon.awssdk,software.amazon.eventstream,org.reactivestreams
+fetch_jars s3proxy deps/s3proxy/pom.xml
 rm -f "$JARS/.stamp"  # the single stamp of the jar sets before they had one each
 say "dependencies ready"

@@ -51,8 +51,9 @@ def stack() -> Iterator[StackConfig]:
     """The running local stack; started here if it was not already up, and then stopped at the end."""
     from lagsched import stack as local_stack
     from lagsched.stack.process import ServiceError
+    from lagsched.stack.services import core_services
 
-    was_up = all(s.healthy for s in local_stack.status(CFG)[:3])
+    was_up = all(s.healthy for s in local_stack.status(CFG)[: len(core_services(CFG))])
     try:
         local_stack.up(CFG)
     except ServiceError as exc:

@@ -44,7 +44,8 @@ def start_stack(cfg: Any, *, airflow: bool = False, spark_cluster: bool = False)
     if spark_cluster:
         _master, workers = spark_cluster_services(cfg)
         total += 1 + len(workers)
-    names = "Kafka, MariaDB, Redis" + (", Airflow" if airflow else "") + (", Spark cluster" if spark_cluster else "")
+    names = "Kafka, MariaDB, Redis, S3Proxy"
+    names += (", Airflow" if airflow else "") + (", Spark cluster" if spark_cluster else "")
     logger = logging.getLogger("lagsched.stack")
     with Progress(f"starting {names}", total=total, stream=sys.stdout) as progress:
         progress.tick_every(0.5)
@@ -98,7 +99,10 @@ def _stack(args: argparse.Namespace) -> int:
         state = "healthy" if s.healthy else ("running, not healthy" if s.running else "stopped")
         print(f"{s.name:<{width}}  {state:<22} {s.detail}")
     print(f"data and logs: {cfg.home}")
-    return 0 if args.action != "status" or all(s.healthy for s in statuses[:3]) else 1
+    from lagsched.stack.services import core_services
+
+    core = len(core_services(cfg))
+    return 0 if args.action != "status" or all(s.healthy for s in statuses[:core]) else 1
 
 
 def _kafka_tool(args: argparse.Namespace) -> int:

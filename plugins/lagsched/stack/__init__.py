@@ -1,5 +1,5 @@
-"""The local stack: real Kafka, MariaDB, Redis (and Airflow for the demo, a Spark standalone cluster
-on request) on loopback."""
+"""The local stack: real Kafka, MariaDB, Redis, an S3 API server (S3Proxy) (and Airflow for the demo,
+a Spark standalone cluster on request) on loopback."""
 
 from __future__ import annotations
 

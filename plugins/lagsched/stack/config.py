@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +57,7 @@ class StackConfig:
     mysql_port: int
     redis_port: int
     airflow_port: int
+    s3_port: int = 19000
     # The optional Spark standalone cluster (`lagsched stack up --spark-cluster`).
     spark_master_port: int = 17077
     spark_master_webui_port: int = 17080
@@ -146,6 +148,7 @@ def load() -> StackConfig:
         mysql_port=_port("LAGSCHED_MYSQL_PORT", 13306),
         redis_port=_port("LAGSCHED_REDIS_PORT", 16379),
         airflow_port=_port("LAGSCHED_AIRFLOW_PORT", 8080),
+        s3_port=_port("LAGSCHED_S3_PORT", 19000),
         spark_master_port=_port("LAGSCHED_SPARK_MASTER_PORT", 17077),
         spark_master_webui_port=_port("LAGSCHED_SPARK_MASTER_WEBUI_PORT", 17080),
         spark_worker_webui_port=_port("LAGSCHED_SPARK_WORKER_WEBUI_PORT", 17081),
@@ -186,13 +189,28 @@ def stack_secrets(cfg: StackConfig) -> dict[str, str]:
     path = cfg.secrets_file
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        values = {
-            "LAGSCHED_MYSQL_PASSWORD": secrets.token_urlsafe(18),
-            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
-        }
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
-            fh.writelines(f"{k}={v}\n" for k, v in values.items())
+            fh.writelines(f"{k}={make()}\n" for k, make in _GENERATED.items())
+    result = _read_secrets(path)
+    missing = {k: make() for k, make in _GENERATED.items() if k not in result}
+    if missing:  # a stack made before these secrets existed gets them added, the rest kept
+        with path.open("a") as fh:
+            fh.writelines(f"{k}={v}\n" for k, v in missing.items())
+        result.update(missing)
+    return result
+
+
+#: The stack's generated credentials and how each is made.
+_GENERATED: dict[str, Callable[[], str]] = {
+    "LAGSCHED_MYSQL_PASSWORD": lambda: secrets.token_urlsafe(18),
+    "AIRFLOW__API_AUTH__JWT_SECRET": lambda: secrets.token_hex(32),
+    "LAGSCHED_S3_ACCESS_KEY": lambda: "lagsched-" + secrets.token_hex(6),
+    "LAGSCHED_S3_SECRET_KEY": lambda: secrets.token_urlsafe(24),
+}
+
+
+def _read_secrets(path: Path) -> dict[str, str]:
     result: dict[str, str] = {}
     for line in path.read_text().splitlines():
         key, sep, value = line.partition("=")

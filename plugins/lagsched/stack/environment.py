@@ -52,6 +52,25 @@ def connection_environment(cfg: StackConfig) -> dict[str, str]:
     return {f"AIRFLOW_CONN_{cid.upper()}": json.dumps(value) for cid, value in conns.items()}
 
 
+def s3_environment(cfg: StackConfig) -> dict[str, str]:
+    """What Spark's S3A and pyiceberg need to reach the stack's S3 API server (S3Proxy).
+
+    The keys are the standard AWS variables, read by S3A's default credential chain, so no secret
+    goes into a Spark conf or a command line. The SDK's default request checksums (AWS SDK 2.30+)
+    are asked for only where an operation requires them: S3-compatible stores differ in which they
+    accept.
+    """
+    secret = stack_secrets(cfg)
+    return {
+        "LAGSCHED_S3_ENDPOINT": f"http://127.0.0.1:{cfg.s3_port}",
+        "AWS_ACCESS_KEY_ID": secret["LAGSCHED_S3_ACCESS_KEY"],
+        "AWS_SECRET_ACCESS_KEY": secret["LAGSCHED_S3_SECRET_KEY"],
+        "AWS_REGION": "us-east-1",
+        "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
+        "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
+    }
+
+
 def airflow_metadata_url(cfg: StackConfig) -> str:
     """Airflow's metadata DB: PostgreSQL by default, SQLite with ``LAGSCHED_AIRFLOW_DB=sqlite``.
 
@@ -106,4 +125,5 @@ def stack_environment(cfg: StackConfig) -> dict[str, str]:
         "PYTHONPATH": os.pathsep.join(filter(None, [str(cfg.repo / "plugins"), os.environ.get("PYTHONPATH")])),
     }
     env.update(connection_environment(cfg))
+    env.update(s3_environment(cfg))
     return env

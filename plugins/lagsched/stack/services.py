@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Sequence
@@ -700,6 +701,60 @@ def start_together(services: Sequence[Service]) -> None:
         service.after_start()
 
 
+class S3Proxy(Service):
+    """An S3 API server (S3Proxy, filesystem backend under ``<home>/s3``), so ``s3a://`` warehouses
+    are tested against a real S3 API. One bucket, ``lagsched`` (a folder of the backend); AWS v4
+    signatures with the stack's generated key pair (``secrets.env``)."""
+
+    name = "s3proxy"
+    bucket = "lagsched"
+    start_timeout_s = 60.0
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.cfg.s3_port}"
+
+    def prepare(self) -> None:
+        (self.cfg.home / "s3" / self.bucket).mkdir(parents=True, exist_ok=True)
+        secret = stack_secrets(self.cfg)
+        conf = self.cfg.run / "s3proxy.properties"
+        conf.parent.mkdir(parents=True, exist_ok=True)
+        # The file holds the secret key: owner-only, like secrets.env.
+        fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(
+                f"s3proxy.endpoint={self.endpoint}\n"
+                "s3proxy.authorization=aws-v2-or-v4\n"
+                f"s3proxy.identity={secret['LAGSCHED_S3_ACCESS_KEY']}\n"
+                f"s3proxy.credential={secret['LAGSCHED_S3_SECRET_KEY']}\n"
+                "s3proxy.ignore-unknown-headers=true\n"
+                "jclouds.provider=filesystem\n"
+                f"jclouds.filesystem.basedir={self.cfg.home / 's3'}\n"
+            )
+
+    def command(self) -> list[str]:
+        jars = self.cfg.jars / "s3proxy"
+        if not any(jars.glob("s3proxy-*.jar")):
+            raise ServiceError(f"S3Proxy's jars are missing from {jars}; run `make deps`")
+        return [
+            java_binary(), "-Xmx256m", "-XX:TieredStopAtLevel=1", "-DLOG_LEVEL=warn",
+            "-cp", f"{jars}/*", "org.gaul.s3proxy.Main", "--properties", str(self.cfg.run / "s3proxy.properties"),
+        ]  # fmt: skip
+
+    def is_healthy(self) -> bool:
+        # Anonymous requests are refused with S3's own error document: the API answers.
+        try:
+            urllib.request.urlopen(self.endpoint + "/", timeout=2)  # noqa: S310 - our loopback endpoint
+        except urllib.error.HTTPError as exc:
+            return exc.code == 403 and b"AccessDenied" in exc.read()
+        except OSError:
+            return False
+        return False
+
+    def detail(self) -> str:
+        return f"s3a://{self.bucket} at {self.endpoint}"
+
+
 def java_binary() -> str:
     """``$JAVA_HOME/bin/java`` if set, else ``java`` on PATH."""
     java_home = os.environ.get("JAVA_HOME")
@@ -717,7 +772,7 @@ def _require_binary(name: str, install_hint: str, extra: tuple[str, ...] = ()) -
 
 def core_services(cfg: StackConfig) -> list[Service]:
     """The data services, in start order (stop in reverse)."""
-    return [Redis(cfg), MariaDB(cfg), Kafka(cfg)]
+    return [Redis(cfg), MariaDB(cfg), Kafka(cfg), S3Proxy(cfg)]
 
 
 def spark_cluster_services(cfg: StackConfig) -> tuple[SparkMaster, list[SparkWorker]]:
