@@ -7,6 +7,7 @@ concurrent slots) are in test_consumer_failures.py.
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,13 +23,18 @@ from lagsched.core.lake import RANGES_PROPERTY, LakeTable, decode_ranges
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def lake_sink(spark: Any, empty_mysql_db: Any, kafka_config: dict[str, Any], tmp_path: Path) -> Iterator[IcebergSink]:
-    """An ``IcebergSink`` on a catalog of its own (this test's database) in the shared Spark session."""
+@pytest.fixture(params=["file", "s3a"])
+def lake_sink(
+    request: pytest.FixtureRequest, spark: Any, empty_mysql_db: Any, kafka_config: dict[str, Any], tmp_path: Path
+) -> Iterator[IcebergSink]:
+    """An ``IcebergSink`` on a catalog of its own (this test's database) in the shared Spark session,
+    its warehouse on the local disk or in the stack's S3 API server (S3Proxy, through S3A)."""
     catalog = f"t_{uuid.uuid4().hex[:8]}"
-    lake = LakeTable.of(
-        "sink_test", {"catalog": catalog, "warehouse": (tmp_path / "warehouse").as_uri()}, default_warehouse=""
-    )
+    if request.param == "s3a":
+        sink = {"warehouse": f"s3a://lagsched/tests/{catalog}", "s3_endpoint": os.environ["LAGSCHED_S3_ENDPOINT"]}
+    else:
+        sink = {"warehouse": (tmp_path / "warehouse").as_uri()}
+    lake = LakeTable.of("sink_test", {"catalog": catalog, **sink}, default_warehouse="")
     conf = catalog_conf(
         lake,
         jdbc_url=jdbc_url(empty_mysql_db.host, empty_mysql_db.port, empty_mysql_db.database),
@@ -38,7 +44,19 @@ def lake_sink(spark: Any, empty_mysql_db: Any, kafka_config: dict[str, Any], tmp
     for key, value in conf.items():
         if key.startswith(f"spark.sql.catalog.{catalog}"):
             spark.conf.set(key, value)
+        elif key.startswith("spark.hadoop."):  # S3A reads the session's Hadoop configuration
+            spark._jsc.hadoopConfiguration().set(key.removeprefix("spark.hadoop."), value)
     yield IcebergSink(spark, kafka_config, lake, properties={"lagsched.slot": "test"})
+
+
+def data_file_paths(sink: IcebergSink, mysql: Any) -> list[str]:
+    """Every Parquet file under the table's data folder, committed or not, as its file system lists it."""
+    from pyarrow.fs import FileSelector
+
+    table = load_table(sink.lake, mysql)
+    scheme, netloc, path = table.io.parse_location(table.location() + "/data")
+    fs = table.io._initialize_fs(scheme, netloc)
+    return [i.path for i in fs.get_file_info(FileSelector(path, recursive=True)) if i.path.endswith(".parquet")]
 
 
 def offsets(sink: IcebergSink, mysql: Any) -> list[tuple[str, int, int]]:
@@ -81,12 +99,12 @@ def test_a_second_commit_of_a_range_since_the_mark_is_refused_and_leaves_no_file
     # Holder A takes its mark and records [50, 150); it freezes. Holder B redoes the range and commits.
     stale_mark = lake_sink.mark()
     lake_sink.write([BatchRead(topic, 0, (50, 150), 50, redo=True)], lake_sink.mark())
-    files_before = sorted(p.name for p in (tmp_path / "warehouse").rglob("*.parquet"))
+    files_before = sorted(data_file_paths(lake_sink, empty_mysql_db))
     # A wakes up and commits the same range: refused, and its data files are deleted.
     with pytest.raises(SinkConflictError) as refused:
         lake_sink.write([BatchRead(topic, 0, (50, 150), 50)], stale_mark)
     assert refused.value.ranges == {(topic, 0): (50, 150)}
-    assert sorted(p.name for p in (tmp_path / "warehouse").rglob("*.parquet")) == files_before
+    assert sorted(data_file_paths(lake_sink, empty_mysql_db)) == files_before
     assert offsets(lake_sink, empty_mysql_db) == [(topic, 0, o) for o in range(150)]
     # An overlapping range is refused as well (a record of it is in a file committed since the mark).
     with pytest.raises(SinkConflictError):
