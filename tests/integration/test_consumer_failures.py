@@ -1,14 +1,17 @@
-"""The Spark consumer under failure: SIGKILL at random points, a stale holder, unreachable services.
+"""The Spark consumer under failure: SIGKILL at chosen points, a stale holder, two holders of one range,
+unreachable services; on a local warehouse and on S3 (the stack's S3Proxy, through S3A).
 
-Real slots (spark-submit of ``jobs/consume.py``) on the real stack; the sink is read back with
-pyarrow. Where a kill or a stop lands is not left to luck alone: the test watches the sink (a new
-``_tmp`` folder means Spark is writing; a new final file means the batch is written but perhaps not
-committed) and the claim table (``pending_*`` = a batch recorded under the epoch, not committed),
-and after each kill it says, from that evidence, where the process died.
+Real slots (spark-submit of ``jobs/consume.py``) on the real stack; the Iceberg table is read back
+with pyiceberg, the snapshots' ``lagsched.ranges`` say which commit holds which range. Where a kill
+or a stop lands is not left to luck alone: the test watches the claim table (``pending_*`` = a
+batch recorded under the epoch, not committed) and the table's commits (the catalog row's
+``metadata_location`` changes at each one), and after each kill it says, from that evidence, where
+the process died.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -18,6 +21,7 @@ import signal
 import socket
 import threading
 import time
+import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,7 +48,17 @@ SEED = int(os.environ.get("LAGSCHED_KILL_SEED", "9"))
 #: set LAGSCHED_KILL_ROUNDS=2 or more for a longer hunt with other seeds.
 KILL_ROUNDS = int(os.environ.get("LAGSCHED_KILL_ROUNDS", "1"))
 PARTITIONS = 4
-_FILE = re.compile(r"^(\d{5})-(\d{20})-(\d{20})(?:-\d+)?\.parquet$")
+ALL_COLUMNS = ("topic", "partition", "offset", "key", "value", "headers")
+#: The redo check's log line (adapters/sink.py).
+_REDONE = re.compile(r"(\d+) redone range\(s\) were committed to \S+ already")
+
+
+@pytest.fixture(params=["file", "s3a"])
+def warehouse(request: pytest.FixtureRequest, consumer: ConsumerHarness) -> str:
+    """The consumer's warehouse: a local folder, or a prefix of the stack's S3 bucket (S3Proxy)."""
+    if request.param == "s3a":
+        consumer.warehouse_uri = f"s3a://lagsched/tests/{uuid.uuid4().hex[:10]}"
+    return consumer.warehouse
 
 
 # ---------------------------------------------------------------------------------------- helpers
@@ -133,32 +147,6 @@ def table_rows(consumer: ConsumerHarness, topic_id: str) -> dict[int, Row]:
         conn.close()
 
 
-def final_files(sink: Path, topic: str) -> dict[str, tuple[int, int, int]]:
-    """Files in place in the sink (relative path -> partition, start, end)."""
-    out: dict[str, tuple[int, int, int]] = {}
-    root = sink / f"topic={topic}"
-    if not root.is_dir():
-        return out
-    for date_dir in os.scandir(root):
-        if not date_dir.is_dir():
-            continue
-        for entry in os.scandir(date_dir.path):
-            m = _FILE.match(entry.name)
-            if m:
-                out[f"{date_dir.name}/{entry.name}"] = (int(m[1]), int(m[2]), int(m[3]))
-    return out
-
-
-def tmp_entries(sink: Path) -> set[str]:
-    tmp = sink / "_tmp"
-    return {e.name for e in os.scandir(tmp)} if tmp.is_dir() else set()
-
-
-def tmp_parquet_files(sink: Path) -> list[Path]:
-    tmp = sink / "_tmp"
-    return sorted(p for p in tmp.rglob("*.parquet")) if tmp.is_dir() else []
-
-
 def stats_rows(stats: Path) -> list[dict[str, Any]]:
     """The stats file's lines (one file per slot name, appended to by each of its runs)."""
     if not stats.exists():
@@ -175,13 +163,65 @@ def batch_count(stats: Path) -> int:
 
 
 def read_sink(consumer: ConsumerHarness) -> Any:
-    """The sink as a reader sees it (``consumer.sink_table``, also when only ``_tmp`` exists yet)."""
-    import pyarrow as pa
+    """The table as pyiceberg reads it (every column the checks need)."""
+    return consumer.sink_table(ALL_COLUMNS)
 
-    table = consumer.sink_table()
-    if "topic" not in table.column_names:  # a folder holding only _tmp: no file, no hive columns
-        return pa.table({"topic": pa.array([], pa.string()), "partition": [], "offset": []})
-    return table
+
+def table_ranges(consumer: ConsumerHarness) -> list[tuple[str | None, dict[tuple[str, int], tuple[int, int]]]]:
+    """Each kept snapshot's (slot, ranges) from its summary, oldest first ([] before the table exists)."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from lagsched.adapters.lake_reader import load_table
+    from lagsched.core.lake import RANGES_PROPERTY, decode_ranges
+
+    try:
+        table = load_table(consumer.lake, consumer.mysql)
+    except NoSuchTableError:
+        return []
+    out = []
+    for snap in sorted(table.metadata.snapshots, key=lambda s: s.sequence_number):
+        extra = snap.summary.additional_properties if snap.summary is not None else {}
+        out.append((extra.get("lagsched.slot"), decode_ranges(extra.get(RANGES_PROPERTY))))
+    return out
+
+
+def committed_ranges(consumer: ConsumerHarness, topic: str) -> Counter[tuple[int, int, int]]:
+    """How many kept snapshots hold each (partition, start, end) of ``topic``."""
+    return Counter(
+        (p, s, e) for _slot, ranges in table_ranges(consumer) for (t, p), (s, e) in ranges.items() if t == topic
+    )
+
+
+def metadata_location(consumer: ConsumerHarness) -> str | None:
+    """The table's current metadata file as the catalog row says: it changes at every commit (cheap to poll)."""
+    from lagsched.adapters.mysql import connect
+
+    lake = consumer.lake
+    conn = connect(consumer.mysql)
+    try:
+        with conn.cursor() as cur:
+            try:
+                cur.execute(
+                    "SELECT metadata_location FROM iceberg_tables"
+                    " WHERE catalog_name = %s AND table_namespace = %s AND table_name = %s",
+                    (lake.catalog, lake.namespace, lake.table),
+                )
+            except Exception:  # noqa: BLE001 - the catalog's tables do not exist before the first slot
+                return None
+            row = cur.fetchone()
+            return None if row is None else str(row[0])
+    finally:
+        conn.close()
+
+
+def pending_of(consumer: ConsumerHarness, topic_id: str) -> dict[int, tuple[int, int]]:
+    return {p: r.pending for p, r in table_rows(consumer, topic_id).items() if r.pending is not None}
+
+
+def in_table(consumer: ConsumerHarness, topic: str, pending: dict[int, tuple[int, int]]) -> int:
+    """How many of the recorded ranges a kept snapshot holds."""
+    held = committed_ranges(consumer, topic)
+    return sum(1 for p, (s, e) in pending.items() if held[(p, s, e)])
 
 
 def check_nothing_committed_ahead(table: Any, topic: str, rows: dict[int, Row]) -> None:
@@ -244,58 +284,19 @@ def wait_running(slot: Slot, predicate: Callable[[], bool], timeout: float, what
 # ------------------------------------------------------------------------------------- kill test
 
 
-class TmpWatcher(threading.Thread):
-    """Notes every ``_tmp/<batch>`` folder the moment it appears (a batch's Spark write began).
-
-    Folders of finished batches are deleted, so only a watcher can say a run started a batch.
-    """
-
-    def __init__(self, sink: Path) -> None:
-        super().__init__(name="tmp-watcher", daemon=True)
-        self._sink = sink
-        self._stop_event = threading.Event()
-        self.first_seen: dict[str, float] = {}
-
-    def run(self) -> None:
-        while not self._stop_event.wait(0.02):
-            for name in tmp_entries(self._sink):
-                self.first_seen.setdefault(name, time.monotonic())
-
-    def seen_since(self, t: float) -> set[str]:
-        return {name for name, at in list(self.first_seen.items()) if at >= t}
-
-    def stop(self) -> None:
-        self._stop_event.set()
-        self.join(timeout=10)
-
-
-def tmp_state(folder: Path) -> str:
-    """What a batch's ``_tmp`` folder says about its write.
-
-    Spark's tasks write under ``_temporary``, which the job's commit removes; the batch then
-    renames each file into place and deletes the folder last, just before committing the offsets.
-    """
-    if (folder / "_temporary").exists():
-        return "Spark writing"
-    if any(folder.rglob("*.parquet")):
-        return "renaming into place"
-    return "written, not committed"
-
-
 @dataclass
 class Kill:
-    """Where one SIGKILL landed, judged from the table and the sink right after it."""
+    """Where one SIGKILL landed, judged from the claim table and the Iceberg table right after it."""
 
     mode: str
     lease_s: int
     after_s: float
     batches_done: int
     pending: dict[int, tuple[int, int]]
-    pending_files_in_place: int
-    tmp_folders_seen: int
+    pending_in_table: int
     where: str
     fenced: int = 0  # rows the next run found still held by the dead run (live lease), handed back, claimed anew
-    redid: int = 0  # files the next run found already in place when it redid the recorded batch
+    redid: int = 0  # recorded ranges the next run found in the table already (only their offsets committed)
 
     @property
     def mid_batch(self) -> bool:
@@ -303,53 +304,45 @@ class Kill:
 
 
 def judge_kill(
-    sink: Path, topic: str, pending: dict[int, tuple[int, int]], batches_done: int, seen: set[str]
+    consumer: ConsumerHarness, topic: str, pending: dict[int, tuple[int, int]], batches_done: int
 ) -> tuple[str, int]:
-    """Where the run was when it died, and how many of the recorded ranges' files are in place."""
-    in_place = {(p, s, e) for p, s, e in final_files(sink, topic).values()}
-    placed = sum(1 for p, (s, e) in pending.items() if (p, s, e) in in_place)
-    live = [sink / "_tmp" / name for name in seen if (sink / "_tmp" / name).exists()]
-    if batches_done == 0 and not seen:
-        where = "before the first batch" + (" (a recorded batch waits for its redo)" if pending else "")
-    elif not pending:
-        where = "between batches"
-    elif live:
-        where = "mid-batch: " + tmp_state(max(live, key=lambda p: p.stat().st_mtime))
+    """Where the run was when it died, and how many of the recorded ranges a table commit holds."""
+    placed = in_table(consumer, topic, pending)
+    if not pending:
+        where = "before the first batch" if batches_done == 0 else "between batches"
     elif placed == len(pending):
-        where = "mid-batch: written, not committed"
+        where = "mid-batch: in the table, offsets not committed"
+    elif placed:
+        where = "mid-batch: partly in the table (a bug: one commit holds a whole batch)"
     else:
-        where = "mid-batch: recorded, not yet writing"
+        where = "mid-batch: recorded, not in the table"
     return where, placed
 
 
 #: Where each kill aims; the schedule holds each KILL_ROUNDS times, shuffled by the seed.
-KILL_MODES = ("early", "first_batch", "mid_write", "after_write", "later")
+KILL_MODES = ("early", "first_batch", "mid_write", "after_table_commit", "later")
 
 
 @pytest.mark.timeout(1500)  # each restart starts a Spark session: 6 s idle, up to 45 s on a loaded 2-core box
-def test_sigkill_at_random_points_while_records_arrive_leaves_each_record_once(
-    consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any]
+def test_sigkill_at_chosen_points_while_records_arrive_leaves_each_record_once(
+    consumer: ConsumerHarness, warehouse: str, new_topic: Callable[..., str], kafka_config: dict[str, Any]
 ) -> None:
     rng = random.Random(SEED)
     topic = new_topic(PARTITIONS)
     topic_id = consumer.register(topic)
-    sink, stats = consumer.sink, consumer.workdir / "k.stats"
+    stats = consumer.workdir / "k.stats"
     producer = SteadyProducer(kafka_config, topic, per_s=100)
-    watcher = TmpWatcher(sink)
     producer.start()
-    watcher.start()
-    # An even number of after_write kills, so both of its variants (every file renamed, or not yet) run.
-    schedule = [m for m in KILL_MODES for _ in range(KILL_ROUNDS)] + ["after_write"] * (KILL_ROUNDS % 2)
+    schedule = [m for m in KILL_MODES for _ in range(KILL_ROUNDS)]
     rng.shuffle(schedule)
     kills: list[Kill] = []
     t_test = time.monotonic()
     try:
-        for n, mode in enumerate(schedule):
+        for mode in schedule:
             # 90 s: the restart (a Spark start, up to ~45 s on a busy box) finds its rows still held under the dead
             # run's lease; it hands them back and claims them under a new epoch, then redoes the recorded batch.
             lease = rng.choice((6, 90))
             started_before, batches_before = started_count(stats), batch_count(stats)
-            files_before = set(final_files(sink, topic))
             t0 = time.monotonic()
             slot = consumer.start("k", "--max-records", "400", "--lease-s", str(lease))
             if mode == "early":  # before Spark is ready: nothing claimed yet, or just claimed
@@ -358,13 +351,15 @@ def test_sigkill_at_random_points_while_records_arrive_leaves_each_record_once(
                 wait_running(slot, lambda: started_count(stats) > started_before, 240, "Spark to start")
                 if mode == "first_batch":  # claiming, planning, recording, or the Spark job starting
                     time.sleep(rng.uniform(0.0, 1.5))
-                elif mode == "mid_write":
-                    wait_running(slot, lambda: bool(watcher.seen_since(t0)), 240, "Spark to write a batch")
-                    time.sleep(rng.uniform(0.0, 0.6))
-                elif mode == "after_write":
-                    # The first such kill waits for every file (written, not committed), the next one not.
-                    whole = schedule[:n].count("after_write") % 2 == 0
-                    _stop_after_rename(consumer, slot, topic, topic_id, files_before, whole=whole)
+                elif mode == "mid_write":  # a batch recorded, Spark reading and writing it
+                    before = batch_count(stats)
+                    wait_running(
+                        slot, lambda: bool(pending_of(consumer, topic_id)) and batch_count(stats) == before, 240,
+                        "a batch to be recorded", poll=0.01,
+                    )  # fmt: skip
+                    time.sleep(rng.uniform(0.0, 0.3))
+                elif mode == "after_table_commit":
+                    _freeze_after_table_commit(consumer, slot, topic, topic_id)
                 elif mode == "later":  # after a batch or two: between batches or in a later one
                     done = rng.choice((1, 2))
                     wait_running(slot, lambda: batch_count(stats) - batches_before >= done, 240, f"{done} batch(es)")
@@ -373,15 +368,12 @@ def test_sigkill_at_random_points_while_records_arrive_leaves_each_record_once(
             after = time.monotonic() - t0
             rows = table_rows(consumer, topic_id)
             pending = {p: r.pending for p, r in rows.items() if r.pending is not None}
-            batches_done = batch_count(stats) - batches_before
-            seen = watcher.seen_since(t0)
-            where, placed = judge_kill(sink, topic, pending, batches_done, seen)
-            kill = Kill(mode, lease, round(after, 1), batches_done, pending, placed, len(seen), where)
+            where, placed = judge_kill(consumer, topic, pending, batch_count(stats) - batches_before)
+            kill = Kill(mode, lease, round(after, 1), batch_count(stats) - batches_before, pending, placed, where)
             kills.append(kill)
             log.warning("kill %d (%s) after %.1f s: %s; pending %s", len(kills), mode, after, where, pending)
             check_nothing_committed_ahead(read_sink(consumer), topic, rows)
     finally:
-        watcher.stop()
         produced = producer.stop()
     latest = latest_offsets(kafka_config, topic, PARTITIONS)
     assert sum(latest.values()) == produced
@@ -395,117 +387,153 @@ def test_sigkill_at_random_points_while_records_arrive_leaves_each_record_once(
     rows = table_rows(consumer, topic_id)
     assert {p: r.committed for p, r in rows.items()} == latest
     assert all(r.pending is None for r in rows.values())
-    # Leftovers of killed writes stay under _tmp, and a reader of the sink does not see them.
-    import pyarrow.dataset as ds
-
-    leftovers = tmp_parquet_files(sink)
-    dataset_files = ds.dataset(str(sink), format="parquet", partitioning="hive").files
-    assert not [f for f in dataset_files if "/_tmp/" in f], "pyarrow reads the sink's temporary files"
     assert table.num_rows == produced
+    # The snapshots' recorded ranges: no range twice, and together every committed offset once.
+    ranges = committed_ranges(consumer, topic)
+    assert all(n == 1 for n in ranges.values()), [r for r, n in ranges.items() if n > 1]
+    for p in range(PARTITIONS):
+        spans = sorted((s, e) for q, s, e in ranges if q == p)
+        assert spans[0][0] == 0 and spans[-1][1] == latest[p], (p, spans[:3], spans[-3:])
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(spans)), f"partition {p}: gaps or overlaps"
 
     summary = {
         "seed": SEED,
+        "warehouse": warehouse.split(":", 1)[0],
         "kills": len(kills),
         "records": produced,
         "where": Counter(k.where for k in kills),
         "mid_batch": sum(k.mid_batch for k in kills),
         "restarts_that_fenced_live_rows": sum(k.fenced > 0 for k in kills),
-        "redo_files_kept": sum(k.redid for k in kills),
-        "tmp_leftover_parquet_files": len(leftovers),
+        "redone_ranges_found_in_table": sum(k.redid for k in kills),
+        "snapshots": len(table_ranges(consumer)),
         "drain_batches": batch_count(stats) - drain_before,
         "test_s": round(time.monotonic() - t_test, 1),
     }
     print("\nkill test:", json.dumps(summary), *(f"\n  {k}" for k in kills))
     assert len(kills) == len(schedule)
+    assert not any("partly" in k.where for k in kills)
     assert sum(k.mid_batch for k in kills) >= 2, "the schedule aims at batches in flight; none was hit"
-    assert any(k.where == "mid-batch: written, not committed" for k in kills), "never caught a batch before its commit"
+    between = [k for k in kills if k.where == "mid-batch: in the table, offsets not committed"]
+    assert between, "never caught a batch between its table commit and its offset commit"
+    # Each such kill's range was found in the table by the restart, not written again.
+    assert all(k.redid >= len(k.pending) for k in between), between
 
 
-def _stop_after_rename(
-    consumer: ConsumerHarness,
-    slot: Slot,
-    topic: str,
-    topic_id: str,
-    files_before: set[str],
-    *,
-    whole: bool,
-    timeout: float = 240,
+def _freeze_after_table_commit(
+    consumer: ConsumerHarness, slot: Slot, topic: str, topic_id: str, *, timeout: float = 240
 ) -> None:
-    """Freeze the slot once a batch's files are in place while its range is still recorded.
+    """Freeze the slot between a batch's table commit and its offset commit (the caller kills it).
 
-    Files are renamed into place before the offsets are committed, so a new file whose range is
-    still pending in the table means the slot is between its write and its commit. The slot is
-    SIGSTOPped as soon as a new file is seen and judged while frozen; with ``whole`` it is let run
-    a few milliseconds at a time until every recorded range's file is in place (written, not
-    committed), else it is left mid-rename. If the commit wins the race, the next batch is watched.
+    The catalog row's metadata location changes at each table commit; the slot is SIGSTOPped the
+    moment it does and judged while frozen: if its recorded ranges are in the table and still
+    recorded (not committed) in MySQL, it is where it should be. If the offset commit won the race,
+    it runs on and the next batch is watched.
     """
     deadline = time.monotonic() + timeout
-    seen = set(files_before)
+    last = metadata_location(consumer)
     while time.monotonic() < deadline:
         if slot.proc.poll() is not None:
             raise AssertionError(f"slot exited {slot.proc.returncode}:\n{slot.tail()}")
-        now = final_files(consumer.sink, topic)
-        new = {name: v for name, v in now.items() if name not in seen}
-        if not new:
-            time.sleep(0.005)
+        now = metadata_location(consumer)
+        if now == last:
+            time.sleep(0.002)
             continue
         slot.signal(signal.SIGSTOP)
-        while True:
-            pending = {p: r.pending for p, r in table_rows(consumer, topic_id).items() if r.pending is not None}
-            in_place = set(final_files(consumer.sink, topic).values())
-            if not pending or not any((p, s, e) in in_place for p, (s, e) in pending.items()):
-                break  # committed already: watch the next batch
-            if not whole or all((p, s, e) in in_place for p, (s, e) in pending.items()):
-                return  # the caller kills it, frozen where it stands
-            slot.signal(signal.SIGCONT)
-            time.sleep(0.002)
-            slot.signal(signal.SIGSTOP)
+        pending = pending_of(consumer, topic_id)
+        if pending and in_table(consumer, topic, pending) == len(pending):
+            return
+        last = metadata_location(consumer)
         slot.signal(signal.SIGCONT)
-        seen |= set(final_files(consumer.sink, topic))
-    log.warning("never caught a batch between its write and its commit within %.0f s", timeout)
+    log.warning("never caught a batch between its table commit and its offset commit within %.0f s", timeout)
 
 
 def _note_restarts(consumer: ConsumerHarness, kills: list[Kill]) -> None:
-    """From each restart's log: rows it found still held by the dead run, files it found already in place."""
+    """From each restart's log: rows it found still held by the dead run, ranges it found in the table."""
     runs = [s for s in consumer.slots if s.name == "k"]
     for kill, nxt in zip(kills, runs[1:], strict=True):
         text = nxt.log.read_text(errors="replace")
-        kill.redid = sum(int(n) for n in re.findall(r"(\d+) file\(s\) of this batch were already in the sink", text))
+        kill.redid = sum(int(n) for n in _REDONE.findall(text))
         held = re.search(r"an earlier run of this slot held (\d+) row", text)
         kill.fenced = int(held[1]) if held else 0
 
 
-# ------------------------------------------------------------------------------ stale-holder test
+# ------------------------------------------------------------------------------ stale-holder tests
 
 
-def test_stale_holder_resumed_after_its_rows_moved_exits_lost_and_leaves_no_duplicate(
-    consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any]
+def rows_locked(consumer: ConsumerHarness, topic_id: str) -> bool:
+    """Whether a transaction holds a lock on one of the topic's rows (a frozen process mid-statement)."""
+    from lagsched.adapters.mysql import connect
+
+    conn = connect(consumer.mysql)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT COUNT(*) FROM topic_partitions WHERE topic_id = %s", (topic_id,))
+            (total,) = cur.fetchone()
+            cur.execute(
+                "SELECT partition_id FROM topic_partitions WHERE topic_id = %s FOR UPDATE SKIP LOCKED", (topic_id,)
+            )
+            free = len(cur.fetchall())
+        conn.rollback()
+        return free < int(total)
+    finally:
+        conn.close()
+
+
+def local_data_files(consumer: ConsumerHarness) -> int:
+    """Parquet files under a ``file://`` warehouse, committed or only written."""
+    root = consumer.warehouse.removeprefix("file://")
+    return sum(1 for _ in Path(root).rglob("*.parquet")) if os.path.isdir(root) else 0
+
+
+def freeze_with_recorded_batch(
+    consumer: ConsumerHarness,
+    slot: Slot,
+    slot_id: str,
+    topic: str,
+    topic_id: str,
+    *,
+    writing: Callable[[], bool] = lambda: True,
+    tries: int = 40,
+) -> dict[int, tuple[int, int]]:
+    """SIGSTOP ``slot`` in the write of a batch: every row it holds recorded, no table commit holding
+    them, no row lock held (a process frozen mid-transaction would hold its rows' locks until the
+    server drops its connection, and nobody could claim them). ``writing`` can ask for more evidence
+    (its data files appearing). Returns the recorded ranges."""
+
+    def recorded() -> dict[int, tuple[int, int]]:
+        held = {p: r for p, r in table_rows(consumer, topic_id).items() if r.holder == slot_id and r.live}
+        if not held or any(r.pending is None for r in held.values()):
+            return {}
+        return {p: r.pending for p, r in held.items() if r.pending is not None}
+
+    for _ in range(tries):
+        wait_running(slot, lambda: bool(recorded()) and writing(), 120, "a batch recorded by the slot", poll=0.005)
+        slot.signal(signal.SIGSTOP)
+        stale = recorded()
+        if stale and in_table(consumer, topic, stale) == 0 and not rows_locked(consumer, topic_id):
+            return stale
+        slot.signal(signal.SIGCONT)  # committed already, or mid-statement: catch the next chance
+        time.sleep(0.05)
+    raise AssertionError("never froze the slot with a recorded batch not yet in the table")
+
+
+def test_stale_holder_resumed_after_its_rows_moved_has_its_commit_refused_and_exits_lost(
+    consumer: ConsumerHarness, warehouse: str, new_topic: Callable[..., str], kafka_config: dict[str, Any]
 ) -> None:
     from lagsched.adapters.slots import slot_id_for
 
     topic = new_topic(PARTITIONS)
     produce(kafka_config, topic, 8_000, partitions=PARTITIONS)
     topic_id = consumer.register(topic)
-    sink, a_stats = consumer.sink, consumer.workdir / "a.stats"
+    a_stats = consumer.workdir / "a.stats"
     slot_a, slot_b = slot_id_for("a"), slot_id_for("b")
     a = consumer.start("a", "--max-records", "250")  # 8 batches of 4 x 250
     wait_running(a, lambda: batch_count(a_stats) >= 1, 300, "A's first batch")
 
-    # Freeze A the moment Spark starts writing its next batch: its range is recorded by then.
-    stale: dict[int, tuple[int, int]] = {}
-    for _ in range(5):
-        tmp_before = tmp_entries(sink)
-        wait_running(a, lambda: bool(tmp_entries(sink) - tmp_before), 120, "A to write a batch", poll=0.01)
-        a.signal(signal.SIGSTOP)
-        t_stop = time.monotonic()
-        rows = table_rows(consumer, topic_id)
-        stale = {p: r.pending for p, r in rows.items() if r.pending is not None and r.holder == slot_a}
-        if stale:
-            break
-        a.signal(signal.SIGCONT)  # the batch finished in between: catch the next one
-    assert stale, "never caught A with a batch recorded"
+    # Freeze A with a batch recorded and not yet committed to the table.
+    stale = freeze_with_recorded_batch(consumer, a, slot_a, topic, topic_id)
+    t_stop = time.monotonic()
     batches_before_stop = batch_count(a_stats)
-    files_before_stop = final_files(sink, topic)
 
     # Past its lease (and three heartbeats) A is dead to the others.
     expired_s = wait_until(
@@ -520,7 +548,6 @@ def test_stale_holder_resumed_after_its_rows_moved_exits_lost_and_leaves_no_dupl
 
     wait_running(b, b_is_past_stale, 300, "B to consume past A's recorded batch", poll=0.2)
     b_past_s = time.monotonic() - t_b
-    rows_before_cont = table_rows(consumer, topic_id)
     a.signal(signal.SIGCONT)
     t_cont = time.monotonic()
     code_a = a.wait(180)
@@ -528,6 +555,8 @@ def test_stale_holder_resumed_after_its_rows_moved_exits_lost_and_leaves_no_dupl
     a_log = a.log.read_text(errors="replace")
     assert code_a == 3, f"the stale holder exited {code_a}, not 3:\n{a.tail()}"
     assert "lost the claim" in a_log
+    # The table itself refused A's commit: B had committed records of the same ranges since A's mark.
+    assert "were committed by another holder" in a_log, a.tail()
     code_b = b.wait(300)
     assert code_b == 0, f"B exited {code_b}:\n{b.tail()}"
 
@@ -537,38 +566,104 @@ def test_stale_holder_resumed_after_its_rows_moved_exits_lost_and_leaves_no_dupl
     assert_exactly_once(table, topic, latest)
     check_records(table, topic)
     assert {p: r.committed for p, r in rows.items()} == latest
-    # A committed nothing after it was stopped, and every stale range has exactly its files.
+    # A committed nothing after it was stopped; each stale range is in exactly one snapshot, B's.
     late = [r for r in stats_rows(a_stats) if r.get("event") == "batch"][batches_before_stop:]
-    assert [r["records"] for r in late] in ([], [0]), late
-    assert stats_rows(a_stats)[-1] == {
-        "event": "stopped",
-        "reason": "lost",
-        "records": 250 * 4 * batches_before_stop,
-        "slot": slot_a,
+    assert late == [], late
+    stopped = stats_rows(a_stats)[-1]
+    assert (stopped["event"], stopped["reason"], stopped["records"]) == (
+        "stopped",
+        "lost",
+        250 * 4 * batches_before_stop,
+    )
+    holders = {
+        (p, s, e): slot for slot, ranges in table_ranges(consumer) for (t, p), (s, e) in ranges.items() if t == topic
     }
-    in_place = Counter((p, s, e) for p, s, e in final_files(sink, topic).values())
-    assert all(in_place[(p, s, e)] == 1 for p, (s, e) in stale.items()), in_place
-    b_log = b.log.read_text(errors="replace")
+    assert set(committed_ranges(consumer, topic).values()) == {1}  # no range twice
+    assert all(holders[(p, s, e)] == slot_b for p, (s, e) in stale.items()), holders
     summary = {
+        "warehouse": warehouse.split(":", 1)[0],
         "stale_ranges": stale,
-        "stale_files_in_place_when_stopped": sum(
-            (p, s, e) in files_before_stop.values() for p, (s, e) in stale.items()
-        ),
         "a_frozen_s": round(t_cont - t_stop, 1),
         "a_leases_ran_out_after_s": round(expired_s, 1),
         "b_start_to_past_stale_s": round(b_past_s, 1),
         "a_exit_after_sigcont_s": round(a_exit_s, 1),
-        "holders_before_sigcont": sorted({str(r.holder) for r in rows_before_cont.values()}),
-        "b_is": slot_b,
-        "a_kept_existing_files": sum(
-            int(n) for n in re.findall(r"(\d+) file\(s\) of this batch were already in the sink", a_log)
-        ),
-        "b_redo_files_kept": sum(
-            int(n) for n in re.findall(r"(\d+) file\(s\) of this batch were already in the sink", b_log)
-        ),
-        "a_lost_line": next((ln for ln in a_log.splitlines() if "lost the claim" in ln), "")[:400],
+        "a_refusal": next((ln for ln in a_log.splitlines() if "committed by another holder" in ln), "")[:300],
     }
     print("\nstale-holder test:", json.dumps(summary))
+
+
+def test_two_holders_redoing_one_recorded_range_commit_it_once(
+    consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any]
+) -> None:
+    """X records a batch and dies; Y claims the rows and redoes it, frozen before its table commit; its
+    lease runs out and Z redoes the same range and commits it; Y, resumed, is refused and exits 3."""
+    from lagsched.adapters.slots import slot_id_for
+
+    topic = new_topic(PARTITIONS)
+    produce(kafka_config, topic, 4_000, partitions=PARTITIONS)
+    topic_id = consumer.register(topic)
+    x_stats = consumer.workdir / "x.stats"
+    x = consumer.start("x", "--max-records", "250")
+    wait_running(x, lambda: batch_count(x_stats) >= 1, 300, "X's first batch")
+    recorded = freeze_with_recorded_batch(consumer, x, slot_id_for("x"), topic, topic_id)
+    x.kill()
+
+    files_before = local_data_files(consumer)
+    y = consumer.start("y", "--max-records", "250")
+    slot_y = slot_id_for("y")
+    # Y's first batch is the redo of X's range (recorded ranges go first): freeze it once its data
+    # files are written, before its table commit.
+    redo = freeze_with_recorded_batch(
+        consumer, y, slot_y, topic, topic_id, writing=lambda: local_data_files(consumer) > files_before
+    )
+    assert redo == recorded, (redo, recorded)
+    wait_until(lambda: not any(r.live for r in table_rows(consumer, topic_id).values()), 60, "Y's leases to run out")
+    z = consumer.start("z", "--exit-when-idle", "--max-records", "250")
+    assert z.wait(300) == 0, z.tail()
+    y.signal(signal.SIGCONT)
+    code_y = y.wait(180)
+    y_log = y.log.read_text(errors="replace")
+    assert code_y == 3, f"Y exited {code_y}:\n{y.tail()}"
+    assert "were committed by another holder" in y_log, y.tail()
+
+    latest = latest_offsets(kafka_config, topic, PARTITIONS)
+    table = read_sink(consumer)
+    assert_exactly_once(table, topic, latest)
+    check_records(table, topic)
+    ranges = committed_ranges(consumer, topic)
+    assert all(ranges[(p, s, e)] == 1 for p, (s, e) in recorded.items()), ranges
+    holders = {(p, s, e): slot for slot, rs in table_ranges(consumer) for (t, p), (s, e) in rs.items() if t == topic}
+    assert all(holders[(p, s, e)] == slot_id_for("z") for p, (s, e) in recorded.items())
+    print("\ntwo redoing holders:", json.dumps({"range": recorded, "committed_by": "z", "y_exit": code_y}))
+
+
+@pytest.mark.timeout(900)
+def test_concurrent_slots_commit_to_one_table_each_batch_once(
+    consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any]
+) -> None:
+    """Three slots on two topics of one cluster commit to its one table at once: Iceberg's retries rebase
+    each commit over the others' (other partitions never conflict), nothing dropped or doubled."""
+    topics = [new_topic(3), new_topic(3)]
+    for t in topics:
+        produce(kafka_config, t, 9_000, partitions=3)
+        consumer.register(t, linker_workers=3)
+    slots = [consumer.start(f"s{i}", "--exit-when-idle", "--max-records", "200") for i in range(3)]
+    for s in slots:
+        assert s.wait(400) == 0, s.tail()
+    table = read_sink(consumer)
+    for t in topics:
+        latest = latest_offsets(kafka_config, t, 3)
+        assert_exactly_once(table, t, latest)
+        ranges = committed_ranges(consumer, t)
+        assert all(n == 1 for n in ranges.values())
+        for p in range(3):
+            spans = sorted((s, e) for q, s, e in ranges if q == p)
+            assert spans[0][0] == 0 and spans[-1][1] == latest[p]
+            assert all(a[1] == b[0] for a, b in itertools.pairwise(spans)), (t, p, spans)
+    committers = Counter(slot for slot, ranges in table_ranges(consumer) if ranges)
+    assert len(committers) >= 2, f"the slots did not share the work: {committers}"
+    retried = sum(len(re.findall(r"Retrying task after failure", s.log.read_text(errors="replace"))) for s in slots)
+    print("\nconcurrent slots:", json.dumps({"commits_by_slot": dict(committers), "commit_retries_logged": retried}))
 
 
 # ------------------------------------------------------------------------------------ clear errors
