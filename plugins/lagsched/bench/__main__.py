@@ -14,6 +14,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("lagsched.bench.claims", []),
     ("lagsched.bench.lag", []),
     ("lagsched.bench.consumer", []),
+    ("lagsched.bench.sink", []),
     # Starts (and stops) the 3-broker rack cluster unless it is up.
     ("lagsched.bench.rack", []),
     ("lagsched.sim.__main__", ["--keda-sweep", f"{RESULTS}/simulation_keda_sweep.json"]),
