@@ -142,6 +142,19 @@ def committed(bootstrap: Mapping[str, Any], group: str, keys: Sequence[tuple[str
         reader.close()
 
 
+def driver_pid(submit_pid: int) -> int:
+    """The job's Python driver: the child spark-submit's JVM started (client mode)."""
+    job = str(PLUGINS.parent / "jobs" / "consume.py").encode()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            if parent == submit_pid and job in (stat.parent / "cmdline").read_bytes():
+                return int(stat.parent.name)
+        except OSError:
+            continue
+    raise RuntimeError(f"no Python driver under spark-submit {submit_pid}")
+
+
 # --------------------------------------------------------------------------- checks
 
 
@@ -342,7 +355,7 @@ def measure(warehouse: str, s3_endpoint: str | None, duration_s: int, peak: floa
                 raise RuntimeError("the slots did not catch up within 30 min")
             time.sleep(5)
         for proc in procs:
-            os.killpg(proc.pid, signal.SIGTERM)
+            os.kill(driver_pid(proc.pid), signal.SIGTERM)  # a graceful stop: finish the batch, commit, release
         for proc in procs:
             if proc.wait(timeout=300) != 0:
                 raise RuntimeError(f"a slot exited {proc.returncode} (logs in {work})")
