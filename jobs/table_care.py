@@ -1,0 +1,95 @@
+"""lagsched's table care: compact, expire, clean one cluster's Iceberg table (docs/table-care.md).
+
+    spark-submit --master local[2] --jars "$LAGSCHED_SPARK_JARS" jobs/table_care.py --cluster lagsched_kafka
+
+Run by the ``lagsched_table_care`` DAG, or by hand. The MySQL Connection (the catalog's database)
+comes from the environment (``AIRFLOW_CONN_LAGSCHED_MYSQL``); the table's settings from the same
+options as the consumer's (``--warehouse`` ...; the DAG passes the cluster's ``sink``); what to do
+from ``--settings`` (the Variable ``lagsched_table_care``'s JSON; default: the defaults).
+
+Prints one JSON line (what each step did) last on stdout. Exit 0 on success, 1 on failure (the last
+line on stderr says what).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+log = logging.getLogger("lagsched.table_care")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="table_care.py", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    p.add_argument("--cluster", required=True, help="registry cluster whose table to care for")
+    p.add_argument("--settings", help="the lagsched_table_care Variable's JSON (default: the defaults)")
+    p.add_argument("--now", help="ISO time to act as of (default: now); tests and benchmarks close partitions with it")
+    p.add_argument("--warehouse", help="as jobs/consume.py")
+    p.add_argument("--catalog", help="as jobs/consume.py")
+    p.add_argument("--namespace", help="as jobs/consume.py")
+    p.add_argument("--table", help="as jobs/consume.py")
+    p.add_argument("--s3-endpoint", help="as jobs/consume.py")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    for noisy in ("py4j", "pyspark"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    args = parse_args(argv)
+    try:
+        summary = _run(args)
+    except Exception as exc:
+        log.error("table care failed: %s: %s", type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
+        print(f"lagsched table care: FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+def _run(args: argparse.Namespace) -> dict[str, object]:
+    from lagsched.adapters import sink, spark
+    from lagsched.connections import mysql_params
+    from lagsched.core.lake import LakeTable, default_warehouse
+    from lagsched.core.names import validate_cluster_name
+    from lagsched.core.table_care import parse_table_care
+    from lagsched.workflows.table_care import care_for_table
+
+    cluster = validate_cluster_name(args.cluster)
+    settings = parse_table_care(args.settings)
+    now = datetime.fromisoformat(args.now) if args.now else datetime.now(UTC)
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=UTC)
+    given = {
+        "warehouse": args.warehouse,
+        "catalog": args.catalog,
+        "namespace": args.namespace,
+        "table": args.table,
+        "s3_endpoint": args.s3_endpoint,
+    }
+    lake = LakeTable.of(
+        cluster,
+        {k: v for k, v in given.items() if v is not None},
+        default_warehouse=default_warehouse(os.environ, str(Path(__file__).resolve().parents[1] / ".local")),
+    )
+    mysql = mysql_params()
+    conf = sink.catalog_conf(
+        lake, jdbc_url=sink.jdbc_url(mysql.host, mysql.port, mysql.database), user=mysql.user, password=mysql.password
+    )
+    log.info("table care of %s in %s as of %s: %s", lake.identifier, lake.warehouse, now.isoformat(), settings)
+    session = spark.session(f"lagsched-table-care-{cluster}", master=None, conf=conf)
+    try:
+        return {"cluster": cluster, "settings": settings.as_dict(), **care_for_table(session, lake, settings, now)}
+    finally:
+        session.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
