@@ -221,7 +221,8 @@ def maintain(cluster: str, lake: Any, database: Any, now: datetime) -> dict[str,
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=3600, check=False)  # noqa: S603
     if done.returncode != 0:
         raise RuntimeError(f"maintenance exited {done.returncode}: {done.stderr[-3000:]}")
-    summary: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    # The last JSON object line on stdout (log lines may follow it).
+    summary: dict[str, Any] = json.loads(next(x for x in reversed(done.stdout.splitlines()) if x.startswith("{")))
     # table_care.py does not time its steps apart: its whole run (JVM start included) stands for compaction.
     summary.setdefault("compaction", {"t_start": started, "t_end": time.time(), "whole_run": True})
     return {"tool": tool, **summary}
