@@ -18,6 +18,7 @@ Example (a DAG task)::
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -348,3 +349,33 @@ def run_maintenance(
     troubled = any(c.retention_losses or c.lost_pending or c.anomalies for c in report.clusters)
     log.log(logging.WARNING if troubled else logging.INFO, "maintenance\n%s", report.table())
     return report.as_dict()
+
+
+def run_table_care_plan(
+    raw_clusters: str | bytes | Mapping[str, Any] | None,
+    raw_settings: str | bytes | Mapping[str, Any] | None,
+    cluster: str = "",
+    now: str = "",
+) -> list[dict[str, Any]]:
+    """The table care DAG's planning task: one mapped-operator kwargs dict per cluster's table.
+
+    Both Variables are validated here, so a malformed one fails the run before any Spark job starts
+    (the job validates them again). ``now`` (ISO, empty: the job's clock) is passed on.
+    """
+    from datetime import datetime
+
+    from lagsched.core.lake import job_args
+    from lagsched.core.table_care import parse_table_care
+
+    settings = parse_table_care(raw_settings)
+    if now:
+        datetime.fromisoformat(now)  # a malformed time fails here, naming itself
+    chosen = select_clusters(parse_clusters(raw_clusters), cluster.strip())
+    plan = []
+    for c in chosen:
+        args = ["--cluster", c.name, "--settings", json.dumps(settings.as_dict()), *job_args(c.sink_settings())]
+        if now:
+            args += ["--now", now]
+        plan.append({"application_args": args, "kafka_conn_id": c.kafka_conn_id})
+    log.info("table care of %d table(s) with %s", len(plan), settings.as_dict())
+    return plan

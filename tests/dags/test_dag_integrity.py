@@ -21,6 +21,7 @@ EXPECTED = {
     "lagsched_scaling_evaluator",
     "lagsched_consume",
     "lagsched_maintenance",
+    "lagsched_table_care",
 }
 
 
