@@ -45,7 +45,7 @@ def test_one_job_per_cluster_table_with_its_sink_and_the_settings(env: Any, monk
     assert eu[-2:] == ["--now", "2026-11-25T10:00:00+00:00"]
 
 
-def test_a_malformed_settings_variable_fails_the_plan_naming_the_field(
+def test_a_malformed_settings_variable_fails_the_plan_before_any_job(
     env: Any,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -54,3 +54,8 @@ def test_a_malformed_settings_variable_fails_the_plan_naming_the_field(
     run = load_dag("lagsched_table_care").test(mark_success_pattern="^care$")
 
     assert state(run) == "failed"
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        states = {ti.task_id: ti.state for ti in run.get_task_instances(session=session)}
+    assert states["plan_tables"] == "failed" and states.get("care") != "success", states
