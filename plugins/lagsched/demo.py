@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -65,7 +65,8 @@ REQUIRED_DAGS = (
     "lagsched_scaling_evaluator",
     CONSUME_DAG,
 )
-OPTIONAL_DAGS = ("lagsched_maintenance", "lagsched_override")
+OPTIONAL_DAGS = ("lagsched_maintenance", "lagsched_override", "lagsched_table_care")
+TABLE_CARE_DAG = "lagsched_table_care"
 #: The demo topics' settings: the keda policy (workers = ceil(lag / 10,000)) decides from three
 #: one-minute measurements, scales up a minute after a change and down two minutes after, so a
 #: ten-minute run shows a full cycle. Merged into lagsched_settings under "topics".
@@ -441,10 +442,10 @@ class DemoAPI(AirflowAPI):
         return [r for r in self.dag_runs(dag_id, limit=10) if r.get("state") in ("queued", "running")]
 
 
-def _run_dag(api: AirflowAPI, dag_id: str, timeout_s: float = 300.0) -> str:
+def _run_dag(api: AirflowAPI, dag_id: str, timeout_s: float = 300.0, conf: dict[str, Any] | None = None) -> str:
     with Progress(f"running {dag_id}", stream=sys.stdout) as progress:
         progress.tick_every(0.5)
-        run_id = api.trigger(dag_id)
+        run_id = api.trigger(dag_id, conf)
 
         def show(tis: list[dict[str, Any]]) -> None:
             states = [f"{ti['task_id']} {ti.get('state') or 'scheduled'}" for ti in tis]
@@ -516,6 +517,7 @@ def run(args: argparse.Namespace) -> int:
         _watch(demo)
     finally:
         _wind_down(api, cfg, loadgen, stopper, args.budget_wait)
+    demo.compaction = _compact(api, lake)
     summary = _summary(demo)
     view.close()
     (demo_dir / "summary.json").write_text(json.dumps(summary["data"], indent=1, default=str))
@@ -635,6 +637,8 @@ class Demo:
     heads_at_start: Mapping[tuple[str, int], tuple[int, int]]
     lake: Any  # lagsched.core.lake.LakeTable
     history: list[Snapshot] = field(default_factory=list)
+    #: The table's figures before and after the table care run at the end (`_compact`).
+    compaction: dict[str, Any] | None = None
 
 
 def _watch(demo: Demo) -> None:
@@ -669,6 +673,24 @@ def _watch(demo: Demo) -> None:
         if duration is not None:
             wait = min(wait, max(0.0, duration - (time.time() - started)))
         stopper.stop.wait(wait)
+
+
+def _compact(api: AirflowAPI, lake: Any) -> dict[str, Any] | None:
+    """Run the table care DAG on the demo's table, as of an hour and a half from now so that the
+    demo's hours count as closed, and return the table's figures before and after it (None if the
+    table cannot be read)."""
+    _, before = _read_table(lake)
+    if before is None:
+        return None
+    as_of = (datetime.now(UTC) + timedelta(minutes=90)).isoformat()
+    print(f"==> {TABLE_CARE_DAG}: compacting {lake.identifier} (as of {as_of}: the demo's hours count as closed)")
+    try:
+        state = _run_dag(api, TABLE_CARE_DAG, timeout_s=600, conf={"cluster": DEMO_CLUSTER, "now": as_of})
+    except AirflowAPIError as exc:
+        print(f"demo: could not run {TABLE_CARE_DAG}: {exc}", file=sys.stderr)
+        state = "not run"
+    _, after = _read_table(lake)
+    return {"state": state, "before": before, "after": after}
 
 
 def _wind_down(
@@ -772,10 +794,18 @@ def _summary(demo: Demo) -> dict[str, Any]:
         "",
         f"records produced {produced_total:,}; consumed (committed offsets) {consumed_total:,}; in the table {in_sink}",
     ]
-    if files is not None:
+    compaction = demo.compaction
+    if compaction is not None and compaction["after"] is not None:
+        b, a = compaction["before"], compaction["after"]
+        lines.append(
+            f"table {lake.identifier}: data files {b.data_files:,} -> {a.data_files:,} after table care "
+            f"({compaction['state']}), median file {b.median_file_bytes:,} -> {a.median_file_bytes:,} bytes, "
+            f"{a.snapshots:,} snapshots"
+        )
+    elif files is not None:
         lines.append(
             f"table {lake.identifier}: {files.data_files:,} data files, median {files.median_file_bytes:,} bytes, "
-            f"{files.snapshots:,} snapshots"
+            f"{files.snapshots:,} snapshots (table care did not run)"
         )
     if backlog:
         lines.append(f"(the consumed records include {backlog:,} that were waiting before the traffic started)")
@@ -810,6 +840,15 @@ def _summary(demo: Demo) -> dict[str, Any]:
         "data_files": None if files is None else files.data_files,
         "median_file_bytes": None if files is None else files.median_file_bytes,
         "snapshots": None if files is None else files.snapshots,
+        "table_care": None
+        if compaction is None or compaction["after"] is None
+        else {
+            "state": compaction["state"],
+            "data_files_before": compaction["before"].data_files,
+            "data_files_after": compaction["after"].data_files,
+            "median_file_bytes_before": compaction["before"].median_file_bytes,
+            "median_file_bytes_after": compaction["after"].median_file_bytes,
+        },
         "exactly_once": exactly_once,
         "decisions": [
             {
