@@ -32,6 +32,7 @@ log = logging.getLogger("lagsched.consume")
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     from lagsched.core.batches import StartFrom
+    from lagsched.core.lake import add_job_arguments
 
     p = argparse.ArgumentParser(prog="consume.py", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--slot", required=True, help="slot name (a stable id is derived from it) or a slot UUID")
@@ -43,15 +44,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--max-records", type=int, default=100_000, help="max records per partition per batch")
     p.add_argument("--min-interval-s", type=float, default=5.0, help="a batch waits this long since the last ...")
     p.add_argument("--min-records", type=int, default=10_000, help="... unless this many records are waiting")
-    p.add_argument(
-        "--warehouse",
-        help="the Iceberg catalog's warehouse: file://, s3a:// or hdfs:// (default: $LAGSCHED_WAREHOUSE, else "
-        "file://$LAGSCHED_HOME/warehouse, LAGSCHED_HOME defaulting to the repository's .local/)",
-    )
-    p.add_argument("--catalog", help="the Iceberg catalog's name (default: lagsched)")
-    p.add_argument("--namespace", help="the table's namespace (default: kafka)")
-    p.add_argument("--table", help="the table's name (default: the cluster's name, . and - as _)")
-    p.add_argument("--s3-endpoint", help="an S3-compatible store's URL for s3a:// warehouses (default: AWS S3)")
+    add_job_arguments(p)
     p.add_argument("--lease-s", type=float, default=60.0, help="claim lease (default: %(default)s)")
     p.add_argument("--heartbeat-s", type=float, default=5.0, help="heartbeat period (default: %(default)s)")
     p.add_argument("--group", help="Kafka consumer group to mirror offsets into (default: lagsched.<cluster>)")
@@ -98,23 +91,12 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     from lagsched.adapters.slots import slot_id_for
     from lagsched.connections import kafka_config, mysql_params, redis_params
     from lagsched.core.batches import StartFrom
-    from lagsched.core.lake import LakeTable, default_warehouse
+    from lagsched.core.lake import from_job_arguments
     from lagsched.core.names import validate_cluster_name
     from lagsched.workflows.consume import ConsumerSettings
 
     cluster = validate_cluster_name(args.cluster)
-    sink = {
-        "warehouse": args.warehouse,
-        "catalog": args.catalog,
-        "namespace": args.namespace,
-        "table": args.table,
-        "s3_endpoint": args.s3_endpoint,
-    }
-    lake = LakeTable.of(
-        cluster,
-        {k: v for k, v in sink.items() if v is not None},
-        default_warehouse=default_warehouse(os.environ, str(Path(__file__).resolve().parents[1] / ".local")),
-    )
+    lake = from_job_arguments(cluster, args, os.environ, str(Path(__file__).resolve().parents[1] / ".local"))
     try:
         slot_id = str(uuid.UUID(args.slot))
     except ValueError:

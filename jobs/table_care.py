@@ -31,11 +31,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--cluster", required=True, help="registry cluster whose table to care for")
     p.add_argument("--settings", help="the lagsched_table_care Variable's JSON (default: the defaults)")
     p.add_argument("--now", help="ISO time to act as of (default: now); tests and benchmarks close partitions with it")
-    p.add_argument("--warehouse", help="as jobs/consume.py")
-    p.add_argument("--catalog", help="as jobs/consume.py")
-    p.add_argument("--namespace", help="as jobs/consume.py")
-    p.add_argument("--table", help="as jobs/consume.py")
-    p.add_argument("--s3-endpoint", help="as jobs/consume.py")
+    from lagsched.core.lake import add_job_arguments
+
+    add_job_arguments(p)
     return p.parse_args(argv)
 
 
@@ -57,7 +55,7 @@ def main(argv: list[str]) -> int:
 def _run(args: argparse.Namespace) -> dict[str, object]:
     from lagsched.adapters import sink, spark
     from lagsched.connections import mysql_params
-    from lagsched.core.lake import LakeTable, default_warehouse
+    from lagsched.core.lake import from_job_arguments
     from lagsched.core.names import validate_cluster_name
     from lagsched.core.table_care import parse_table_care
     from lagsched.workflows.table_care import care_for_table
@@ -67,18 +65,7 @@ def _run(args: argparse.Namespace) -> dict[str, object]:
     now = datetime.fromisoformat(args.now) if args.now else datetime.now(UTC)
     if now.tzinfo is None:
         now = now.replace(tzinfo=UTC)
-    given = {
-        "warehouse": args.warehouse,
-        "catalog": args.catalog,
-        "namespace": args.namespace,
-        "table": args.table,
-        "s3_endpoint": args.s3_endpoint,
-    }
-    lake = LakeTable.of(
-        cluster,
-        {k: v for k, v in given.items() if v is not None},
-        default_warehouse=default_warehouse(os.environ, str(Path(__file__).resolve().parents[1] / ".local")),
-    )
+    lake = from_job_arguments(cluster, args, os.environ, str(Path(__file__).resolve().parents[1] / ".local"))
     mysql = mysql_params()
     conf = sink.catalog_conf(
         lake, jdbc_url=sink.jdbc_url(mysql.host, mysql.port, mysql.database), user=mysql.user, password=mysql.password

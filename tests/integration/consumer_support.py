@@ -277,6 +277,24 @@ class ConsumerHarness:
             slot.kill()
 
 
+def register_catalog(spark: Any, lake: Any, mysql: Any) -> None:
+    """Make ``lake``'s catalog (in ``mysql``'s database) known to a running Spark session.
+
+    Catalogs are looked up by name when first used, so a test registers one of its own at run time;
+    S3A reads the session's Hadoop configuration, set here too for ``s3a://`` warehouses.
+    """
+    from lagsched.adapters.sink import catalog_conf, jdbc_url
+
+    conf = catalog_conf(
+        lake, jdbc_url=jdbc_url(mysql.host, mysql.port, mysql.database), user=mysql.user, password=mysql.password
+    )
+    for key, value in conf.items():
+        if key.startswith(f"spark.sql.catalog.{lake.catalog}"):
+            spark.conf.set(key, value)
+        elif key.startswith("spark.hadoop."):
+            spark._jsc.hadoopConfiguration().set(key.removeprefix("spark.hadoop."), value)
+
+
 def offsets_by_topic(table: Any) -> dict[str, list[tuple[int, int]]]:
     """(partition, offset) pairs per topic, duplicates kept."""
     out: dict[str, list[tuple[int, int]]] = {}
@@ -325,6 +343,7 @@ __all__: Sequence[str] = [
     "latest_offsets",
     "offsets_by_topic",
     "produce",
+    "register_catalog",
     "value_of",
     "wait_until",
 ]

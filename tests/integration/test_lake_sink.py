@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from consumer_support import produce
+from consumer_support import produce, register_catalog
 
 from lagsched.adapters.lake_reader import load_table, read_rows, table_stats
-from lagsched.adapters.sink import BatchRead, IcebergSink, SinkConflictError, catalog_conf, jdbc_url
+from lagsched.adapters.sink import BatchRead, IcebergSink, SinkConflictError
 from lagsched.core.lake import RANGES_PROPERTY, LakeTable, decode_ranges
 
 pytestmark = pytest.mark.integration
@@ -35,17 +35,7 @@ def lake_sink(
     else:
         sink = {"warehouse": (tmp_path / "warehouse").as_uri()}
     lake = LakeTable.of("sink_test", {"catalog": catalog, **sink}, default_warehouse="")
-    conf = catalog_conf(
-        lake,
-        jdbc_url=jdbc_url(empty_mysql_db.host, empty_mysql_db.port, empty_mysql_db.database),
-        user=empty_mysql_db.user,
-        password=empty_mysql_db.password,
-    )
-    for key, value in conf.items():
-        if key.startswith(f"spark.sql.catalog.{catalog}"):
-            spark.conf.set(key, value)
-        elif key.startswith("spark.hadoop."):  # S3A reads the session's Hadoop configuration
-            spark._jsc.hadoopConfiguration().set(key.removeprefix("spark.hadoop."), value)
+    register_catalog(spark, lake, empty_mysql_db)
     yield IcebergSink(spark, kafka_config, lake, properties={"lagsched.slot": "test"})
 
 

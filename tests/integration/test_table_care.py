@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from consumer_support import REPO, TEST_JVM
+from consumer_support import REPO, TEST_JVM, register_catalog
 
 from lagsched.adapters.lake_reader import read_rows
-from lagsched.adapters.sink import BatchRead, IcebergSink, catalog_conf, jdbc_url
+from lagsched.adapters.sink import BatchRead, IcebergSink
 from lagsched.core.lake import LakeTable
 
 pytestmark = pytest.mark.integration
@@ -83,15 +83,7 @@ def lake_with_small_files(
     lake = LakeTable.of(
         "care", {"catalog": catalog, "warehouse": (tmp_path / "warehouse").as_uri()}, default_warehouse=""
     )
-    conf = catalog_conf(
-        lake,
-        jdbc_url=jdbc_url(empty_mysql_db.host, empty_mysql_db.port, empty_mysql_db.database),
-        user=empty_mysql_db.user,
-        password=empty_mysql_db.password,
-    )
-    for key, value in conf.items():
-        if key.startswith(f"spark.sql.catalog.{catalog}"):
-            spark.conf.set(key, value)
+    register_catalog(spark, lake, empty_mysql_db)
     now_hour = int(time.time() // 3600)
     open_hour = now_hour
     hours = [now_hour - 3, now_hour - 2, open_hour]

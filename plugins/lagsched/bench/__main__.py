@@ -34,8 +34,9 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmarks named in `argv` (module names; default: all of `BENCHMARKS`)."""
-    wanted = [(name, args) for name, args in BENCHMARKS if not argv or name in argv]
+    """Run the benchmarks named in `argv` (module names or their last part, ``sink`` for
+    ``lagsched.bench.sink``; default: all of `BENCHMARKS`)."""
+    wanted = [(n, a) for n, a in BENCHMARKS if not argv or n in argv or n.rsplit(".", 1)[-1] in argv]
     failed = []
     for name, args in wanted:
         module = importlib.import_module(name)

@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from collections.abc import Mapping
@@ -35,9 +36,11 @@ __all__ = [
     "TABLE_PROPERTIES",
     "WAREHOUSE_SCHEMES",
     "LakeTable",
+    "add_job_arguments",
     "decode_ranges",
     "default_warehouse",
     "encode_ranges",
+    "from_job_arguments",
     "job_args",
     "table_name_for",
 ]
@@ -186,6 +189,25 @@ def job_args(sink: Mapping[str, str]) -> list[str]:
     ['--warehouse', 's3a://b/lake', '--s3-endpoint', 'http://127.0.0.1:19000']
     """
     return [arg for key in SINK_FIELDS if sink.get(key) for arg in (f"--{key.replace('_', '-')}", sink[key])]
+
+
+def add_job_arguments(parser: argparse.ArgumentParser) -> None:
+    """The Spark jobs' options naming the table (consume.py, table_care.py); `job_args` writes them."""
+    parser.add_argument(
+        "--warehouse",
+        help="the Iceberg catalog's warehouse: file://, s3a:// or hdfs:// (default: $LAGSCHED_WAREHOUSE, else "
+        "file://$LAGSCHED_HOME/warehouse, LAGSCHED_HOME defaulting to the repository's .local/)",
+    )
+    parser.add_argument("--catalog", help=f"the Iceberg catalog's name (default: {DEFAULT_CATALOG})")
+    parser.add_argument("--namespace", help=f"the table's namespace (default: {DEFAULT_NAMESPACE})")
+    parser.add_argument("--table", help="the table's name (default: the cluster's name, . and - as _)")
+    parser.add_argument("--s3-endpoint", help="an S3-compatible store's URL for s3a:// warehouses (default: AWS S3)")
+
+
+def from_job_arguments(cluster: str, args: argparse.Namespace, env: Mapping[str, str], repo_local: str) -> LakeTable:
+    """The table `add_job_arguments`' options name, defaults filled in (`default_warehouse`)."""
+    given = {key: getattr(args, key) for key in SINK_FIELDS if getattr(args, key, None) is not None}
+    return LakeTable.of(cluster, given, default_warehouse=default_warehouse(env, repo_local))
 
 
 def encode_ranges(ranges: Mapping[tuple[str, int], tuple[int, int]]) -> str:
