@@ -2,7 +2,7 @@
 
 Run from the repository root (the local stack must be up)::
 
-    PYTHONPATH=plugins python -m lagsched.bench lagsched.bench.sink   # or -m lagsched.bench.sink
+    PYTHONPATH=plugins python -m lagsched.bench sink   # or -m lagsched.bench.sink
 
 For ``LAGSCHED_BENCH_SINK_S`` seconds (default 600) the demo's traffic profile
 (`lagsched.core.load_profile.demo_profile`, scaled to that duration) is produced into 5 fresh
@@ -10,15 +10,13 @@ topics, the record timestamps replayed faster: spread over the past `REPLAY_HOUR
 of the table's (topic, hour) partitions are closed at the end. Two slots (spark-submit
 ``jobs/consume.py``, as `lagsched.bench.consumer.run_spark` runs it) consume them concurrently into
 one cluster table; once the producer is done and the slots caught up, they are stopped, then one
-maintenance run (``jobs/table_care.py`` if present, else Iceberg's procedures in a Spark child:
-rewrite_data_files on the closed hours, rewrite_manifests, expire_snapshots) while a pyiceberg
-reader scans the table over and over, each scan checked exact.
+maintenance run (``jobs/table_care.py``, the production table care, every hour before it closed)
+while a pyiceberg reader scans the table over and over, each scan checked exact.
 
 Per warehouse (``file``, and ``s3a`` when ``LAGSCHED_S3_ENDPOINT`` is set) writes the figures of
 `measure` into ``bench/results/sink.json``.
 Environment: ``LAGSCHED_BENCH_SINK_PEAK`` (default 2000) the hot topic's peak records/s,
-``LAGSCHED_BENCH_SINK_REDIS_DB`` (default 12) the slots' Redis DB, ``LAGSCHED_BENCH_SINK_CARE``
-(``job``, the default, runs ``jobs/table_care.py`` when it exists; ``procedures`` always ours).
+``LAGSCHED_BENCH_SINK_REDIS_DB`` (default 12) the slots' Redis DB.
 """
 
 from __future__ import annotations
@@ -192,79 +190,28 @@ def partition_files(table: Any) -> dict[tuple[str, int], tuple[int, int]]:
 
 
 def maintain(cluster: str, lake: Any, database: Any, now: datetime) -> dict[str, Any]:
-    """Compaction of the closed hours, manifests, snapshots: ``jobs/table_care.py`` if present, else ours."""
-    care = PLUGINS.parent / "jobs" / "table_care.py"
+    """One run of the production table care (``jobs/table_care.py``) as of ``now``, every hour before
+    it closed; its JSON summary."""
+    from lagsched.adapters.spark import submit_command
+    from lagsched.core.lake import job_args
+
     env = {
         **os.environ,
         **_connection_env(database.database, 0),
         "PYSPARK_PYTHON": sys.executable,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")])),
     }
-    if care.exists() and os.environ.get("LAGSCHED_BENCH_SINK_CARE", "job") == "job":
-        from lagsched.adapters.spark import submit_command
-        from lagsched.core.lake import job_args
-
-        sink = {k: v for k, v in lake.as_dict().items() if v}
-        command = submit_command(str(care), ["--cluster", cluster, "--now", now.isoformat(), *job_args(sink)])
-        tool = "jobs/table_care.py"
-    else:
-        command = [
-            sys.executable,
-            "-m",
-            "lagsched.bench.sink",
-            "--maintain",
-            json.dumps(lake.as_dict()),
-            now.isoformat(),
-        ]
-        tool = "bench.sink Iceberg procedures"
-    started = time.time()
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=3600, check=False)  # noqa: S603
-    if done.returncode != 0:
-        raise RuntimeError(f"maintenance exited {done.returncode}: {done.stderr[-3000:]}")
-    # The last JSON object line on stdout (log lines may follow it).
-    summary: dict[str, Any] = json.loads(next(x for x in reversed(done.stdout.splitlines()) if x.startswith("{")))
-    # table_care.py does not time its steps apart: its whole run (JVM start included) stands for compaction.
-    summary.setdefault("compaction", {"t_start": started, "t_end": time.time(), "whole_run": True})
-    return {"tool": tool, **summary}
-
-
-def maintain_in_spark(lake_dict: Mapping[str, Any], now: str) -> dict[str, Any]:
-    """The child: Iceberg's procedures in a local Spark session; timings (unix times) and results."""
-    from lagsched.adapters import sink, spark
-    from lagsched.connections import mysql_params
-    from lagsched.core.lake import LakeTable
-
-    lake = LakeTable(**lake_dict)
-    mysql = mysql_params()
-    conf = sink.catalog_conf(
-        lake, jdbc_url=sink.jdbc_url(mysql.host, mysql.port, mysql.database), user=mysql.user, password=mysql.password
+    settings = json.dumps({"closed_after_minutes": 0, "target_file_mb": TARGET_FILE_BYTES // 2**20})
+    sink = {k: v for k, v in lake.as_dict().items() if v}
+    argv = ["--cluster", cluster, "--now", now.isoformat(), "--settings", settings, *job_args(sink)]
+    care = PLUGINS.parent / "jobs" / "table_care.py"
+    done = subprocess.run(  # noqa: S603 - our own spark-submit argv
+        submit_command(str(care), argv), env=env, capture_output=True, text=True, timeout=3600, check=False
     )
-    session = spark.session("lagsched-bench-sink-care", conf=conf)
-    hour = datetime.fromisoformat(now).replace(minute=0, second=0, microsecond=0)
-    closed = hour.strftime("%Y-%m-%d %H:%M:%S")
-    name = f"{lake.namespace}.{lake.table}"
-    out: dict[str, Any] = {}
-    try:
-        started = time.time()
-        row = session.sql(
-            f"CALL {lake.catalog}.system.rewrite_data_files(table => '{name}', "
-            f"where => \"`timestamp` < TIMESTAMP '{closed}'\", "
-            f"options => map('target-file-size-bytes','{TARGET_FILE_BYTES}','min-input-files','2'))"
-        ).collect()[0]
-        out["compaction"] = {"t_start": started, "t_end": time.time(), **row.asDict()}
-        started = time.time()
-        row = session.sql(f"CALL {lake.catalog}.system.rewrite_manifests(table => '{name}')").collect()[0]
-        out["manifests"] = {"s": round(time.time() - started, 3), **row.asDict()}
-        started = time.time()
-        row = session.sql(
-            f"CALL {lake.catalog}.system.expire_snapshots(table => '{name}', "
-            f"older_than => TIMESTAMP '{datetime.fromtimestamp(out['compaction']['t_start'], UTC):%Y-%m-%d %H:%M:%S}', "
-            "retain_last => 1)"
-        ).collect()[0]
-        out["expire"] = {"s": round(time.time() - started, 3), **row.asDict()}
-    finally:
-        session.stop()
-    return out
+    if done.returncode != 0:
+        raise RuntimeError(f"table care exited {done.returncode}: {(done.stdout + done.stderr)[-3000:]}")
+    # The last JSON line on stdout (spark-submit may log after it).
+    return dict(json.loads(next(x for x in reversed(done.stdout.splitlines()) if x.startswith("{"))))
 
 
 def reader_loop(
@@ -381,8 +328,8 @@ def measure(warehouse: str, s3_endpoint: str | None, duration_s: int, peak: floa
         after = table_stats(lake, database)
         closed_hour = int(now.timestamp()) // 3600
         parts = {k: v for k, v in partition_files(load_table(lake, database)).items() if k[1] < closed_hour}
-        comp = care.get("compaction", {})
-        overlapped = [s for s in scans if s["t_start"] < comp.get("t_end", 0) and s["t_end"] > comp.get("t_start", 0)]
+        comp = care["compaction"]
+        overlapped = [s for s in scans if s["t_start"] < comp["finished_unix"] and s["t_end"] > comp["started_unix"]]
         ok_after, _, _ = exact(read_rows(lake, database), ends)
         return {
             "warehouse": warehouse,
@@ -400,7 +347,7 @@ def measure(warehouse: str, s3_endpoint: str | None, duration_s: int, peak: floa
             "max_files_per_partition_target": 1.5,
             "commit_s_p50": round(percentile(commit_s, 0.5), 4),
             "commit_s_p99": round(percentile(commit_s, 0.99), 4),
-            "compaction_s": round(comp.get("t_end", 0) - comp.get("t_start", 0), 3),
+            "compaction_s": comp["seconds"],
             "exactly_once_during_compaction": bool(overlapped) and all(s["exact"] for s in overlapped),
             "scans_during_compaction": len(overlapped),
             "scans_during_maintenance": len(scans),
@@ -423,14 +370,10 @@ def measure(warehouse: str, s3_endpoint: str | None, duration_s: int, peak: floa
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lagsched.bench.sink", description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--out", default=DEFAULT_OUT)
-    parser.add_argument("--maintain", nargs=2, help=argparse.SUPPRESS)  # internal: the maintenance child
     args = parser.parse_args(argv)
     from lagsched.bench.consumer import _use_local_stack
 
     _use_local_stack()
-    if args.maintain:
-        print(json.dumps(maintain_in_spark(json.loads(args.maintain[0]), args.maintain[1]), default=str))
-        return 0
     duration_s = env_int(os.environ, "LAGSCHED_BENCH_SINK_S", DEFAULT_S, minimum=30)
     peak = float(env_int(os.environ, "LAGSCHED_BENCH_SINK_PEAK", 2000))
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
