@@ -505,15 +505,16 @@ def run_raw(bootstrap: Mapping[str, Any], topic: str, expected: Mapping[int, int
 
 
 def _use_local_stack() -> None:
-    """Connections and Spark's connector jars of the local stack, unless the environment has them."""
+    """Connections, Spark's jars and the S3 API server of the local stack, unless the environment has them."""
     from lagsched.bench import use_local_stack_connections
+    from lagsched.stack.config import load
+    from lagsched.stack.environment import s3_environment, spark_jars
 
     use_local_stack_connections()
     if not os.environ.get("LAGSCHED_SPARK_JARS"):
-        from lagsched.stack.config import load
-        from lagsched.stack.environment import spark_jars
-
         os.environ["LAGSCHED_SPARK_JARS"] = ",".join(str(p) for p in spark_jars(load()))
+    for key, value in s3_environment(load()).items():
+        os.environ.setdefault(key, value)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

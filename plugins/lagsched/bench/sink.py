@@ -397,7 +397,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "load": "demo_profile (5 topics) scaled to duration_s, timestamps replayed over the past "
             f"{REPLAY_HOURS} h, hot topic peak {peak:.0f} records/s",
             "slots": SLOTS,
-            "maintenance": "rewrite_data_files on closed hours, rewrite_manifests, expire_snapshots",
+            "maintenance": "jobs/table_care.py as of the end, every earlier hour closed",
             "targets": {"max_files_per_partition_after": 1.5},
         },
         "duration_s": duration_s,
