@@ -22,6 +22,8 @@ JOB = REPO / "jobs" / "consume.py"
 #: Test runs are short: the C1 compiler alone and the serial GC start a JVM on half the CPU, which
 #: matters when three slots and the services share two cores. Production runs keep the defaults.
 TEST_JVM = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+#: The lake table's columns (docs/lake.md).
+TABLE_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
 
 
 def produce(
@@ -214,8 +216,9 @@ class ConsumerHarness:
             args += ["--s3-endpoint", lake.s3_endpoint]
         return args
 
-    def sink_table(self, columns: tuple[str, ...] = ("topic", "partition", "offset")) -> Any:
-        """The table's rows as pyiceberg reads them (empty before any slot created the table)."""
+    def sink_table(self, columns: tuple[str, ...] = TABLE_COLUMNS) -> Any:
+        """The table's rows as pyiceberg reads them, every column by default (empty before any slot
+        created the table)."""
         from pyiceberg.exceptions import NoSuchTableError
 
         from lagsched.adapters.lake_reader import read_rows
