@@ -731,13 +731,27 @@ class S3Proxy(Service):
                 "jclouds.provider=filesystem\n"
                 f"jclouds.filesystem.basedir={self.cfg.home / 's3'}\n"
             )
+        # S3Proxy's jar from Maven Central carries no logback.xml, and logback's default is DEBUG for
+        # everything: every request's Jetty internals, 400 MB of log in an hour of tests. Warnings only.
+        self.logback_conf.write_text(
+            "<configuration>\n"
+            '  <appender name="out" class="ch.qos.logback.core.ConsoleAppender">\n'
+            "    <encoder><pattern>%d{ISO8601} %-5level [%thread] %logger{36} - %msg%n</pattern></encoder>\n"
+            "  </appender>\n"
+            '  <root level="WARN"><appender-ref ref="out"/></root>\n'
+            "</configuration>\n"
+        )
+
+    @property
+    def logback_conf(self) -> Path:
+        return self.cfg.run / "s3proxy-logback.xml"
 
     def command(self) -> list[str]:
         jars = self.cfg.jars / "s3proxy"
         if not any(jars.glob("s3proxy-*.jar")):
             raise ServiceError(f"S3Proxy's jars are missing from {jars}; run `make deps`")
         return [
-            java_binary(), "-Xmx256m", "-XX:TieredStopAtLevel=1", "-DLOG_LEVEL=warn",
+            java_binary(), "-Xmx256m", "-XX:TieredStopAtLevel=1", f"-Dlogback.configurationFile={self.logback_conf}",
             "-cp", f"{jars}/*", "org.gaul.s3proxy.Main", "--properties", str(self.cfg.run / "s3proxy.properties"),
         ]  # fmt: skip
 
