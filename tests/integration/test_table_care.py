@@ -4,6 +4,8 @@ The table gets many small files in closed hours and a few in an hour still open,
 one run must compact the closed hours to the target (files per partition within 1.5 x what their
 bytes need), leave the open hour alone, keep every row once, expire snapshots and delete only old
 orphans, while a pyiceberg reader scanning the table over and over sees every record once each time.
+A closed hour holding a target-sized file and a small late one (which Iceberg's bin-pack leaves as
+two files) is rewritten whole.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import pytest
 from consumer_support import REPO, TEST_JVM, register_catalog
 
 from lagsched.adapters.lake_reader import read_rows
-from lagsched.adapters.sink import BatchRead, IcebergSink
+from lagsched.adapters.sink import BatchRead, IcebergSink, ensure_table
 from lagsched.core.lake import LakeTable
 
 pytestmark = pytest.mark.integration
@@ -128,11 +130,12 @@ def test_one_run_compacts_closed_hours_expires_snapshots_and_deletes_old_orphans
     before = data_files(spark, lake)
     assert all(n == 12 for n in before.values()), before  # 6 batches x 2 partitions per hour
     data_dir = Path(lake.warehouse.removeprefix("file://")) / "kafka" / "care" / "data"
-    old_orphan, young_orphan = data_dir / "old-orphan.parquet", data_dir / "young-orphan.parquet"
-    for orphan in (old_orphan, young_orphan):
+    # Ages against the 26 h bound: 48 h (deleted), 25 h (kept: the run's `now` is 2 h ahead, but the
+    # bound counts from the real clock) and new (kept).
+    orphans = {age: data_dir / f"orphan-{age}h.parquet" for age in (48, 25, 0)}
+    for age, orphan in orphans.items():
         orphan.write_bytes(b"not referenced by any snapshot")
-    two_days_ago = time.time() - 2 * 86_400
-    os.utime(old_orphan, (two_days_ago, two_days_ago))
+        os.utime(orphan, (time.time() - age * 3600, time.time() - age * 3600))
 
     scanner = Scanner(lake, empty_mysql_db)
     scanner.start()
@@ -152,19 +155,26 @@ def test_one_run_compacts_closed_hours_expires_snapshots_and_deletes_old_orphans
     closed = {h: n for h, n in after.items() if h != open_hour}
     assert all(n == 1 for n in closed.values()), after  # each closed hour: far below the target, one file
     assert after[open_hour] == before[open_hour], "the open hour was compacted"
+    assert compaction["max_files_per_partition_before"] == 12.0
     assert compaction["max_files_per_partition_after"] <= 1.5
     assert (compaction["files_before"], compaction["files_after"]) == (36, 12 + 2)
+    assert compaction["rewritten_files"] == 24 and compaction["rewritten_whole"] == []
+    assert compaction["bytes_before"] > 0 and compaction["bytes_after"] > 0 and compaction["seconds"] > 0
     table = read_rows(lake, empty_mysql_db)
     keys = set(zip(*(table.column(c).to_pylist() for c in ("topic", "partition", "offset")), strict=True))
     assert table.num_rows == len(keys) == records
-    assert summary["expire_snapshots"]["snapshots_left"] == 2
-    assert not old_orphan.exists() and young_orphan.exists()
+    expire = summary["expire_snapshots"]
+    assert expire["snapshots_left"] == 2 and expire["snapshots_before"] > 2  # everything older than 1 h, but 2
+    # Partial progress commits each hour's file group on its own (2 groups, max-commits 10): the kept
+    # snapshots are those two commits, and the first still holds the second hour's small files.
+    assert expire["deleted_data_files"] == 12
+    assert {age: f.exists() for age, f in orphans.items()} == {48: False, 25: True, 0: True}
     assert summary["orphans"]["deleted"] == 1
 
     # Every scan saw every record once, also those that ran while the rewrite was committing.
     assert scanner.scans and all(rows == distinct == records for _, _, rows, distinct in scanner.scans), scanner.scans
     overlapping = [s for s in scanner.scans if s[0] < compaction["finished_unix"] and s[1] > compaction["started_unix"]]
-    assert overlapping, (compaction, scanner.scans[:3])
+    assert len(overlapping) >= 3, (compaction, scanner.scans[:3])
     print(
         "\ntable care:", json.dumps({"scans": len(scanner.scans), "during_compaction": len(overlapping), **compaction})
     )
@@ -189,3 +199,55 @@ def test_a_malformed_settings_variable_fails_the_run_naming_the_field_and_change
     failed = [ln for ln in output if ln.startswith("lagsched table care: FAILED")]
     assert failed and "target_file_mb = 0" in failed[-1], output[-20:]
     assert data_files(spark, lake) == before
+
+
+def write_rows(spark: Any, lake: LakeTable, topic: str, hour: int, offsets: range) -> None:
+    """One data file of ``offsets`` (partition 0) in ``hour``, written by Spark through the catalog.
+
+    Values are 896 random bytes (hashes), so the file's size follows the row count (no compression).
+    """
+    from pyspark.sql import functions as F
+
+    value = "unhex(concat_ws('', transform(sequence(1, 28), i -> sha2(cast(id * 100 + i AS STRING), 256))))"
+    df = spark.range(offsets.start, offsets.stop).select(
+        F.lit(topic).alias("topic"),
+        F.lit(0).cast("int").alias("partition"),
+        F.col("id").alias("offset"),
+        F.timestamp_seconds(F.lit(hour * 3600) + F.col("id") % 3600).alias("timestamp"),
+        F.lit(None).cast("binary").alias("key"),
+        F.expr(value).alias("value"),
+        F.lit(None).cast("array<struct<key:string,value:binary>>").alias("headers"),
+    )
+    df.coalesce(1).writeTo(lake.identifier).append()
+
+
+def test_a_closed_hour_the_bin_pack_leaves_at_two_files_is_rewritten_whole(
+    spark: Any, empty_mysql_db: Any, tmp_path: Path
+) -> None:
+    catalog = f"t_{uuid.uuid4().hex[:8]}"
+    lake = LakeTable.of(
+        "care", {"catalog": catalog, "warehouse": (tmp_path / "warehouse").as_uri()}, default_warehouse=""
+    )
+    register_catalog(spark, lake, empty_mysql_db)
+    ensure_table(spark, lake)
+    hour = int(time.time() // 3600) - 5
+    # Hour A: a file near the 1 MiB target (0.75-1.8 x: the bin-pack never picks it) and a small late
+    # one: two files where one would do. Hour B: three small files, the bin-pack's own case.
+    write_rows(spark, lake, "a", hour, range(0, 950))
+    write_rows(spark, lake, "a", hour, range(950, 970))
+    for start in (0, 10, 20):
+        write_rows(spark, lake, "b", hour, range(start, start + 10))
+    files = spark.sql(f"SELECT partition.topic AS topic, file_size_in_bytes AS size FROM {lake.identifier}.files")
+    sizes = {(r["topic"], r["size"]) for r in files.collect()}
+    assert any(t == "a" and 0.75 * 2**20 < size < 2**20 for t, size in sizes), sizes
+
+    summary = run_job(empty_mysql_db, lake, "--settings", json.dumps({"target_file_mb": 1}))
+
+    compaction = summary["compaction"]
+    assert compaction["max_files_per_partition_before"] == 3.0
+    assert compaction["rewritten_whole"] == [f"a@{datetime.fromtimestamp(hour * 3600, UTC):%Y-%m-%dT%H}"]
+    assert (compaction["files_before"], compaction["files_after"]) == (5, 2)
+    assert compaction["max_files_per_partition_after"] == 1.0
+    rows = spark.sql(f"SELECT topic, count(*) AS n, count(DISTINCT offset) AS d FROM {lake.identifier} GROUP BY 1")
+    assert {(r["topic"], r["n"], r["d"]) for r in rows.collect()} == {("a", 970, 970), ("b", 30, 30)}
+    print("\ntable care, whole rewrite:", json.dumps(compaction))

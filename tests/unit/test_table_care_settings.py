@@ -1,13 +1,22 @@
-"""Table care settings (the Variable lagsched_table_care) and closed partitions: pure rules."""
+"""Table care settings (the Variable lagsched_table_care), closed partitions, files per target and the
+orphan bound: pure rules."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from lagsched.core.errors import ConfigError
-from lagsched.core.table_care import TableCareSettings, closed_before, parse_table_care
+from lagsched.core.table_care import (
+    MAX_FILES_PER_TARGET,
+    TableCareSettings,
+    closed_before,
+    files_per_target,
+    orphan_cutoff,
+    parse_table_care,
+    partitions_over,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -56,3 +65,25 @@ def test_an_hour_is_closed_once_it_ended_long_enough_ago() -> None:
     assert closed_before(at, 10) == datetime(2026, 11, 25, 9, tzinfo=UTC)  # 09:00-10:00 ended 9 min ago: open
     assert closed_before(at.replace(minute=10), 10) == datetime(2026, 11, 25, 10, tzinfo=UTC)
     assert closed_before(at, 0) == datetime(2026, 11, 25, 10, tzinfo=UTC)
+
+
+def test_files_per_target_counts_files_against_what_the_bytes_need() -> None:
+    mib = 1024 * 1024
+    assert files_per_target([], mib) == 0.0
+    assert files_per_target([10, 10, 10], mib) == 3.0  # three small files where one would do
+    assert files_per_target([mib, mib, mib // 2], mib) == 1.0  # 2.5 MiB needs 3 files
+    assert files_per_target([900_000, 20_000], mib) == 2.0  # the bin-pack's blind spot
+
+
+def test_partitions_over_the_limit_are_the_ones_to_rewrite_whole() -> None:
+    mib = 1024 * 1024
+    partitions = {("a", 1): [900_000, 20_000], ("a", 2): [mib, mib, 1000], ("b", 1): [mib // 2, 5], ("b", 2): [5]}
+    assert partitions_over(partitions, mib) == [("a", 1), ("b", 1)]
+    assert partitions_over(partitions, mib, limit=2.0) == []
+    assert MAX_FILES_PER_TARGET == 1.5
+
+
+def test_the_orphan_bound_counts_from_the_real_clock_when_now_is_ahead() -> None:
+    real = datetime(2026, 11, 25, 10, tzinfo=UTC)
+    assert orphan_cutoff(real + timedelta(hours=2), real, 24) == real - timedelta(hours=24)
+    assert orphan_cutoff(real - timedelta(hours=2), real, 24) == real - timedelta(hours=26)  # a past now: further back

@@ -14,21 +14,38 @@ Example:
     >>> from datetime import datetime, UTC
     >>> closed_before(datetime(2026, 11, 25, 10, 5, tzinfo=UTC), 10).isoformat()
     '2026-11-25T09:00:00+00:00'
+    >>> files_per_target([1_000, 2_000, 3_000], 128 * 1024 * 1024)  # 3 files where 1 would do
+    3.0
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from lagsched.core.errors import ConfigError
 
-__all__ = ["TABLE_CARE_VARIABLE", "TableCareSettings", "closed_before", "parse_table_care"]
+__all__ = [
+    "MAX_FILES_PER_TARGET",
+    "TABLE_CARE_VARIABLE",
+    "TableCareSettings",
+    "closed_before",
+    "files_per_target",
+    "orphan_cutoff",
+    "parse_table_care",
+    "partitions_over",
+]
 
 TABLE_CARE_VARIABLE = "lagsched_table_care"
+#: After a run, no closed partition holds more than this many files per file its bytes need
+#: (`files_per_target`); a partition above it after the bin-pack is rewritten whole.
+MAX_FILES_PER_TARGET = 1.5
+
+K = TypeVar("K")
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,3 +142,42 @@ def closed_before(now: datetime, closed_after_minutes: int) -> datetime:
     ``closed_after_minutes`` before ``now`` are closed."""
     edge = now - timedelta(minutes=closed_after_minutes)
     return edge.replace(minute=0, second=0, microsecond=0)
+
+
+def files_per_target(file_sizes: Sequence[int], target_bytes: int) -> float:
+    """A partition's data files divided by the files its bytes need: ``ceil(bytes / target)`` (at least 1).
+
+    >>> files_per_target([100, 100], 1000), files_per_target([900, 900, 900], 1000)
+    (2.0, 1.0)
+    """
+    if not file_sizes:
+        return 0.0
+    return len(file_sizes) / max(1, math.ceil(sum(file_sizes) / target_bytes))
+
+
+def partitions_over(
+    partitions: Mapping[K, Sequence[int]], target_bytes: int, limit: float = MAX_FILES_PER_TARGET
+) -> list[K]:
+    """The partitions (keys of file sizes) holding more than ``limit`` files per file their bytes need.
+
+    Iceberg's bin-pack leaves these behind: it only picks files outside 0.75-1.8 x the target and
+    only groups of two or more, so a target-sized file next to one small late file stays two files.
+
+    >>> partitions_over({"a": [900, 10], "b": [900], "c": [10, 10, 10]}, 1000)
+    ['a', 'c']
+    """
+    return [key for key, sizes in partitions.items() if files_per_target(sizes, target_bytes) > limit]
+
+
+def orphan_cutoff(now: datetime, wall_clock: datetime, orphan_min_age_hours: float) -> datetime:
+    """Files no snapshot references are deleted when last modified before this.
+
+    Measured from the earlier of the run's ``now`` and the real clock: a ``now`` in the future (to
+    close the current hour) must never make a batch's written, not yet committed files look old.
+
+    >>> from datetime import datetime, UTC
+    >>> real, ahead = datetime(2026, 11, 25, 10, tzinfo=UTC), datetime(2026, 11, 25, 12, tzinfo=UTC)
+    >>> orphan_cutoff(ahead, real, 24).isoformat()
+    '2026-11-24T10:00:00+00:00'
+    """
+    return min(now, wall_clock) - timedelta(hours=orphan_min_age_hours)
