@@ -724,7 +724,7 @@ class S3Proxy(Service):
         with os.fdopen(fd, "w") as fh:
             fh.write(
                 f"s3proxy.endpoint={self.endpoint}\n"
-                "s3proxy.authorization=aws-v2-or-v4\n"
+                "s3proxy.authorization=aws-v4\n"
                 f"s3proxy.identity={secret['LAGSCHED_S3_ACCESS_KEY']}\n"
                 f"s3proxy.credential={secret['LAGSCHED_S3_SECRET_KEY']}\n"
                 "s3proxy.ignore-unknown-headers=true\n"
