@@ -54,11 +54,11 @@ def main(argv: list[str]) -> int:
 
 def _run(args: argparse.Namespace) -> dict[str, object]:
     from lagsched.adapters import sink, spark
+    from lagsched.adapters.table_care import care_for_table
     from lagsched.connections import mysql_params
     from lagsched.core.lake import from_job_arguments
     from lagsched.core.names import validate_cluster_name
     from lagsched.core.table_care import parse_table_care
-    from lagsched.workflows.table_care import care_for_table
 
     cluster = validate_cluster_name(args.cluster)
     settings = parse_table_care(args.settings)
