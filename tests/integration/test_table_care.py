@@ -175,9 +175,7 @@ def test_one_run_compacts_closed_hours_expires_snapshots_and_deletes_old_orphans
     assert scanner.scans and all(rows == distinct == records for _, _, rows, distinct in scanner.scans), scanner.scans
     overlapping = [s for s in scanner.scans if s[0] < compaction["finished_unix"] and s[1] > compaction["started_unix"]]
     assert len(overlapping) >= 3, (compaction, scanner.scans[:3])
-    print(
-        "\ntable care:", json.dumps({"scans": len(scanner.scans), "during_compaction": len(overlapping), **compaction})
-    )
+    print("\ntable care:", json.dumps({"scans": len(scanner.scans), "during_compaction": len(overlapping), **summary}))
 
 
 def test_a_malformed_settings_variable_fails_the_run_naming_the_field_and_changes_nothing(
