@@ -20,16 +20,21 @@ from confluent_kafka import Message
 
 from lagsched.bench.consumer import (
     CpuSnapshot,
+    Knobs,
     batch_ranges,
     check_sink,
     cpu_usage,
     env_int,
+    knobs_from,
     max_records_per_partition,
     parse_event_log,
     parse_stats,
     reader_order,
     spark_figures,
+    steady_from,
     summarize,
+    thread_group,
+    window_cpu,
 )
 from lagsched.bench.raw_consumer import SCHEMA, PartitionFiles, batch_arrays, file_name, runs
 
@@ -260,7 +265,7 @@ def stats_lines(batches: list[tuple[int, float, float]], ready: float = 3.0) -> 
                 "n": i + 1,
                 "records": r,
                 "read_s": w * 0.9,
-                "write_s": w * 0.05,
+                "table_commit_s": w * 0.05,
                 "commit_s": w * 0.01,
                 "wall_s": w,
                 "t_end": t,
@@ -279,8 +284,28 @@ def test_spark_figures_exclude_the_first_batch_and_count_gaps_between_batches() 
     assert (f["steady_records"], f["steady_wall_s"], f["records_per_s"]) == (1200, 6.0, 200.0)
     assert f["steady_batch_wall_s"] == 4.0 and f["batches"] == 3
     assert f["steady_between_batches_s"] == 2.0  # the driver's loop between batches
-    assert (f["steady_spark_job_s"], f["steady_rename_s"]) == (3.6, 0.2)
+    assert (f["steady_spark_job_s"], f["steady_table_commit_s"]) == (3.6, 0.2)
     assert stats.records == 1800
+
+
+def test_spark_figures_start_the_steady_state_after_the_slots_first_minute() -> None:
+    # Batch 1 starts at 100 (cold: 20 s), then 10 s batches back to back, 1 s apart.
+    batches = [(1000, 20.0, 120.0)] + [(1000, 10.0, 120.0 + 11.0 * i) for i in range(1, 20)]
+    f = spark_figures(parse_stats(stats_lines(batches)), warmup_s=60.0)
+    # Batch n (n >= 2) runs from 99 + 11 n to 109 + 11 n: batch 5 starts at 154 (54 s after 100: not
+    # yet), batch 6 at 165 (65 s): the steady state is batches 6..20, from batch 5's end (164) to 329.
+    assert (f["steady_from_batch"], f["steady_after_s"]) == (6, 64.0)
+    assert (f["steady_records"], f["steady_wall_s"]) == (15_000, 165.0)
+    assert f["records_per_s"] == round(15_000 / 165.0, 1)
+    assert f["warmup_records_per_s"] == round(5000 / 64.0, 1)
+    assert f["consumed_s"] == 229.0 and f["first_batch_records_per_s"] == 50.0
+
+
+def test_steady_from_falls_back_to_the_second_batch_on_a_short_run() -> None:
+    batches = [{"t_end": 10.0, "wall_s": 10.0}, {"t_end": 20.0, "wall_s": 10.0}]
+    assert steady_from(batches, 60.0) == 1
+    assert steady_from(batches, 0.0) == 1
+    assert steady_from([], 60.0) == 0
 
 
 def test_spark_figures_of_a_single_batch_have_no_steady_state() -> None:
@@ -314,7 +339,9 @@ def test_summarize_reports_the_run_with_the_lowest_ratio_consistently() -> None:
     assert s["ratio"] == round(s["spark_records_per_s"] / s["raw_records_per_s"], 3)
     assert s["spark_first_batch_records_per_s"] == 50.0 and s["spark_startup_s"] == 12.0
     assert s["spread"]["spark_records_per_s"] == {"min": 100.0, "median": 260.0, "max": 300.0}
-    assert s["target"] == {"ratio": 1.0, "met": False}
+    assert s["target"] == {"ratio": 1.2, "ratio_met": False, "first_batch_vs_steady": 0.5, "first_batch_met": True}
+    assert s["spark_vs_perf_test"] == 0.3  # 240 / 800
+    assert s["first_batch_vs_steady"] == 0.5  # the lowest first batch (50) over the lowest steady rate (100)
     assert list(s)[:7] == [
         "records",
         "spark_records_per_s",
@@ -325,6 +352,28 @@ def test_summarize_reports_the_run_with_the_lowest_ratio_consistently() -> None:
         "spark_startup_s",
     ]
     assert s["runs"] == runs
+
+
+def test_knobs_come_from_the_environment() -> None:
+    assert knobs_from({}) == Knobs()
+    k = knobs_from({"LAGSCHED_BENCH_CONSUMER_RECORDS": "2000", "LAGSCHED_BENCH_PARTITIONS": "4, 12",
+                    "LAGSCHED_BENCH_WARMUP_S": "0", "LAGSCHED_BENCH_JFR": "1"})  # fmt: skip
+    assert (k.records, k.partitions, k.warmup_s, k.jfr) == (2000, (4, 12), 0, True)
+
+
+def test_thread_groups_and_the_cores_each_kept_busy() -> None:
+    assert thread_group("Executor task l") == "spark task threads"
+    assert thread_group("C1 CompilerThre") == "JIT C1"
+    samples = [
+        (0.0, {"spark task threads": 0.0, "GC": 0.0, "broker": 0.0, "machine busy": 0.0}),
+        (1.0, {"spark task threads": 9.0, "GC": 9.0, "broker": 9.0, "machine busy": 9.0}),  # outside the window
+        (5.0, {"spark task threads": 10.0, "GC": 1.0, "broker": 2.0, "machine busy": 16.0}),
+        (15.0, {"spark task threads": 25.0, "GC": 2.0, "broker": 3.0, "machine busy": 36.0}),
+    ]
+    w = window_cpu(samples, 2.0, 20.0)
+    assert w["seconds"] == 10.0
+    assert w["cores"] == {"spark task threads": 1.5, "GC": 0.1, "broker": 0.1, "others": 0.3, "machine busy": 2.0}
+    assert window_cpu(samples, 14.0, 20.0) == {"seconds": 0.0, "cores": {}}
 
 
 def test_reader_order_puts_each_reader_first_in_turn() -> None:
@@ -375,7 +424,6 @@ def test_parse_event_log_sums_tasks_and_jobs_per_group_and_ignores_untagged_jobs
         "read": {"jobs": 2, "job_wall_s": 2.5, "task_run_s": 2.9, "task_cpu_s": 0.85, "gc_s": 0.1},
         "job": {"jobs": 1, "job_wall_s": 3.0, "task_run_s": 2.5, "task_cpu_s": 2.0, "gc_s": 0.3},
     }
-
 
 
 def test_file_names_sort_by_partition_then_offset() -> None:

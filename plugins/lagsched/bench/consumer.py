@@ -43,13 +43,20 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_OUT = "bench/results/consumer.json"
-DEFAULT_RECORDS = 3_000_000
+DEFAULT_RECORDS = 30_000_000
 DEFAULT_DRAWS = 3
-PARTITION_COUNTS = (4, 12)
+DEFAULT_PARTITIONS = (12,)
 VALUE_BYTES = 100
-#: Batches per Spark run (the first is reported on its own, the rest are the steady state); the
-#: job's --max-records is the per-partition share of one batch.
-SPARK_BATCHES = 5
+#: The job's --max-records default (records of one partition per batch): the raw consumer cuts its
+#: files there too, so both write the same files.
+JOB_MAX_RECORDS = 100_000
+#: The slot's first minute is its warm-up; the steady state is the rest (issue 16).
+DEFAULT_WARMUP_S = 60
+#: A long-lived slot's steady state: the job must consume at least this long (warm-up included),
+#: else the run says so (``long_lived``: false) and more records are needed.
+MIN_CONSUME_S = 180.0
+#: Steady batches the phase passes time (after one warm-up batch).
+PHASE_BATCHES = 8
 #: The repository's plugins/ folder (the job needs the package on its PYTHONPATH).
 PLUGINS = Path(__file__).resolve().parents[2]
 #: Where each run's own sink folder goes (disk-backed, unlike /tmp on many machines); the folders
@@ -103,6 +110,34 @@ def records_per_s(records: int, seconds: float) -> float:
 
 
 @dataclass(frozen=True, slots=True)
+class Knobs:
+    """The benchmark's size and options (`knobs_from`)."""
+
+    records: int = DEFAULT_RECORDS
+    draws: int = DEFAULT_DRAWS
+    partitions: tuple[int, ...] = DEFAULT_PARTITIONS
+    warmup_s: float = DEFAULT_WARMUP_S
+    jfr: bool = False
+
+
+def knobs_from(env: Mapping[str, str]) -> Knobs:
+    """The knobs from ``LAGSCHED_BENCH_CONSUMER_RECORDS``, ``..._DRAWS``, ``..._PARTITIONS`` (comma separated),
+    ``..._WARMUP_S`` and ``..._JFR``.
+
+    >>> knobs_from({"LAGSCHED_BENCH_PARTITIONS": "4,12", "LAGSCHED_BENCH_DRAWS": "1"})
+    Knobs(records=30000000, draws=1, partitions=(4, 12), warmup_s=60, jfr=False)
+    """
+    parts = tuple(int(p) for p in env.get("LAGSCHED_BENCH_PARTITIONS", "").replace(" ", "").split(",") if p)
+    return Knobs(
+        records=env_int(env, "LAGSCHED_BENCH_CONSUMER_RECORDS", DEFAULT_RECORDS),
+        draws=env_int(env, "LAGSCHED_BENCH_DRAWS", DEFAULT_DRAWS),
+        partitions=parts or DEFAULT_PARTITIONS,
+        warmup_s=env_int(env, "LAGSCHED_BENCH_WARMUP_S", DEFAULT_WARMUP_S, minimum=0),
+        jfr=env.get("LAGSCHED_BENCH_JFR", "") not in ("", "0"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class SparkStats:
     """What the job's stats file says about one run."""
 
@@ -145,12 +180,39 @@ def parse_stats(lines: Iterable[str]) -> SparkStats:
     return SparkStats(spark_ready_s=ready, batches=batches, stopped=stopped)
 
 
-def spark_figures(stats: SparkStats) -> dict[str, Any]:
-    """Startup, first-batch and steady-state figures of one job run.
+def batch_start(batch: Mapping[str, Any]) -> float:
+    """A batch's start (unix seconds) from its stats line: its end minus its wall time."""
+    return float(batch["t_end"]) - float(batch["wall_s"])
 
-    ``startup_s`` is the process start to SparkSession ready plus the first batch's start (the time
-    before any record is read); the steady state is the records of batches 2.. over the wall time
-    from the first batch's end to the last batch's end (so the gaps between batches count).
+
+def steady_from(batches: Sequence[Mapping[str, Any]], warmup_s: float) -> int:
+    """The index of the first steady batch: the first to start `warmup_s` or more after batch 1 started.
+
+    A run too short to have one falls back to batch 2 (index 1), the old "all but the first batch".
+
+    >>> b = [{"t_end": 10.0, "wall_s": 10.0}, {"t_end": 40.0, "wall_s": 30.0}, {"t_end": 70.0, "wall_s": 30.0},
+    ...      {"t_end": 80.0, "wall_s": 10.0}]
+    >>> steady_from(b, 60.0), steady_from(b, 40.0), steady_from(b, 600.0)
+    (3, 2, 1)
+    """
+    if not batches:
+        return 0
+    t0 = batch_start(batches[0])
+    for i, batch in enumerate(batches[1:], start=1):
+        if batch_start(batch) - t0 >= warmup_s:
+            return i
+    return 1
+
+
+def spark_figures(stats: SparkStats, warmup_s: float = 0.0) -> dict[str, Any]:
+    """Cold start, first batch, warm-up and steady-state figures of one job run.
+
+    The steady state is what a long-lived slot lives in: the batches from the first one starting
+    `warmup_s` after the first batch started (`steady_from`) to the last, their records over the
+    wall time from the end of the batch before them to the last batch's end (so the driver's loop
+    between batches counts). ``warmup_s=0`` makes it batches 2.. (the first batch alone is the
+    cold one: classes loaded, code compiled). ``consumed_s`` is the first batch's start to the last
+    batch's end.
 
     >>> s = parse_stats([
     ...     '{"event": "started", "spark_ready_s": 5.0}',
@@ -164,12 +226,20 @@ def spark_figures(stats: SparkStats) -> dict[str, Any]:
     >>> f = spark_figures(s)
     >>> (f["first_batch_records_per_s"], f["records_per_s"], f["steady_records"])
     (25.0, 120.0, 600)
+    >>> f = spark_figures(s, warmup_s=5.0)
+    >>> (f["steady_from_batch"], f["steady_records"], f["records_per_s"], f["warmup_records_per_s"])
+    (3, 300, 120.0, 61.5)
     """
     if not stats.batches:
         raise ValueError("the job ran no batch")
-    first, rest = stats.batches[0], stats.batches[1:]
+    first = stats.batches[0]
+    k = steady_from(stats.batches, warmup_s)
+    rest = stats.batches[k:]
     steady_records = sum(int(b["records"]) for b in rest)
-    steady_wall = float(rest[-1]["t_end"]) - float(first["t_end"]) if rest else 0.0
+    boundary = float(stats.batches[k - 1]["t_end"])
+    steady_wall = float(rest[-1]["t_end"]) - boundary if rest else 0.0
+    t0 = batch_start(first)
+    warmup_records = sum(int(b["records"]) for b in stats.batches[:k])
 
     def total(key: str) -> float:
         return round(sum(float(b.get(key, 0.0)) for b in rest), 3)
@@ -179,21 +249,33 @@ def spark_figures(stats: SparkStats) -> dict[str, Any]:
         "first_batch_records": int(first["records"]),
         "first_batch_s": round(float(first["wall_s"]), 3),
         "first_batch_records_per_s": round(records_per_s(int(first["records"]), float(first["wall_s"])), 1),
+        # The slot's first minute (or whatever `warmup_s` is), first batch included.
+        "warmup_records_per_s": round(records_per_s(warmup_records, boundary - t0), 1),
+        "consumed_s": round(float(stats.batches[-1]["t_end"]) - t0, 3),
+        "steady_from_batch": k + 1,
+        "steady_after_s": round(boundary - t0, 3),
         "steady_records": steady_records,
         "steady_wall_s": round(steady_wall, 3),
         "records_per_s": round(records_per_s(steady_records, steady_wall), 1),
         "batches": len(stats.batches),
         # Where the steady state's wall time went, from the job's own stats: its "read_s" is the
-        # Spark job (Kafka read, conversion and Parquet write run fused in one job), its "write_s"
-        # the renames into place; the rest is the driver's planning, commits and the loop between
-        # batches (claims, ownership, offsets).
+        # Spark job (Kafka read, conversion and the data files' write run fused in one job), its
+        # "table_commit_s" the Iceberg commit; "plan_s" the driver's planning (mark, claims' ranges
+        # recorded), "commit_s" the offsets' commit in MySQL; the rest the loop between batches
+        # (claims, ownership, ListOffsets, the mirrored group).
         "steady_batch_wall_s": total("wall_s"),
         "steady_spark_job_s": total("read_s"),
-        "steady_rename_s": total("write_s"),
+        "steady_table_commit_s": total("table_commit_s"),
         "steady_plan_s": total("plan_s"),
         "steady_commit_s": total("commit_s"),
         "steady_between_batches_s": round(max(0.0, steady_wall - total("wall_s")), 3),
     }
+
+
+#: Targets of issue 16: the production slot's steady state at least 1.2x the tuned Python
+#: consumer, and a new slot's first batch at least half the steady rate.
+TARGET_RATIO = 1.2
+TARGET_FIRST_BATCH_SHARE = 0.5
 
 
 def summarize(records: int, runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -202,8 +284,9 @@ def summarize(records: int, runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     ``ratio`` is the lowest spark / raw over the runs (each run pairs the readers on the same topic
     in the same draw, so a machine busy with other work slows all three alike), and
     ``spark_records_per_s``, ``raw_records_per_s`` and ``perf_test_records_per_s`` are that run's,
-    so the top-level ratio is their quotient. ``spark_first_batch_records_per_s`` is the lowest
-    and ``spark_startup_s`` the highest over the runs.
+    so the top-level ratio and ``spark_vs_perf_test`` are their quotients.
+    ``spark_first_batch_records_per_s`` is the lowest and ``spark_startup_s`` the highest over the
+    runs; ``first_batch_vs_steady`` is the lowest first batch over the lowest steady rate.
 
     >>> runs = [
     ...     {"partitions": 4, "draw": 1, "spark": {"records_per_s": 300.0, "first_batch_records_per_s": 100.0,
@@ -214,8 +297,10 @@ def summarize(records: int, runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     >>> s = summarize(1000, runs)
     >>> (s["ratio"], s["spark_records_per_s"], s["raw_records_per_s"], s["worst_run"])
     (1.0, 250.0, 250.0, {'partitions': 12, 'draw': 1})
-    >>> (s["spark_first_batch_records_per_s"], s["spark_startup_s"])
-    (100.0, 9.0)
+    >>> (s["spark_first_batch_records_per_s"], s["spark_startup_s"], s["spark_vs_perf_test"])
+    (100.0, 9.0, 0.312)
+    >>> s["target"]
+    {'ratio': 1.2, 'ratio_met': False, 'first_batch_vs_steady': 0.5, 'first_batch_met': False}
     """
     if not runs:
         raise ValueError("no runs to summarize")
@@ -234,22 +319,35 @@ def summarize(records: int, runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "max": round(max(values), 3),
         }
 
+    spark = float(worst["spark"]["records_per_s"])
+    perf = float(worst["perf"]["records_per_s"])
+    first = min(float(r["spark"]["first_batch_records_per_s"]) for r in runs)
+    slowest = min(float(r["spark"]["records_per_s"]) for r in runs)
+    first_share = first / slowest if slowest > 0 else 0.0
     return {
         "records": records,
-        "spark_records_per_s": round(float(worst["spark"]["records_per_s"]), 1),
-        "spark_first_batch_records_per_s": round(min(float(r["spark"]["first_batch_records_per_s"]) for r in runs), 1),
+        "spark_records_per_s": round(spark, 1),
+        "spark_first_batch_records_per_s": round(first, 1),
         "raw_records_per_s": round(float(worst["raw"]["records_per_s"]), 1),
-        "perf_test_records_per_s": round(float(worst["perf"]["records_per_s"]), 1),
+        "perf_test_records_per_s": round(perf, 1),
         "ratio": round(ratio(worst), 3),
         "spark_startup_s": round(max(float(r["spark"]["startup_s"]) for r in runs), 3),
+        "spark_vs_perf_test": round(spark / perf, 3) if perf > 0 else 0.0,
+        "first_batch_vs_steady": round(first_share, 3),
         "worst_run": {"partitions": worst["partitions"], "draw": worst["draw"]},
         "spread": {
             "ratio": spread(ratio),
             "spark_records_per_s": spread(lambda r: float(r["spark"]["records_per_s"])),
+            "spark_first_batch_records_per_s": spread(lambda r: float(r["spark"]["first_batch_records_per_s"])),
             "raw_records_per_s": spread(lambda r: float(r["raw"]["records_per_s"])),
             "perf_test_records_per_s": spread(lambda r: float(r["perf"]["records_per_s"])),
         },
-        "target": {"ratio": 1.0, "met": ratio(worst) >= 1.0},
+        "target": {
+            "ratio": TARGET_RATIO,
+            "ratio_met": ratio(worst) >= TARGET_RATIO,
+            "first_batch_vs_steady": TARGET_FIRST_BATCH_SHARE,
+            "first_batch_met": first_share >= TARGET_FIRST_BATCH_SHARE,
+        },
         "runs": list(runs),
     }
 
@@ -335,6 +433,120 @@ def cpu_usage(before: CpuSnapshot, after: CpuSnapshot) -> dict[str, float]:
         "others_cpu_s": round(max(0.0, busy - reader - broker), 3),
         "cores_busy": round(busy / wall, 2) if wall > 0 else 0.0,
     }
+
+
+#: JVM thread names (Linux keeps their first 15 characters) -> what they do, for the per-thread profile.
+THREAD_GROUPS: tuple[tuple[str, str], ...] = (
+    ("Executor task", "spark task threads"),
+    ("GC Thread", "GC"),
+    ("G1 ", "GC"),
+    ("C2 Compiler", "JIT C2"),
+    ("C1 Compiler", "JIT C1"),
+    ("kafka-", "kafka client threads"),
+    ("VM ", "JVM internals"),
+)
+
+
+def thread_group(name: str) -> str:
+    """What a JVM thread (by its Linux name) spends its CPU on, in the profile's terms.
+
+    >>> [thread_group(n) for n in ("Executor task l", "GC Thread#1", "G1 Conc#0", "C2 CompilerThre", "Thread-7")]
+    ['spark task threads', 'GC', 'GC', 'JIT C2', 'other JVM threads']
+    """
+    for prefix, group in THREAD_GROUPS:
+        if name.startswith(prefix):
+            return group
+    return "other JVM threads"
+
+
+def _proc_stat(path: Path) -> tuple[str, int, float] | None:
+    """(name, parent pid, CPU-seconds) from a /proc .../stat file, None if it is gone."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    name = text[text.find("(") + 1 : text.rfind(")")]
+    fields = text[text.rfind(")") + 2 :].split()
+    return name, int(fields[1]), proc_pid_cpu_s(text, os.sysconf("SC_CLK_TCK"))
+
+
+def tree_cpu(root: int) -> dict[str, float]:
+    """CPU-seconds so far of `root` and its descendants, the JVMs' per thread group (`thread_group`)."""
+    parents: dict[int, int] = {}
+    names: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (st := _proc_stat(entry / "stat")) is not None:
+            names[int(entry.name)], parents[int(entry.name)] = st[0], st[1]
+    tree, frontier = {root}, [root]
+    while frontier:
+        kids = [pid for pid, ppid in parents.items() if ppid in frontier and pid not in tree]
+        tree.update(kids)
+        frontier = kids
+    out: dict[str, float] = {}
+    for pid in tree:
+        if names.get(pid, "") != "java":
+            st = _proc_stat(Path(f"/proc/{pid}/stat"))
+            if st is not None:
+                group = "job's python (driver)" if st[0].startswith("python") else "other processes"
+                out[group] = out.get(group, 0.0) + st[2]
+            continue
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            if (st := _proc_stat(task / "stat")) is not None:
+                group = thread_group(st[0])
+                out[group] = out.get(group, 0.0) + st[2]
+    return out
+
+
+class CpuSampler:
+    """Samples `tree_cpu` of a process tree, the broker and the machine every `period_s` (a thread)."""
+
+    def __init__(self, root: int, broker_pid: int | None, period_s: float = 2.0) -> None:
+        import threading
+
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self._root, self._broker, self._period = root, broker_pid, period_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="cpu-sampler", daemon=True)
+
+    def __enter__(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while True:
+            snap = cpu_snapshot(self._broker)
+            groups = tree_cpu(self._root)
+            groups["broker"], groups["machine busy"] = snap.broker, snap.machine_busy
+            self.samples.append((time.time(), groups))
+            if self._stop.wait(self._period):
+                return
+
+
+def window_cpu(samples: Sequence[tuple[float, Mapping[str, float]]], t_from: float, t_to: float) -> dict[str, Any]:
+    """Cores each group kept busy between the first sample at or after `t_from` and the last at or before `t_to`.
+
+    ``others`` is the machine's busy time the job's process tree and the broker do not explain.
+
+    >>> samples = [(0.0, {"GC": 1.0, "broker": 0.0, "machine busy": 10.0}),
+    ...            (10.0, {"GC": 6.0, "broker": 2.0, "machine busy": 30.0})]
+    >>> window_cpu(samples, 0.0, 10.0)
+    {'seconds': 10.0, 'cores': {'GC': 0.5, 'broker': 0.2, 'others': 1.3, 'machine busy': 2.0}}
+    """
+    inside = [(t, g) for t, g in samples if t_from <= t <= t_to]
+    if len(inside) < 2:
+        return {"seconds": 0.0, "cores": {}}
+    (t0, a), (t1, b) = inside[0], inside[-1]
+    wall = t1 - t0
+    used = {k: b[k] - a.get(k, 0.0) for k in b}
+    busy = used.pop("machine busy", 0.0)
+    cores = {k: round(v / wall, 2) for k, v in sorted(used.items(), key=lambda kv: -kv[1])}
+    cores["others"] = round(max(0.0, busy - sum(used.values())) / wall, 2)
+    cores["machine busy"] = round(busy / wall, 2)
+    return {"seconds": round(wall, 1), "cores": cores}
 
 
 def _broker_pid() -> int | None:
@@ -521,11 +733,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m lagsched.bench.consumer", description=(__doc__ or "").split("\n\n")[0]
     )
-    parser.add_argument("--records", type=int, default=None, help="default: LAGSCHED_BENCH_CONSUMER_RECORDS or 3M")
+    parser.add_argument("--records", type=int, default=None, help="default: LAGSCHED_BENCH_CONSUMER_RECORDS or 30M")
     parser.add_argument("--draws", type=int, default=None, help="default: LAGSCHED_BENCH_DRAWS or 3")
-    parser.add_argument("--partitions", type=int, nargs="+", default=list(PARTITION_COUNTS))
+    parser.add_argument("--partitions", type=int, nargs="+", help="default: LAGSCHED_BENCH_PARTITIONS or 12")
     parser.add_argument("--readers", nargs="+", default=["raw", "perf", "spark"], choices=["raw", "perf", "spark"])
     parser.add_argument("--out", default=DEFAULT_OUT)
+    parser.add_argument("--phases", action="store_true", help="also time the job's read, convert and write apart")
     parser.add_argument(
         "--variants", action="store_true", help="also time the job's write path under each of SPARK_VARIANTS"
     )
@@ -540,20 +753,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         expected = {int(p): int(n) for p, n in json.loads(args.expected).items()}
         print(json.dumps(spark_phases(args.spark_phases, expected, args.max_records, args.variant)))
         return 0
-    records = args.records or env_int(os.environ, "LAGSCHED_BENCH_CONSUMER_RECORDS", DEFAULT_RECORDS)
-    draws = args.draws or env_int(os.environ, "LAGSCHED_BENCH_DRAWS", DEFAULT_DRAWS)
-    figures = run(records, draws, args.partitions, args.readers, variants=args.variants)
+    knobs = knobs_from(os.environ)
+    knobs = Knobs(
+        records=args.records or knobs.records,
+        draws=args.draws or knobs.draws,
+        partitions=tuple(args.partitions or knobs.partitions),
+        warmup_s=knobs.warmup_s,
+        jfr=knobs.jfr,
+    )
+    figures = run(knobs, args.readers, phases=args.phases, variants=args.variants)
     print(json.dumps({k: v for k, v in figures.items() if k != "runs"}, indent=2))
     if set(args.readers) == {"raw", "perf", "spark"}:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(figures, indent=2) + "\n")
-        print(f"target (ratio >= 1.0): {'met' if figures['target']['met'] else 'NOT met'}")
+        target = figures["target"]
+        print(f"target ratio >= {TARGET_RATIO}: {'met' if target['ratio_met'] else 'NOT met'}")
+        first = "met" if target["first_batch_met"] else "NOT met"
+        print(f"target first batch >= {TARGET_FIRST_BATCH_SHARE} x steady: {first}")
     return 0
 
 
-def run(
-    records: int, draws: int, partition_counts: Sequence[int], readers: Sequence[str], *, variants: bool = False
-) -> dict[str, Any]:
+def run(knobs: Knobs, readers: Sequence[str], *, phases: bool = False, variants: bool = False) -> dict[str, Any]:
     """Load the topics, run every reader `draws` times on each, delete the topics; the figures."""
     from lagsched.adapters.kafka_admin import admin_client
     from lagsched.connections import kafka_config
@@ -565,39 +785,49 @@ def run(
     prefix = f"bench-consumer-{uuid.uuid4().hex[:6]}"
     created: list[str] = []
     all_runs: list[dict[str, Any]] = []
-    phases: list[dict[str, Any]] = []
+    phase_figures: list[dict[str, Any]] = []
+    records = knobs.records
     try:
-        for partitions in partition_counts:
+        for partitions in knobs.partitions:
             topic = f"{prefix}-p{partitions}"
             create_topic(admin, topic, partitions)
             created.append(topic)
             load_s = load_records(bootstrap, topic, partitions, records)
             print(f"   loaded {records:,} records into {topic} in {load_s:.1f} s", flush=True)
             expected = {p: records // partitions + (1 if p < records % partitions else 0) for p in range(partitions)}
-            max_records = max_records_per_partition(records, partitions, SPARK_BATCHES)
-            for draw in range(draws):
+            for draw in range(knobs.draws):
                 run_figures: dict[str, Any] = {"partitions": partitions, "draw": draw + 1, "topic": topic}
                 for reader in reader_order(draw, [r for r in ("raw", "perf", "spark") if r in readers]):
-                    print(f"-- {topic} draw {draw + 1}/{draws}: {reader}", flush=True)
+                    print(f"-- {topic} draw {draw + 1}/{knobs.draws}: {reader}", flush=True)
                     before = cpu_snapshot(broker_pid)
                     if reader == "raw":
-                        figures = run_raw(bootstrap, topic, expected, max_records)
+                        figures = run_raw(bootstrap, topic, expected, JOB_MAX_RECORDS)
                     elif reader == "perf":
                         figures = run_perf(bootstrap, topic, records)
                     else:
-                        figures = run_spark(topic, partitions, expected, max_records)
+                        figures = run_spark(topic, expected, knobs, broker_pid)
+                        figures["long_lived"] = figures["consumed_s"] >= MIN_CONSUME_S
+                        if not figures["long_lived"]:
+                            print(
+                                f"   the slot consumed for {figures['consumed_s']:.0f} s only "
+                                f"(< {MIN_CONSUME_S:.0f} s): "
+                                "raise LAGSCHED_BENCH_CONSUMER_RECORDS for a long-lived slot's steady state",
+                                flush=True,
+                            )
                     cpu = cpu_usage(before, cpu_snapshot(broker_pid))
                     # CPU per record barely depends on what else runs; throughput does.
                     cpu["reader_cpu_us_per_record"] = round(cpu["reader_cpu_s"] / records * 1e6, 3)
                     run_figures[reader] = {**figures, "cpu": cpu}
                     print(f"   {reader}: {json.dumps(run_figures[reader])}", flush=True)
                 all_runs.append(run_figures)
-            if "spark" in readers or variants:
+            if phases or variants:
                 print(f"-- {topic}: where Spark's time goes", flush=True)
-                phase = {"partitions": partitions, **run_spark_phases(topic, expected, max_records)}
+                phase = {"partitions": partitions, **run_spark_phases(topic, expected, JOB_MAX_RECORDS)}
                 if variants:
-                    phase["variants"] = {v: run_spark_phases(topic, expected, max_records, v) for v in SPARK_VARIANTS}
-                phases.append(phase)
+                    phase["variants"] = {
+                        v: run_spark_phases(topic, expected, JOB_MAX_RECORDS, v) for v in SPARK_VARIANTS
+                    }
+                phase_figures.append(phase)
     finally:
         delete_topics(admin, created)
     machine = {
@@ -610,9 +840,17 @@ def run(
             default=0.0,
         ),
     }
+    method = {
+        "partitions": list(knobs.partitions),
+        "draws": knobs.draws,
+        "warmup_s": knobs.warmup_s,
+        "min_consume_s": MIN_CONSUME_S,
+        "job_max_records": JOB_MAX_RECORDS,
+    }
+    extra = {"method": method, "machine": machine, "spark_phases": phase_figures}
     if set(readers) != {"raw", "perf", "spark"}:
-        return {"records": records, "machine": machine, "runs": all_runs, "spark_phases": phases}
-    return {**summarize(records, all_runs), "machine": machine, "spark_phases": phases}
+        return {"records": records, **extra, "runs": all_runs}
+    return {**summarize(records, all_runs), **extra}
 
 
 #: The perf test's fetch size per partition: the raw consumer's (8 MiB), for a ceiling; its
@@ -682,11 +920,16 @@ def _register(database: Any, topic: str, cluster: str) -> None:
         conn.close()
 
 
-def run_spark(topic: str, partitions: int, expected: Mapping[int, int], max_records: int) -> dict[str, Any]:
-    """One run of the production job (spark-submit, ``local[2]``) over the whole topic; its figures.
+def run_spark(topic: str, expected: Mapping[int, int], knobs: Knobs, broker_pid: int | None) -> dict[str, Any]:
+    """One run of the production job (spark-submit, ``local[2]``) over the whole backlog; its figures.
 
-    A fresh database with only this topic registered, a fresh sink, a fresh slot: the slot is the
-    only live one in the bench's Redis DB, so it owns the topic and claims every partition.
+    The job runs with its own defaults (``--max-records``, ``--min-records``, ``--min-interval-s``:
+    as the consume DAG starts it), plus ``--exit-when-idle`` and ``--stats-file``. A fresh database
+    with only this topic registered, a fresh sink, a fresh slot: the slot is the only live one in
+    the bench's Redis DB, so it owns the topic and claims every partition. While it runs, the CPU
+    of its process tree is sampled per thread group (`CpuSampler`): ``steady_cpu`` says where each
+    core's time went in the steady state. ``LAGSCHED_BENCH_JFR=1`` also records a Java Flight
+    Recorder profile of the job's JVM into its work folder (kept: set ``LAGSCHED_BENCH_KEEP_WORK``).
     """
     import subprocess
 
@@ -705,12 +948,11 @@ def run_spark(topic: str, partitions: int, expected: Mapping[int, int], max_reco
     try:
         _register(database, topic, cluster)
         args = [
-            "--slot", f"bench-{run_id}", "--cluster", cluster,
-            "--budget-s", "1800", "--max-records", str(max_records),
-            "--min-interval-s", "0", "--min-records", "1",
+            "--slot", f"bench-{run_id}", "--cluster", cluster, "--budget-s", "3600",
             "--warehouse", (work / "warehouse").as_uri(), "--group", group,
             "--exit-when-idle", "--stats-file", str(stats_path),
         ]  # fmt: skip
+        java = [f"-XX:StartFlightRecording=filename={work / 'job.jfr'},settings=profile"] if knobs.jfr else []
         job = str(PLUGINS.parent / "jobs" / "consume.py")
         env = {
             **os.environ,
@@ -720,19 +962,22 @@ def run_spark(topic: str, partitions: int, expected: Mapping[int, int], max_reco
         }
         started_unix = time.time()
         with log_path.open("w") as log_file:
-            done = subprocess.run(  # noqa: S603 - our own spark-submit argv
-                submit_command(job, args), env=env, stdout=log_file, stderr=subprocess.STDOUT, timeout=1800, check=False
+            proc = subprocess.Popen(  # noqa: S603 - our own spark-submit argv
+                submit_command(job, args, java_options=java), env=env, stdout=log_file, stderr=subprocess.STDOUT
             )
+            with CpuSampler(proc.pid, broker_pid) as sampler:
+                returncode = proc.wait(timeout=3600)
         process_s = time.time() - started_unix
-        if done.returncode != 0:
+        if returncode != 0:
             tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-30:])
-            raise RuntimeError(f"the consumer job exited {done.returncode}:\n{tail}")
+            raise RuntimeError(f"the consumer job exited {returncode}:\n{tail}")
         stats = parse_stats(stats_path.read_text().splitlines())
-        figures = spark_figures(stats)
+        figures = spark_figures(stats, knobs.warmup_s)
         first = stats.batches[0]
-        first_start_unix = float(first["t_end"]) - float(first["wall_s"])
-        figures["startup_s"] = round(first_start_unix - started_unix, 3)
+        figures["startup_s"] = round(batch_start(first) - started_unix, 3)
         figures["process_s"] = round(process_s, 3)
+        steady_start = float(stats.batches[figures["steady_from_batch"] - 2]["t_end"])
+        figures["steady_cpu"] = window_cpu(sampler.samples, steady_start, float(stats.batches[-1]["t_end"]))
         total = sum(expected.values())
         if stats.records != total:
             raise RuntimeError(f"the job reported {stats.records} records, expected {total}")
@@ -925,7 +1170,7 @@ def spark_phases(
         **kafka_config(),
         **{k.removeprefix("kafka."): v for k, v in settings.items() if k.startswith("kafka.")},
     }
-    batches = batch_ranges(expected, max_records)
+    batches = batch_ranges(expected, max_records)[: 1 + PHASE_BATCHES]
 
     def ranges(batch: Sequence[tuple[int, int, int]]) -> list[OffsetRange]:
         return [OffsetRange(topic, p, lo, hi) for p, lo, hi in batch]
@@ -1006,7 +1251,9 @@ def run_spark_phases(
             print(line, flush=True)
     if done.returncode != 0:
         raise RuntimeError(f"spark phases failed ({done.returncode}): {done.stderr[-2000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    # The last JSON object on stdout (libraries may log there too).
+    last = next(line for line in reversed(done.stdout.splitlines()) if line.startswith("{"))
+    result: dict[str, Any] = json.loads(last)
     return result
 
 
