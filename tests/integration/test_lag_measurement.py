@@ -12,10 +12,10 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from lagsched.adapters.gaps import RetentionGap, record_gap
-from lagsched.adapters.kafka_admin import fetch_offsets
+from lagsched.adapters.kafka_admin import _has_whole_call, fetch_offsets, read_offsets
 from lagsched.adapters.lag_store import LagRecord, LagStore
 from lagsched.core.config import parse_settings
-from lagsched.core.errors import UnknownTopicError
+from lagsched.core.errors import KafkaOffsetsError, UnknownTopicError
 from lagsched.core.lag import OffsetSample
 from lagsched.workflows.lag_monitor import measure
 
@@ -386,3 +386,34 @@ def test_a_pipeline_with_lag_and_no_commit_is_stalled_with_live_holders_and_stop
     # One committed offset moving ends it at once.
     set_committed(db, topic_id, 1, 50)
     assert measure_at(T0 + 360, settings).topic(topic).state == "ok"
+
+
+def test_the_whole_call_path_reads_what_the_public_list_offsets_reads(
+    new_topic: Callable[..., str], kafka_config: dict[str, Any], admin: CountingAdmin
+) -> None:
+    """confluent-kafka's own client is read through the C call under ``list_offsets`` (one future a
+    call, not one a partition); a wrapper through the public method: both give the same offsets,
+    in chunks too."""
+    topic = new_topic(3)
+    produce(kafka_config, topic, 0, 5)
+    produce(kafka_config, topic, 2, 9)
+    real = admin.inner
+    assert _has_whole_call(real) and not _has_whole_call(admin)
+    whole = read_offsets(real, {topic: 3}, max_partitions_per_request=2)
+    public = read_offsets(admin, {topic: 3}, max_partitions_per_request=2)
+    assert whole == public
+    assert [(o.partition, o.latest, o.log_start) for o in whole[topic]] == [(0, 5, 0), (1, 0, 0), (2, 9, 0)]
+    assert sorted(admin.offset_calls) == [
+        ("EarliestSpec", 1),
+        ("EarliestSpec", 2),
+        ("LatestSpec", 1),
+        ("LatestSpec", 2),
+    ]
+
+
+def test_the_whole_call_path_names_a_partition_the_broker_does_not_have(
+    new_topic: Callable[..., str], admin: CountingAdmin
+) -> None:
+    topic = new_topic(1)
+    with pytest.raises(KafkaOffsetsError, match=rf"{topic}\[1\]"):
+        read_offsets(admin.inner, {topic: 2}, timeout_s=5)

@@ -1,4 +1,5 @@
-"""list_offsets retries partitions whose leader is moving, and only those (a fake Admin client)."""
+"""list_offsets retries partitions whose leader is moving, and only those; a large read is cut into calls of
+at most `MAX_PARTITIONS_PER_REQUEST` partitions (a fake Admin client)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from lagsched.adapters.kafka_admin import _list
+from lagsched.adapters.kafka_admin import MAX_PARTITIONS_PER_REQUEST, _has_whole_call, _list, read_offsets
 from lagsched.core.errors import KafkaOffsetsError
 
 
@@ -80,3 +81,51 @@ def test_an_unknown_partition_refreshes_the_topics_metadata_then_asks_again() ->
     got = _list(admin, [("t", 0), ("t", 12)], "latest", TopicPartition, timeout_s=1, sleep=lambda _s: None)
     assert got == {("t", 0): 5, ("t", 12): 7}
     assert admin.refreshed == ["t"]
+
+
+class CountingFake(FlakyAdmin):
+    """Answers every partition with its number plus 100 (latest) or its number (earliest)."""
+
+    def list_offsets(self, request: dict[Any, Any], **kwargs: Any) -> dict[Any, Any]:
+        self.requests.append(sorted((tp.topic, tp.partition) for tp in request))
+        out = {}
+        for tp, spec in request.items():
+            future: Future[Any] = Future()
+            future.set_result(Info(tp.partition + (100 if type(spec).__name__ == "LatestSpec" else 0)))
+            out[tp] = future
+        return out
+
+
+def test_a_large_read_is_cut_into_calls_of_at_most_the_chunk_size_per_spec() -> None:
+    admin = CountingFake({})
+    got = read_offsets(admin, {"a": 5, "b": 3}, max_partitions_per_request=3)
+    # 8 partitions in calls of 3, 3, 2, for each of the two specs; every partition asked exactly once per spec.
+    assert sorted(len(r) for r in admin.requests) == [2, 2, 3, 3, 3, 3]
+    asked = sorted(k for r in admin.requests for k in r)
+    assert asked == sorted(2 * ([("a", p) for p in range(5)] + [("b", p) for p in range(3)]))
+    assert [(o.partition, o.latest, o.log_start) for o in got["a"]] == [(p, p + 100, p) for p in range(5)]
+    assert [(o.partition, o.latest, o.log_start) for o in got["b"]] == [(p, p + 100, p) for p in range(3)]
+
+
+def test_a_read_below_the_chunk_size_is_one_call_per_spec() -> None:
+    admin = CountingFake({})
+    read_offsets(admin, {"a": 5, "b": 3})
+    assert sorted(len(r) for r in admin.requests) == [8, 8]
+    assert MAX_PARTITIONS_PER_REQUEST >= 8
+
+
+def test_a_failing_chunk_fails_the_whole_read_naming_its_partition() -> None:
+    class OneBadChunk(CountingFake):
+        def list_offsets(self, request: dict[Any, Any], **kwargs: Any) -> dict[Any, Any]:
+            if any(tp.topic == "b" for tp in request):
+                bad: Future[Any] = Future()
+                bad.set_exception(KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)))
+                return {tp: bad for tp in request}
+            return super().list_offsets(request, **kwargs)
+
+    with pytest.raises(KafkaOffsetsError, match=r"b\[\d\]"):
+        read_offsets(OneBadChunk({}), {"a": 4, "b": 2}, max_partitions_per_request=2)
+
+
+def test_the_public_list_offsets_is_used_for_anything_but_confluent_kafkas_own_client() -> None:
+    assert not _has_whole_call(CountingFake({}))
