@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -10,6 +11,16 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from lagsched.core.offsets import OffsetRange, spark_kafka_options
+
+#: Options of Spark's Kafka source beyond its defaults (docs/consumer-benchmark.md has the figures).
+#: Spark's consumer asks the broker for the partition's earliest and latest offsets (seeks and two
+#: ListOffsets round trips) after every poll, and a poll returns at most ``max.poll.records``
+#: (Kafka's default: 500): bigger polls make that per-poll cost rare; bigger fetches keep a poll
+#: full without more round trips.
+READ_OPTIONS: Mapping[str, str] = {}
+#: A JSON object of Kafka source options layered over `READ_OPTIONS` (``kafka.*`` ones go to the
+#: consumers), for a deployment that measures better ones; the Kafka Connection's entries win over both.
+READ_OPTIONS_ENV = "LAGSCHED_SPARK_READ_OPTIONS"
 
 
 class SparkSetupError(RuntimeError):
@@ -68,6 +79,19 @@ def with_client_rack(kafka_config: Mapping[str, Any], rack: str | None) -> dict[
     return config
 
 
+def read_options(env: Mapping[str, str]) -> dict[str, str]:
+    """`READ_OPTIONS` with the environment's `READ_OPTIONS_ENV` over them.
+
+    >>> read_options({READ_OPTIONS_ENV: '{"kafka.max.poll.records": 1000}'})["kafka.max.poll.records"]
+    '1000'
+    """
+    raw = env.get(READ_OPTIONS_ENV, "").strip()
+    extra = json.loads(raw) if raw else {}
+    if not isinstance(extra, dict):
+        raise ValueError(f"{READ_OPTIONS_ENV} must be a JSON object of Kafka source options, got {raw!r}")
+    return {**READ_OPTIONS, **{str(k): str(v) for k, v in extra.items()}}
+
+
 def read_offset_ranges(
     spark: SparkSession,
     kafka_config: Mapping[str, Any],
@@ -83,6 +107,8 @@ def read_offset_ranges(
     same-rack replica.
     """
     reader = spark.read.format("kafka").option("includeHeaders", str(include_headers).lower())
+    for key, value in read_options(os.environ).items():
+        reader = reader.option(key, value)
     for key, value in kafka_config.items():
         reader = reader.option(f"kafka.{key}", str(value))
     for key, value in spark_kafka_options(ranges).items():
