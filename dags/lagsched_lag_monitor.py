@@ -5,10 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from airflow.sdk import Asset, Param, dag, task
+from airflow.sdk import Param, dag, task
 
-#: Updated by every successful measurement; the scaling evaluator is scheduled on it.
-LAG_MEASURED = Asset("lagsched://lag/measured")
+from lagsched.assets import LAG_MEASURED  # updated by every measurement; the evaluator runs on it
 
 DOC = """
 ### lagsched lag monitor

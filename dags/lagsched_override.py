@@ -7,6 +7,7 @@ from typing import Any
 
 from airflow.sdk import Param, dag, task
 
+from lagsched.assets import WORKERS_CHANGED
 from lagsched.core.overrides import DURATION_PATTERN
 
 DOC = """
@@ -30,7 +31,9 @@ once, naming the field, on a bad one: an unknown topic, workers below 1 or above
 count, a duration that is not positive or longer than 7 days, an empty reason. Nothing is changed
 then. Otherwise, in one MySQL transaction, the override is recorded (`scaling_overrides`), the
 topic's `linker_workers` is set and the change is recorded as a scaling decision (rule
-`override`); then it is announced on Redis `lagsched:scaling`, so running slots re-claim at once.
+`override`); then it is announced on Redis `lagsched:scaling`, so running slots re-claim at once,
+and the asset `lagsched://scaling/workers_changed` is updated, so the consume DAG starts the slots
+a raised count needs.
 A newer override of the same topic replaces an active one.
 
 While the override is active the scaling evaluator holds the topic (rule `override`). When it
@@ -88,7 +91,8 @@ keyed by the run id). See docs/overrides.md.
     },
 )
 def lagsched_override() -> None:
-    @task(execution_timeout=timedelta(minutes=1))
+    # An override moves linker_workers like a decision: the consume DAG starts what it needs.
+    @task(execution_timeout=timedelta(minutes=1), outlets=[WORKERS_CHANGED])
     def apply_override() -> dict[str, Any]:
         from airflow.sdk import get_current_context
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from airflow.sdk import Asset, Param, dag, task
+from airflow.sdk import Param, dag, task
 
-#: The lag monitor's asset: every successful measurement starts an evaluation.
-LAG_MEASURED = Asset("lagsched://lag/measured")
+from lagsched.assets import LAG_MEASURED, WORKERS_CHANGED
 
 DOC = """
 ### lagsched scaling evaluator
@@ -24,7 +23,11 @@ history the lag monitor stored in Redis, and for each change:
 2. records the decision in `scaling_decisions` (time, topic, old and new workers, lag, time lag,
    slope, fit, policy, rule, reason in words) in the same transaction;
 3. publishes it on the Redis channel `lagsched:scaling` so running slots re-claim with the new
-   worker count (and the consume DAG runs more or fewer slots at its next run).
+   worker count at once;
+4. **announce_changes** updates the asset `lagsched://scaling/workers_changed` (its extra lists
+   the changes) when any topic's `linker_workers` changed, and is skipped otherwise: the consume
+   DAG is scheduled on that asset, so a scale-up starts the missing slots within seconds, while an
+   evaluation that changes nothing starts no consume run.
 
 A topic is evaluated at its first run, then once at least `evaluate_every` new measurements arrived
 since its last evaluation: since the evaluator runs after each measurement, `evaluate_every` means
@@ -91,7 +94,21 @@ def lagsched_scaling_evaluator() -> None:
                 slot_timeout_s=float(params["slot_timeout_s"]),
             )
 
-    evaluate_and_apply.expand(cluster=clusters())
+    # all_done: one cluster's failed evaluation must not hide another's scale-up from the consume DAG.
+    @task(execution_timeout=timedelta(seconds=30), outlets=[WORKERS_CHANGED], trigger_rule="all_done")
+    def announce_changes(results: list[dict[str, Any] | None]) -> dict[str, Any]:
+        from airflow.sdk import get_current_context
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        from lagsched.tasks import changed_workers
+
+        changes = changed_workers(results)
+        if not changes:
+            raise AirflowSkipException("no topic's linker_workers changed: no consume run to start")
+        get_current_context()["outlet_events"][WORKERS_CHANGED].extra = {"changes": changes}
+        return {"changes": changes}
+
+    announce_changes(evaluate_and_apply.expand(cluster=clusters()))
 
 
 lagsched_scaling_evaluator()

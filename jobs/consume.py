@@ -5,10 +5,12 @@
 Connections come from the environment as Airflow Connections (``AIRFLOW_CONN_LAGSCHED_KAFKA``,
 ``..._MYSQL``, ``..._REDIS``); the ``lagsched`` package from ``PYTHONPATH`` (or ``--py-files``).
 
-Exit status: 0 when the run ended normally (time budget, SIGTERM/SIGINT, ``--exit-when-idle``, or the slot
-no longer owns any topic);
+Exit status: 0 when the run ended normally (time budget, SIGTERM/SIGINT, ``--exit-when-idle``, the slot
+no longer owns any topic or its ``--slot-number`` is above what the cluster needs), and when the slot
+already runs in another process (this start then leaves at once, touching nothing);
 1 when something failed (the message says what; no offset was stored past unwritten records);
-3 when the slot lost a claim (a stale holder: it paused past its lease and another slot took over).
+3 when the slot lost a claim or its lock (a stale holder: it paused past its lease or the slot
+timeout and another slot or process took over).
 """
 
 from __future__ import annotations
@@ -41,6 +43,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="registry cluster whose topics to consume, as in the DAGs' `cluster` param (default: %(default)s)",
     )  # fmt: skip
     p.add_argument("--budget-s", type=float, default=3600.0, help="run this long, then finish up (default: 1 hour)")
+    p.add_argument(
+        "--slot-number", type=int,
+        help="this slot's number n among the cluster's slots (<cluster>-slot-<n>); with --max-slots the slot "
+        "leaves once the cluster's topics need fewer than n slots (the consume DAG passes both)",
+    )  # fmt: skip
+    p.add_argument("--max-slots", type=int, help="the cluster's max_slots (lagsched_clusters), with --slot-number")
     p.add_argument("--max-records", type=int, default=100_000, help="max records per partition per batch")
     p.add_argument("--min-interval-s", type=float, default=5.0, help="a batch waits this long since the last ...")
     p.add_argument("--min-records", type=int, default=10_000, help="... unless this many records are waiting")
@@ -114,6 +122,8 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
         exit_when_idle=args.exit_when_idle,
         start_from=StartFrom(args.start_from),
         rack=args.rack,
+        slot_number=args.slot_number,
+        max_slots=args.max_slots,
     )
     kafka = kafka_config()
     mysql = mysql_params()
@@ -138,20 +148,83 @@ def _consume(
     stop: threading.Event,
 ) -> int:
     import json
+    import socket
+    import uuid
+
+    from lagsched.adapters.claims import open_claim_store
+    from lagsched.adapters.lag_store import redis_client
+    from lagsched.adapters.mysql import connect
+    from lagsched.adapters.slots import SlotLock, SlotRegistry
+    from lagsched.workflows.consume import SlotKeeper
+
+    slot_id = settings.slot_id
+    # MySQL and Redis first: a wrong setting fails in a second, not after the JVM's start.
+    conn = connect(mysql)
+    redis = redis_client(redis_conf)
+    redis.ping()
+    # One process per slot id, taken before anything else touches the slot's rows.
+    token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    holder = SlotLock(redis).acquire(slot_id, token, settings.slot_timeout_s)
+    if holder is not None:
+        conn.close()
+        message = f"slot {args.slot} ({slot_id}) already runs in another process ({holder}); this start leaves"
+        log.info("%s without touching its claims", message)
+        print(f"lagsched consume: {message} (nothing to do)", file=sys.stderr)
+        if args.stats_file:
+            with open(args.stats_file, "a", encoding="utf-8") as out:
+                out.write(json.dumps({"event": "duplicate", "slot": slot_id, "holder": holder}) + "\n")
+        return EXIT_OK
+    # The keeper holds the lock from now on; heartbeats start once Spark is up (run_slot).
+    keeper = SlotKeeper(
+        SlotRegistry(redis_client(redis_conf)),
+        open_claim_store(mysql),
+        slot_id,
+        heartbeat_s=settings.heartbeat_s,
+        lease_s=settings.lease_s,
+        lock=SlotLock(redis_client(redis_conf)),
+        token=token,
+    )
+    keeper.start(live=False)
+    try:
+        return _run_slot(
+            args,
+            settings,
+            lake,
+            keeper,
+            conn=conn,
+            redis=redis,
+            redis_conf=redis_conf,
+            kafka=kafka,
+            mysql=mysql,
+            stop=stop,
+        )
+    finally:
+        keeper.stop()
+
+
+def _run_slot(
+    args: argparse.Namespace,
+    settings: Any,
+    lake: Any,
+    keeper: Any,
+    *,
+    conn: Any,
+    redis: Any,
+    redis_conf: Any,
+    kafka: Any,
+    mysql: Any,
+    stop: threading.Event,
+) -> int:
+    import json
 
     from lagsched.adapters import sink, spark
     from lagsched.adapters.claims import open_claim_store
     from lagsched.adapters.kafka_admin import admin_client
     from lagsched.adapters.lag_store import SCALING_CHANNEL, redis_client
-    from lagsched.adapters.mysql import connect
     from lagsched.adapters.slots import SlotRegistry
-    from lagsched.workflows.consume import ScalingListener, SlotKeeper, SlotRacks, SlotRun, run_slot
+    from lagsched.workflows.consume import ScalingListener, SlotRacks, SlotRun, SlotTakenError, run_slot
 
     slot_id, cluster = settings.slot_id, settings.cluster
-    # MySQL and Redis first: a wrong setting fails in a second, not after the JVM's start.
-    conn = connect(mysql)
-    redis = redis_client(redis_conf)
-    redis.ping()
     stats = open(args.stats_file, "a", encoding="utf-8") if args.stats_file else None  # noqa: SIM115
     conf = sink.catalog_conf(
         lake, jdbc_url=sink.jdbc_url(mysql.host, mysql.port, mysql.database), user=mysql.user, password=mysql.password
@@ -169,15 +242,9 @@ def _consume(
     table = sink.IcebergSink(
         session, read_config, lake, properties={"lagsched.slot": slot_id, "lagsched.cluster": cluster}
     )
-    listener = ScalingListener(redis_client(redis_conf), SCALING_CHANNEL, cluster, wake)
+    channels = (SCALING_CHANNEL, registry.events_channel)
+    listener = ScalingListener(redis_client(redis_conf), channels, cluster, wake)
     with open_claim_store(mysql) as store:
-        keeper = SlotKeeper(
-            SlotRegistry(redis_client(redis_conf)),
-            open_claim_store(mysql),
-            slot_id,
-            heartbeat_s=settings.heartbeat_s,
-            lease_s=settings.lease_s,
-        )
         run = SlotRun(
             settings,
             conn=conn,
@@ -190,16 +257,23 @@ def _consume(
             wake=wake,
             stats=stats,
             racks=SlotRacks(redis),
+            announce_joined=True,
         )
         listener.start()
         try:
             outcome = run_slot(settings, run)
+        except SlotTakenError as exc:
+            print(f"lagsched consume: {exc}", file=sys.stderr)
+            return EXIT_LOST
         finally:
             listener.stop()
             conn.close()
             if stats is not None:
                 stats.close()
     session.stop()
+    if keeper.taken_by is not None:
+        print(f"lagsched consume: {outcome.lost_claims[-1]}", file=sys.stderr)
+        return EXIT_LOST
     if outcome.lost_claims:
         print(
             f"lagsched consume: lost the claim on {len(outcome.lost_claims)} partition(s); this slot was a stale "

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -270,49 +270,50 @@ def run_evaluation(
     return summary.as_dict()
 
 
-def run_consume_plan(
-    clusters: Sequence[Mapping[str, Any]],
-    options: Mapping[str, Any],
-    *,
-    idle_wait_s: float = 60.0,
-    poll_s: float = 5.0,
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
-) -> list[dict[str, Any]]:
-    """The consume DAG's planning task: one mapped-operator kwargs dict per slot to run.
+def changed_workers(results: Iterable[Mapping[str, Any] | None]) -> list[dict[str, Any]]:
+    """The applied ``linker_workers`` changes in evaluation results (`EvaluationSummary.as_dict`);
+    a missing result (a failed cluster's) counts as none.
 
-    Each cluster gets as many slots as its largest enabled ``linker_workers``, at most its
-    ``max_slots`` (`lagsched.workflows.consume_plan`). When no cluster needs a slot, it looks again
-    every ``poll_s`` for up to ``idle_wait_s`` before returning an empty plan: the DAG is
-    continuous, and an idle run that ended at once would start the next one at once, loading the
-    scheduler and its database for nothing.
+    >>> changed_workers([None, {"cluster": "eu", "outcomes": [
+    ...     {"topic": "a", "status": "applied", "old": 1, "new": 2},
+    ...     {"topic": "b", "status": "unchanged", "old": 3, "new": None}]}])
+    [{'cluster': 'eu', 'topic': 'a', 'old': 1, 'new': 2}]
+    """
+    return [
+        {"cluster": r["cluster"], "topic": o["topic"], "old": o["old"], "new": o["new"]}
+        for r in results
+        if r
+        for o in r.get("outcomes", [])
+        if o.get("status") == "applied"
+    ]
+
+
+def run_consume_plan(clusters: Sequence[Mapping[str, Any]], options: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The consume DAG's planning task: one mapped-operator kwargs dict per slot to start.
+
+    Each cluster needs as many slots as its largest enabled ``linker_workers``, at most its
+    ``max_slots``; of those, only the slots no process runs (their lock in Redis is free) are
+    started (`lagsched.workflows.consume_plan`). Running slots carry on untouched.
 
     Args:
         clusters: ``run_resolve_clusters`` output.
-        options: `SlotOptions` fields (``budget_s``, ``min_interval_s``, ``min_records``).
+        options: `SlotOptions` fields (``budget_s``, ``min_interval_s``, ``min_records``); a
+            ``budget_s`` of None (or absent) means each cluster's ``slot_budget_s``.
     """
-    from lagsched.adapters.failures import mysql_target, naming_connections
-    from lagsched.adapters.mysql import connect
-    from lagsched.connections import mysql_params
+    from lagsched.adapters.clients import mysql_and_redis
+    from lagsched.adapters.slots import SlotLock
+    from lagsched.connections import mysql_params, redis_params
     from lagsched.workflows.consume_plan import SlotOptions, plan_consume
 
     chosen = [ClusterConfig.from_dict(c) for c in clusters]
     slot_options = SlotOptions(**dict(options))
-    mysql_p = mysql_params()
-    deadline = clock() + idle_wait_s
-    with naming_connections(mysql_target(mysql_p)):
-        mysql = connect(mysql_p)
-        try:
-            while True:
-                plan = plan_consume(mysql, chosen, slot_options)
-                mysql.commit()  # end the read: the next look must see the evaluator's commits
-                if plan.slots or clock() >= deadline:
-                    break
-                sleep(poll_s)
-        finally:
-            mysql.close()
+    with mysql_and_redis(mysql_params(), redis_params()) as (mysql, redis):
+        plan = plan_consume(mysql, chosen, slot_options, SlotLock(redis))
     if not plan.slots:
-        log.info("no enabled topic in %s: no slot to run", ", ".join(c.name for c in chosen))
+        log.info(
+            "no slot to start in %s (%d needed slot(s) already running)",
+            ", ".join(c.name for c in chosen), len(plan.running),
+        )  # fmt: skip
     return [s.as_kwargs() for s in plan.slots]
 
 

@@ -101,14 +101,25 @@ def test_evaluator_runs_on_the_asset_the_monitor_updates(parsed: tuple[Any, floa
     assert {a.uri for a in evaluator.timetable.asset_condition.objects} == outlets
 
 
-def test_consume_is_continuous_single_run_pooled_and_mapped(parsed: tuple[Any, float]) -> None:
+def test_consume_runs_on_scaling_and_slot_ends_with_a_refill_schedule_pooled_and_mapped(
+    parsed: tuple[Any, float],
+) -> None:
     bag, _ = parsed
-    dag = bag.dags["lagsched_consume"]
-    assert type(dag.timetable).__name__ == "ContinuousTimetable"
-    assert dag.max_active_runs == 1
+    dag, evaluator, override = (
+        bag.dags["lagsched_consume"], bag.dags["lagsched_scaling_evaluator"], bag.dags["lagsched_override"]
+    )  # fmt: skip
+    assert type(dag.timetable).__name__ == "AssetOrTimeSchedule"
+    # Runs hold long-lived slots: later runs (a scale-up's) must not queue behind them.
+    assert dag.max_active_runs > 1
     assert dag.is_paused_upon_creation is True  # consuming starts when someone unpauses it
     slot = dag.get_task("consume")
     assert type(slot).__name__ == "MappedOperator"
     assert slot.pool == "lagsched_consume"
     assert slot.partial_kwargs.get("retries", dag.default_args["retries"]) >= 1
-    assert set(dag.params) >= {"cluster", "budget_s", "idle_wait_s"}
+    assert set(dag.params) >= {"cluster", "budget_s"}
+    triggers = {a.uri for a in dag.timetable.asset_condition.objects}
+    # It runs on what the evaluator and overrides announce, and on its own slots' ends.
+    announced = {a.uri for a in evaluator.get_task("announce_changes").outlets}
+    assert announced == {a.uri for a in override.get_task("apply_override").outlets}
+    assert triggers == announced | {a.uri for a in slot.outlets}
+    assert len(triggers) == 2

@@ -1,13 +1,14 @@
-"""Worker slots against the real Redis, with an injected clock (nothing here sleeps)."""
+"""Worker slots against the real Redis, with an injected clock (only the lock's TTL test sleeps)."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from lagsched.adapters.slots import SlotRegistry, new_slot_id, slot_id_for
+from lagsched.adapters.slots import SlotLock, SlotRegistry, new_slot_id, slot_id_for
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 TIMEOUT = 30.0
@@ -71,3 +72,31 @@ def test_slot_ids_are_stable_uuids_and_validated(registry: SlotRegistry) -> None
         registry.heartbeat("worker-03", at(0), TIMEOUT)
     with pytest.raises(ValueError, match="naive"):
         registry.heartbeat(new_slot_id(), datetime(2026, 1, 1), TIMEOUT)
+
+
+def test_a_late_beat_never_moves_a_fresher_one_back(registry: SlotRegistry) -> None:
+    slot = new_slot_id()
+    registry.heartbeat(slot, at(100), TIMEOUT)
+    registry.heartbeat(slot, at(10), TIMEOUT)  # a process thawed with a beat from before its freeze
+    assert registry.last_seen(slot) == at(100).timestamp()
+    assert registry.live_slots(at(120), TIMEOUT) == [slot]
+
+
+def test_the_slot_lock_admits_one_process_and_frees_itself(redis_client: Any) -> None:
+    lock, slot = SlotLock(redis_client, namespace="lagsched_test"), new_slot_id()
+    assert lock.acquire(slot, "host:1:a", 10) is None
+    assert lock.renew(slot, "host:1:a", 10) is None  # its holder keeps it
+    assert lock.acquire(slot, "host:2:b", 10) == "host:1:a"  # a second start sees who runs it
+    assert lock.holders([slot, new_slot_id()]) == {slot: "host:1:a"}
+    assert lock.release(slot, "host:2:b") is False  # never another's
+    assert lock.holders([slot]) == {slot: "host:1:a"}
+    assert lock.release(slot, "host:1:a") is True
+    assert lock.holders([slot]) == {}
+    # A key that vanished (Redis restarted empty) is taken back by its holder at the next renewal.
+    assert lock.acquire(slot, "host:2:b", 0.3) is None
+    time.sleep(0.5)  # the TTL ran out: a killed process's lock frees itself
+    assert lock.holders([slot]) == {}
+    assert lock.renew(slot, "host:3:c", 10) is None
+    assert lock.renew(slot, "host:2:b", 10) == "host:3:c"  # the frozen one learns it was replaced
+    with pytest.raises(ValueError, match="not a UUID"):
+        lock.acquire("slot-1", "t", 10)

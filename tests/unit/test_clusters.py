@@ -138,7 +138,7 @@ def test_plan_names_slots_per_cluster_and_carries_the_options() -> None:
     first = plan.slots[0].as_kwargs()
     assert first == {
         "application_args": [
-            "--slot", "eu-slot-1", "--cluster", "eu", "--budget-s", "90",
+            "--slot", "eu-slot-1", "--cluster", "eu", "--slot-number", "1", "--max-slots", "2", "--budget-s", "90",
             "--min-interval-s", "2.5", "--min-records", "100",
             "--warehouse", "s3a://lake/eu", "--s3-endpoint", "http://s3.local:9000",
         ],
@@ -147,6 +147,39 @@ def test_plan_names_slots_per_cluster_and_carries_the_options() -> None:
     assert plan.slots[2].kafka_conn_id == "lagsched_kafka"
     # A cluster without sink settings: the job's defaults (no lake option at all).
     assert "--warehouse" not in plan.slots[2].args
+
+
+def test_plan_starts_only_needed_slots_not_running_with_each_clusters_budget() -> None:
+    plan = ConsumePlan.of(
+        {"eu": 4, "us": 2}, {"eu": 3, "us": 4}, SlotOptions(), budgets={"eu": 600}, running={"eu-slot-2", "us-slot-9"}
+    )
+    # eu needs 3 (its max_slots), slot 2 runs: slots 1 and 3 start; a running slot beyond the need is no reason.
+    assert [s.name for s in plan.slots] == ["eu-slot-1", "eu-slot-3", "us-slot-1", "us-slot-2"]
+    assert plan.running == ("eu-slot-2",)
+    budgets = {s.name: s.args[s.args.index("--budget-s") + 1] for s in plan.slots}
+    assert budgets == {"eu-slot-1": "600", "eu-slot-3": "600", "us-slot-1": "3600", "us-slot-2": "3600"}
+    assert plan.slots[1].args[:8] == (
+        "--slot",
+        "eu-slot-3",
+        "--cluster",
+        "eu",
+        "--slot-number",
+        "3",
+        "--max-slots",
+        "3",
+    )
+    # Every needed slot running: nothing to start.
+    assert ConsumePlan.of({"eu": 1}, {"eu": 3}, SlotOptions(), running={"eu-slot-1"}).slots == ()
+
+
+def test_slot_budget_is_validated_per_cluster() -> None:
+    assert parse_clusters({"eu": {}})[0].slot_budget_s == 3600
+    assert parse_clusters({"eu": {"slot_budget_s": 900}})[0].slot_budget_s == 900
+    for bad in (59, 86_401, "3600", True, 60.5):
+        with pytest.raises(ConfigError, match=r"eu\.slot_budget_s"):
+            parse_clusters({"eu": {"slot_budget_s": bad}})
+    again = ClusterConfig.from_dict(parse_clusters({"eu": {"slot_budget_s": 900}})[0].as_dict())
+    assert again.slot_budget_s == 900
 
 
 @pytest.mark.parametrize(("kwargs", "fragment"), [({"budget_s": 5}, "budget_s=5"), ({"budget_s": 90_000}, "budget_s=")])

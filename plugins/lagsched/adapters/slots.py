@@ -10,12 +10,21 @@ Two keys per namespace (default ``lagsched``):
   operator's ``KEYS lagsched:slot:*`` shows who is alive and a crashed slot's key cleans itself up.
   Its TTL runs on Redis's clock, which is why liveness is never read from it.
 
+``announce_joined`` publishes on ``<ns>:slot_events`` that a slot went live, so the running slots
+of its cluster rebalance without waiting for their next look.
+
 ``leave`` removes both at once (graceful shutdown), so the others fail over without waiting for the
 timeout. ``prune`` drops members silent for much longer than any timeout, to keep the set small.
+
+`SlotLock` keeps a slot id in one process at a time: ``<ns>:slot_lock:<id>`` holds the running
+process's token with a TTL its keeper renews with every heartbeat. A second start of a live slot
+finds the key taken and leaves without touching the first's claims; the consume DAG's plan reads
+the same keys to start only the slots that are not running.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import uuid
@@ -26,7 +35,7 @@ from typing import cast
 
 import redis
 
-__all__ = ["SLOT_NAMESPACE", "SlotRegistry", "new_slot_id", "slot_id_for"]
+__all__ = ["SLOT_NAMESPACE", "SlotLock", "SlotRegistry", "new_slot_id", "slot_id_for"]
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +100,9 @@ class SlotRegistry:
         if not timeout_s > 0:
             raise ValueError(f"timeout_s={timeout_s}; must be > 0")
         pipe = self.client.pipeline(transaction=True)
-        pipe.zadd(self._set_key, {slot_id: _epoch_s(now)})
+        # GT: a beat delayed in flight (a process frozen mid-call, then thawed) never moves a
+        # fresher beat of the same slot back in time.
+        pipe.zadd(self._set_key, {slot_id: _epoch_s(now)}, gt=True)
         pipe.set(self._slot_key(slot_id), now.isoformat(), ex=max(1, math.ceil(timeout_s)))
         pipe.execute()
 
@@ -123,6 +134,17 @@ class SlotRegistry:
         score = self.client.zscore(self._set_key, slot_id)
         return None if score is None else float(score)
 
+    @property
+    def events_channel(self) -> str:
+        """The pub/sub channel where slots say they joined (``<ns>:slot_events``)."""
+        return f"{self.namespace}:slot_events"
+
+    def announce_joined(self, cluster: str, slot_id: str) -> int:
+        """Tell the cluster's running slots that ``slot_id`` is live, so they hand it its share at
+        once rather than at their next look; returns how many subscribers heard it."""
+        message = json.dumps({"cluster": cluster, "slot": slot_id, "event": "joined"}, sort_keys=True)
+        return int(self.client.publish(self.events_channel, message))
+
     def prune(self, now: datetime, older_than_s: float) -> int:
         """Drop members silent for more than ``older_than_s``; returns how many were dropped.
 
@@ -132,3 +154,70 @@ class SlotRegistry:
         if not older_than_s > 0:
             raise ValueError(f"older_than_s={older_than_s}; must be > 0")
         return int(self.client.zremrangebyscore(self._set_key, "-inf", f"({_epoch_s(now) - older_than_s!r}"))
+
+
+# Take the key if it is free or already ours, and set its TTL: one round trip, atomic in Redis.
+# A key that vanished (TTL ran out while nobody else took it, or Redis restarted empty) is taken
+# back by its holder; one another process holds is left alone.
+_TAKE = """
+local holder = redis.call('GET', KEYS[1])
+if holder == false or holder == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return false
+end
+return holder
+"""
+_DROP = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class SlotLock:
+    """One process per slot id: a Redis key holding the running process's token, with a TTL.
+
+    ``acquire`` and ``renew`` are the same atomic step (take the key if free or ours, reset its
+    TTL) and return the other holder's token when someone else has it. The TTL is the slot
+    timeout (three heartbeats): a killed process's lock runs out as its heartbeat does, so an
+    Airflow retry can start the slot again; a process frozen past it finds the lock taken when it
+    wakes and ends (its claims are fenced by their epochs anyway, docs/consumer.md).
+
+    Attributes:
+        client: a ``redis.Redis``.
+        namespace: key prefix, as `SlotRegistry`'s.
+    """
+
+    client: redis.Redis
+    namespace: str = "lagsched"
+
+    def key(self, slot_id: str) -> str:
+        return f"{self.namespace}:slot_lock:{slot_id}"
+
+    def acquire(self, slot_id: str, token: str, ttl_s: float) -> str | None:
+        """Take (or keep) the slot for ``token``; None on success, else the holder's token."""
+        _check_slot_id(slot_id)
+        if not ttl_s > 0:
+            raise ValueError(f"ttl_s={ttl_s}; must be > 0")
+        holder = self.client.eval(_TAKE, 1, self.key(slot_id), token, max(1, math.ceil(ttl_s * 1000)))
+        return None if holder is None else _text(holder)
+
+    #: Renewing is taking again: the same atomic step.
+    renew = acquire
+
+    def release(self, slot_id: str, token: str) -> bool:
+        """Drop the lock if ``token`` still holds it (never another process's)."""
+        return bool(self.client.eval(_DROP, 1, self.key(slot_id), token))
+
+    def holders(self, slot_ids: Sequence[str]) -> dict[str, str]:
+        """The running slots among ``slot_ids``: slot id -> the holder's token."""
+        if not slot_ids:
+            return {}
+        values = cast("Sequence[str | bytes | None]", self.client.mget([self.key(s) for s in slot_ids]))
+        return {s: _text(v) for s, v in zip(slot_ids, values, strict=True) if v is not None}
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

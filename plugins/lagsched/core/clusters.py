@@ -19,6 +19,9 @@ Fields of a cluster (all optional):
   With ``topics`` too, a topic is managed if either says so; with neither, every topic is.
 * ``max_slots``: consumer slots the consume DAG runs at most for this cluster (1 to 1,000;
   default 4). The Airflow pool ``lagsched_consume`` bounds the slots of all clusters together.
+* ``slot_budget_s``: how long one consumer slot runs before it hands its rows back and the
+  consume DAG starts it again (60 to 86,400 seconds; default 3,600, Hevo's hour). Slots live
+  long: a start costs the Spark application's start, so the longer, the smaller that share.
 * ``sink``: the Iceberg table the cluster's records land in (`lagsched.core.lake.LakeTable`):
   ``warehouse`` (``file://``, ``s3a://``, ``hdfs://``; default ``$LAGSCHED_WAREHOUSE``, else
   ``.local/warehouse``), ``catalog`` (default ``lagsched``), ``namespace`` (default ``kafka``),
@@ -54,6 +57,7 @@ __all__ = [
     "DEFAULT_CLUSTERS",
     "DEFAULT_KAFKA_CONN_ID",
     "DEFAULT_MAX_SLOTS",
+    "DEFAULT_SLOT_BUDGET_S",
     "MAX_SLOTS",
     "ClusterConfig",
     "managed",
@@ -67,8 +71,11 @@ DEFAULT_KAFKA_CONN_ID = "lagsched_kafka"
 DEFAULT_CLUSTER = "lagsched_kafka"
 DEFAULT_MAX_SLOTS = 4
 MAX_SLOTS = 1000
+#: A slot's life (seconds): an hour, Hevo's figure; a start costs ~10-15 s of Spark start-up.
+DEFAULT_SLOT_BUDGET_S = 3600
+SLOT_BUDGET_RANGE_S = (60, 86_400)
 _CONN_ID = re.compile(r"[A-Za-z0-9_.-]{1,250}")
-_FIELDS = ("kafka_conn_id", "topics", "topic_pattern", "max_slots", "sink")
+_FIELDS = ("kafka_conn_id", "topics", "topic_pattern", "max_slots", "slot_budget_s", "sink")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +88,7 @@ class ClusterConfig:
         topics: topic names to manage; empty with no pattern = every topic.
         topic_pattern: regular expression a managed topic name matches in full, or None.
         max_slots: consumer slots the consume DAG runs at most for this cluster.
+        slot_budget_s: seconds one slot runs before it leaves and is started again.
         sink: the validated ``sink`` object as sorted ``(field, value)`` pairs; `sink_settings` as a dict.
     """
 
@@ -90,6 +98,7 @@ class ClusterConfig:
     topic_pattern: str | None = None
     max_slots: int = DEFAULT_MAX_SLOTS
     sink: tuple[tuple[str, str], ...] = ()
+    slot_budget_s: int = DEFAULT_SLOT_BUDGET_S
 
     def sink_settings(self) -> dict[str, str]:
         """The ``sink`` object (`lagsched.core.lake.LakeTable.of` fills in the defaults)."""
@@ -113,6 +122,7 @@ class ClusterConfig:
             "topics": list(self.topics),
             "topic_pattern": self.topic_pattern,
             "max_slots": self.max_slots,
+            "slot_budget_s": self.slot_budget_s,
             "sink": self.sink_settings(),
         }
 
@@ -184,12 +194,16 @@ def _check_cluster(name: str, body: Any, problems: list[tuple[str, object, str]]
     # bool is an int in Python; `true` slots is a mistake, not 1.
     if isinstance(max_slots, bool) or not isinstance(max_slots, int) or not 1 <= max_slots <= MAX_SLOTS:
         problems.append((f"{name}.max_slots", max_slots, f"an integer from 1 to {MAX_SLOTS}"))
+    budget = body.get("slot_budget_s", DEFAULT_SLOT_BUDGET_S)
+    low, high = SLOT_BUDGET_RANGE_S
+    if isinstance(budget, bool) or not isinstance(budget, int) or not low <= budget <= high:
+        problems.append((f"{name}.slot_budget_s", budget, f"an integer number of seconds from {low} to {high}"))
     sink = body.get("sink") or {}
     problems.extend(sink_problems(name, sink))
     if len(problems) > before:
         return None
     settings = tuple(sorted((k, v) for k, v in sink.items() if v is not None))
-    return ClusterConfig(name, conn_id, tuple(dict.fromkeys(topics)), pattern, max_slots, settings)
+    return ClusterConfig(name, conn_id, tuple(dict.fromkeys(topics)), pattern, max_slots, settings, budget)
 
 
 def parse_clusters(raw: str | bytes | Mapping[str, Any] | None) -> tuple[ClusterConfig, ...]:

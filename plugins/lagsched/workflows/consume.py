@@ -41,7 +41,7 @@ from lagsched.adapters.gaps import RetentionGap, record_gap
 from lagsched.adapters.kafka_admin import kafka_topic_ids, leader_racks, mirror_group_offsets, read_offsets
 from lagsched.adapters.ownership import OwnershipView, current_assignment, wants_for
 from lagsched.adapters.sink import BatchRead, SinkConflictError, SinkWrite
-from lagsched.adapters.slots import SlotRegistry
+from lagsched.adapters.slots import SlotLock, SlotRegistry
 from lagsched.adapters.topics import load_topics
 from lagsched.core.batches import OffsetAheadError, PartitionPlan, StartFrom, batch_is_due, plan_partition
 from lagsched.core.claims import Claim, ClaimLostError
@@ -49,6 +49,7 @@ from lagsched.core.errors import KafkaOffsetsError, LagschedError
 from lagsched.core.rack import RackOwner, rack_targets, spans_racks
 from lagsched.core.registry import TopicRow
 from lagsched.core.rendezvous import fair_share
+from lagsched.workflows.consume_plan import slots_needed
 
 __all__ = [
     "ConsumerSettings",
@@ -56,6 +57,7 @@ __all__ = [
     "ScalingListener",
     "SlotKeeper",
     "SlotRacks",
+    "SlotTakenError",
     "StopReason",
     "run_slot",
 ]
@@ -67,7 +69,8 @@ class StopReason(StrEnum):
     BUDGET = "budget"
     SIGNAL = "signal"
     IDLE = "idle"
-    #: The slot owned topics and now owns none (scaled in, topics disabled): its work moved away.
+    #: The slot owned topics and now owns none (scaled in, topics disabled), or its number is above
+    #: what the cluster needs now: its work moved away.
     RESCALED = "rescaled"
     LOST = "lost"
     ERROR = "error"
@@ -94,6 +97,11 @@ class ConsumerSettings:
     #: The slot's rack (availability zone, as brokers name theirs in ``broker.rack``); None: none.
     #: It makes the slot prefer partitions led from its rack and fetch from same-rack replicas.
     rack: str | None = None
+    #: The slot's number among its cluster's slots (``<cluster>-slot-<n>``) and the cluster's
+    #: ``max_slots``: slot n leaves at a batch boundary once the cluster needs fewer than n slots
+    #: (a scale-down). None (a slot started by hand): it leaves only when it owns nothing.
+    slot_number: int | None = None
+    max_slots: int | None = None
 
     def __post_init__(self) -> None:
         checks = {
@@ -106,6 +114,8 @@ class ConsumerSettings:
             "lease_s": self.lease_s >= 3 * self.heartbeat_s,
             "poll_s": self.poll_s > 0,
             "rack": self.rack is None or bool(self.rack.strip()),
+            "slot_number": self.slot_number is None or self.slot_number >= 1,
+            "max_slots": self.max_slots is None or self.max_slots >= 1,
         }
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
@@ -139,31 +149,96 @@ class Sink(Protocol):
     def write(self, reads: Sequence[BatchRead], since: int | None) -> SinkWrite: ...  # pragma: no cover
 
 
+class SlotTakenError(LagschedError):
+    """Another process holds this slot's lock: this one paused past the slot timeout and was
+    replaced. It must leave without touching the slot's rows or heartbeat (they are the other's)."""
+
+
 class SlotKeeper:
-    """Heartbeats the slot and renews its leases from a thread of its own.
+    """Holds the slot's lock, heartbeats the slot and renews its leases from a thread of its own.
 
     It has its own claim store (its own MySQL connection: pymysql connections are not thread-safe)
-    and its own Redis client. A failure is kept and re-raised in the main loop (``check``), which
-    then ends the run; a lease it could not renew shows up as a lost claim at the next commit.
+    and its own Redis client. ``start(live=False)`` renews only the lock (a slot still starting
+    Spark holds its id but is not live, so nobody hands it rows yet); ``start()`` or a later
+    ``go_live()`` adds the heartbeats. A failure is kept and re-raised in the main loop (``check``),
+    which then ends the run; a lease it could not renew shows up as a lost claim at the next commit.
     """
 
     def __init__(
-        self, registry: SlotRegistry, store: ClaimStore, slot_id: str, *, heartbeat_s: float, lease_s: float
+        self,
+        registry: SlotRegistry,
+        store: ClaimStore,
+        slot_id: str,
+        *,
+        heartbeat_s: float,
+        lease_s: float,
+        lock: SlotLock | None = None,
+        token: str = "",
     ) -> None:
         self._registry, self._store, self._slot = registry, store, slot_id
         self._heartbeat_s, self._lease_s = heartbeat_s, lease_s
+        self._lock_store, self._token = lock, token
         self._claims: list[Claim] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._live = False
         self._error: BaseException | None = None
+        self.taken_by: str | None = None
         self._thread = threading.Thread(target=self._run, name=f"slot-keeper-{slot_id[:8]}", daemon=True)
 
-    def start(self) -> None:
-        self.beat()  # live before the first claim, so ownership counts this slot at once
-        self._thread.start()
+    @property
+    def timeout_s(self) -> float:
+        """Silent this long, the slot is dead to the others and its lock free: three heartbeats."""
+        return 3 * self._heartbeat_s
+
+    def start(self, *, live: bool = True) -> None:
+        if live:
+            self.go_live()
+        else:
+            self._keep_lock()
+        if not self._thread.is_alive():
+            self._thread.start()
+
+    def go_live(self) -> None:
+        """Heartbeat from now on: live before the first claim, so ownership counts this slot at once."""
+        self._live = True
+        self.beat()
 
     def beat(self) -> None:
-        self._registry.heartbeat(self._slot, datetime.now(UTC), 3 * self._heartbeat_s)
+        self._keep_lock()
+        if self._live:
+            self._registry.heartbeat(self._slot, datetime.now(UTC), self.timeout_s)
+
+    def _keep_lock(self) -> None:
+        if self._lock_store is None:
+            return
+        holder = self._lock_store.renew(self._slot, self._token, self.timeout_s)
+        if holder is not None:
+            self.taken_by = holder
+            raise SlotTakenError(
+                f"slot {self._slot} is now run by another process ({holder}): this one was silent past the slot "
+                f"timeout ({self.timeout_s:.0f} s) and was replaced; leaving its rows and heartbeat to it"
+            )
+
+    def owns_slot(self) -> bool:
+        """Whether this process still holds the slot's lock, asked of Redis now (True without a lock).
+
+        Rows are held under the slot id, so a process replaced while it was frozen would release
+        its successor's rows: ask before releasing. A Redis that cannot answer counts as no (the
+        leases run out instead).
+        """
+        if self._lock_store is None:
+            return True
+        if self.taken_by is not None:
+            return False
+        try:
+            self._keep_lock()
+        except SlotTakenError:
+            return False
+        except Exception as exc:  # noqa: BLE001 - unknown is not ours
+            log.warning("could not confirm the slot's lock (%s)", exc)
+            return False
+        return True
 
     def hold(self, claims: Sequence[Claim]) -> None:
         """The rows to keep renewing (what the last claim or commit returned)."""
@@ -173,14 +248,23 @@ class SlotKeeper:
     def check(self) -> None:
         """Raise the keeper's failure, if it had one (as it was, so its service can be named)."""
         if self._error is not None:
-            log.error("the slot's heartbeat/lease keeper failed; ending the run")
+            if not isinstance(self._error, SlotTakenError):
+                log.error("the slot's heartbeat/lease keeper failed; ending the run")
             raise self._error
 
     def stop(self) -> None:
+        """Stop the thread, close the store and free the lock if still ours (idempotent)."""
+        if self._stop.is_set():
+            return
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=30)
         self._store.close()
+        if self._lock_store is not None and self.taken_by is None:
+            try:
+                self._lock_store.release(self._slot, self._token)
+            except Exception as exc:  # noqa: BLE001 - it runs out in one slot timeout anyway
+                log.warning("could not release the slot's lock (%s); it runs out in %.0f s", exc, self.timeout_s)
 
     def _run(self) -> None:
         renew_every = self._lease_s / 3
@@ -195,6 +279,10 @@ class SlotKeeper:
                     last_renew = time.monotonic()
                     if len(renewed) < len(claims):
                         log.warning("slot %s: %d claim(s) could not be renewed", self._slot, len(claims) - len(renewed))
+            except SlotTakenError as exc:
+                log.error("%s", exc)
+                self._error = exc
+                return
             except Exception as exc:  # noqa: BLE001 - handed to the main loop, which ends the run
                 log.error("slot %s: heartbeat/renew failed: %s", self._slot, exc)
                 self._error = exc
@@ -229,33 +317,37 @@ class SlotRacks:
 
 
 class ScalingListener:
-    """Wakes the loop when a scaling decision is published on ``lagsched:scaling``.
+    """Wakes the loop when a scaling decision is published (``lagsched:scaling``) or a slot of the
+    cluster went live (`SlotRegistry.events_channel`).
 
-    A decision for this cluster sets the event: the loop recomputes ownership at every batch
-    boundary anyway, the event only cuts a wait short so a rescale takes effect within one batch
-    interval.
+    A message for this cluster sets the event: the loop recomputes ownership at every batch
+    boundary anyway, the event only cuts a wait short so a rescale (or a new slot's share) takes
+    effect within one batch interval.
     """
 
-    def __init__(self, client: Any, channel: str, cluster: str, wake: threading.Event) -> None:
+    def __init__(self, client: Any, channels: Sequence[str], cluster: str, wake: threading.Event) -> None:
         self._cluster = cluster
         self._pubsub = client.pubsub(ignore_subscribe_messages=True)
-        self._pubsub.subscribe(**{channel: self._on_message})
+        self._pubsub.subscribe(**dict.fromkeys(channels, self._on_message))
         self._wake = wake
         self._thread: Any = None
         self.decisions = 0
 
     def _on_message(self, message: Mapping[str, Any]) -> None:
         # Redis pub/sub channels span every database of the server: other clusters' (and other
-        # deployments') decisions arrive here too, and only this cluster's matter.
+        # deployments') messages arrive here too, and only this cluster's matter.
         try:
             detail = json.loads(message.get("data") or "{}")
         except (TypeError, ValueError):
-            log.warning("ignoring a malformed message on the scaling channel: %r", message.get("data"))
+            log.warning("ignoring a malformed message on %s: %r", message.get("channel"), message.get("data"))
             return
         if not isinstance(detail, dict) or detail.get("cluster") != self._cluster:
             return
-        self.decisions += 1
-        log.info("scaling decision: %s %s -> %s workers", detail.get("topic"), detail.get("old"), detail.get("new"))
+        if detail.get("event") == "joined":
+            log.info("slot %s joined the cluster: rebalancing now", detail.get("slot"))
+        else:
+            self.decisions += 1
+            log.info("scaling decision: %s %s -> %s workers", detail.get("topic"), detail.get("old"), detail.get("new"))
         self._wake.set()
 
     def start(self) -> None:
@@ -297,9 +389,12 @@ class SlotRun:
         stats: IO[str] | None = None,
         clock: Callable[[], float] = time.monotonic,
         racks: SlotRacks | None = None,
+        announce_joined: bool = False,
     ) -> None:
         self.s = settings
         self.racks = racks
+        #: Publish that the slot went live (`SlotRegistry.announce_joined`) once it heartbeats.
+        self.announce_joined = announce_joined
         self.conn, self.store, self.registry, self.admin = conn, store, registry, admin
         self.sink, self.keeper, self.stop, self.wake = sink, keeper, stop, wake
         self.stats, self.clock = stats, clock
@@ -330,6 +425,12 @@ class SlotRun:
                 if done is not None:
                     self.outcome.reason = done
                     break
+        except SlotTakenError as exc:
+            # The rows and the heartbeat under this slot id are the new process's now: touch nothing.
+            self.outcome.reason = StopReason.LOST
+            self.outcome.lost_claims.append(str(exc))
+            self._emit({"event": "stopped", "reason": self.outcome.reason.value, "records": self.outcome.records})
+            return self.outcome
         except BaseException:
             # No offset moved past unwritten records (commits follow writes); what was recorded but
             # not committed is redone by the next holder. Hand the rows back if the database lets us.
@@ -359,7 +460,20 @@ class SlotRun:
     def _step(self) -> StopReason | None:
         """One boundary: claim, plan, maybe run a batch. A reason to stop, or None to go on."""
         topics = {t.topic_id: t for t in load_topics(self.conn, self.s.cluster)}
+        if self.s.slot_number is not None and self.s.max_slots is not None:
+            needed = slots_needed(topics.values(), self.s.max_slots)
+            if self.s.slot_number > needed:
+                log.info(
+                    "the cluster needs %d slot(s) now and this is slot %d: leaving (scale-down)",
+                    needed, self.s.slot_number,
+                )  # fmt: skip
+                return StopReason.RESCALED
         live = self.registry.live_slots(datetime.now(UTC), self.s.slot_timeout_s)
+        if self.s.slot_id not in live:
+            # This slot is running, whatever Redis says (its heartbeat lost to a Redis restart, or
+            # not yet written): beat now (which also confirms the lock) and count itself.
+            self.keeper.beat()
+            live = sorted([*live, self.s.slot_id])
         view = current_assignment(self.conn, live)
         owned = wants_for(self.s.slot_id, view)
         foreign = [t for t, n in owned.items() if n and t not in topics]
@@ -375,7 +489,9 @@ class SlotRun:
         wants = {t: n for t, n in owned.items() if t in topics}
         if any(wants.values()):
             self._owned = True
-        elif self._owned:
+        elif self._owned and self.s.slot_number is None:
+            # A numbered slot leaves by its number (above); owning nothing for a while is normal for
+            # it (more live slots than a topic has lanes) and the consume DAG would start it again.
             log.info("this slot no longer owns any topic (scaled in, or its topics were disabled); ending the run")
             return StopReason.RESCALED
         targets = self._rack_targets(view, wants, topics)
@@ -600,6 +716,9 @@ class SlotRun:
 
     def _release_all(self) -> None:
         self.keeper.hold([])  # released rows are not to be renewed (nor warned about) any more
+        if not self.keeper.owns_slot():
+            log.warning("not releasing the slot's rows: another process runs this slot now (or its lock is unknown)")
+            return
         try:
             held = self.store.held(self.s.slot_id)
             released = self.store.release(self.s.slot_id, held)
@@ -624,11 +743,17 @@ def run_slot(settings: ConsumerSettings, run: SlotRun) -> RunOutcome:
         # Before the first heartbeat, so co-owners never see this slot live without its rack.
         run.racks.announce(settings.slot_id, settings.rack)
     run.keeper.start()
+    if run.announce_joined:
+        try:
+            run.registry.announce_joined(settings.cluster, settings.slot_id)
+        except Exception as exc:  # noqa: BLE001 - the others find this slot at their next look anyway
+            log.warning("could not announce the slot on %s: %s", run.registry.events_channel, exc)
     try:
         return run.run()
     finally:
         run.keeper.stop()
-        try:
-            run.registry.leave(settings.slot_id)
-        except Exception as exc:  # noqa: BLE001 - its heartbeat times out anyway
-            log.warning("could not leave the slot set: %s", exc)
+        if run.keeper.taken_by is None:  # else the heartbeat is the new holder's
+            try:
+                run.registry.leave(settings.slot_id)
+            except Exception as exc:  # noqa: BLE001 - its heartbeat times out anyway
+                log.warning("could not leave the slot set: %s", exc)

@@ -1,4 +1,4 @@
-"""The consume DAG's planning step: how many slots each cluster needs this run, and their arguments.
+"""The consume DAG's planning step: which slots each cluster needs that are not running yet.
 
 A cluster needs as many slots as its most demanding enabled topic has ``linker_workers``: a topic's
 lanes go to distinct slots (docs/assignment.md), so fewer slots would leave lanes unowned. It is
@@ -7,28 +7,33 @@ capped by the cluster's ``max_slots`` (Variable ``lagsched_clusters``); the Airf
 enabled topic needs none.
 
 Slots are named ``<cluster>-slot-<n>``, n from 1: the consumer derives a stable slot id from the
-name (`lagsched.adapters.slots.slot_id_for`), so slot n of one run is slot n of the next and keeps
-its topics (rendezvous ranking), and a slot dropped by a scale-down is simply not started again.
+name (`lagsched.adapters.slots.slot_id_for`), so slot n of one start is slot n of the next and
+keeps its topics (rendezvous ranking). Slots live long (the cluster's ``slot_budget_s``, an hour
+by default), so a run starts only the needed slots whose lock (`lagsched.adapters.slots.SlotLock`)
+no process holds: a scale-up starts the missing ones at once and leaves the running ones alone.
+A slot numbered above the need leaves by itself at its next batch boundary (``--slot-number``,
+``--max-slots``).
 
-`slots_needed` is pure; `plan_consume` reads the registry.
+`ConsumePlan.of` is pure; `plan_consume` reads the registry and the slot locks.
 
 Example:
-    >>> plan = ConsumePlan.of({"eu": 2}, {"eu": 3}, SlotOptions(budget_s=120))
+    >>> plan = ConsumePlan.of({"eu": 3}, {"eu": 4}, SlotOptions(), running={"eu-slot-2"})
     >>> [s.name for s in plan.slots]
-    ['eu-slot-1', 'eu-slot-2']
-    >>> plan.slots[0].args[:4]
-    ('--slot', 'eu-slot-1', '--cluster', 'eu')
+    ['eu-slot-1', 'eu-slot-3']
+    >>> plan.slots[1].args[:8]
+    ('--slot', 'eu-slot-3', '--cluster', 'eu', '--slot-number', '3', '--max-slots', '4')
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lagsched.adapters.slots import SlotLock, slot_id_for
 from lagsched.adapters.topics import load_topics
-from lagsched.core.clusters import ClusterConfig
+from lagsched.core.clusters import DEFAULT_SLOT_BUDGET_S, ClusterConfig
 from lagsched.core.lake import job_args
 from lagsched.core.registry import TopicRow
 
@@ -59,25 +64,25 @@ def slots_needed(topics: Iterable[TopicRow], max_slots: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class SlotOptions:
-    """The consumer options every slot of a run gets (`jobs/consume.py --help`).
+    """Consumer options that override every slot's defaults (`jobs/consume.py --help`).
 
     Attributes:
-        budget_s: each slot runs this long, then finishes its batch and exits 0, so the run ends
-            and the next run (with the slot count recomputed) starts.
+        budget_s: each slot runs this long, then finishes its batch, hands its rows back and exits
+            0, and the next consume run starts it again; None: the cluster's ``slot_budget_s``.
         min_interval_s: a batch waits this long since the last one ...
         min_records: ... unless this many records are waiting.
     """
 
-    budget_s: float = 120.0
+    budget_s: float | None = None
     min_interval_s: float | None = None
     min_records: int | None = None
 
     def __post_init__(self) -> None:
-        if not 10 <= self.budget_s <= 86_400:
+        if self.budget_s is not None and not 10 <= self.budget_s <= 86_400:
             raise ValueError(f"budget_s={self.budget_s}: use 10 to 86400 seconds")
 
-    def args(self) -> list[str]:
-        out = ["--budget-s", _number(self.budget_s)]
+    def args(self, cluster_budget_s: float = DEFAULT_SLOT_BUDGET_S) -> list[str]:
+        out = ["--budget-s", _number(self.budget_s if self.budget_s is not None else cluster_budget_s)]
         if self.min_interval_s is not None:
             out += ["--min-interval-s", _number(self.min_interval_s)]
         if self.min_records is not None:
@@ -105,15 +110,17 @@ class SlotPlan:
 
 @dataclass(frozen=True, slots=True)
 class ConsumePlan:
-    """The slots of one consume run.
+    """The slots one consume run starts.
 
     Attributes:
         wanted: cluster -> the largest ``linker_workers`` of its enabled topics.
-        slots: every slot to run, cluster by cluster, numbered from 1.
+        slots: every slot to start, cluster by cluster, by number.
+        running: names of needed slots already running (not started again).
     """
 
     wanted: Mapping[str, int]
     slots: tuple[SlotPlan, ...] = field(default=())
+    running: tuple[str, ...] = ()
 
     @classmethod
     def of(
@@ -123,18 +130,28 @@ class ConsumePlan:
         options: SlotOptions,
         conn_ids: Mapping[str, str] | None = None,
         sinks: Mapping[str, Mapping[str, str]] | None = None,
+        *,
+        budgets: Mapping[str, int] | None = None,
+        running: Collection[str] = (),
     ) -> ConsumePlan:
-        """``sinks``: each cluster's ``sink`` settings (``lagsched_clusters``), passed on as job options."""
+        """``sinks``: each cluster's ``sink`` settings (``lagsched_clusters``), passed on as job options;
+        ``budgets``: each cluster's ``slot_budget_s``; ``running``: slot names already running."""
         slots: list[SlotPlan] = []
+        skipped: list[str] = []
         for cluster in sorted(wanted):
             count = max(0, min(wanted[cluster], max_slots[cluster]))
             conn_id = (conn_ids or {}).get(cluster, "lagsched_kafka")
+            budget = (budgets or {}).get(cluster, DEFAULT_SLOT_BUDGET_S)
             for n in range(1, count + 1):
                 name = slot_name(cluster, n)
+                if name in running:
+                    skipped.append(name)
+                    continue
                 sink = job_args((sinks or {}).get(cluster, {}))
-                args = ("--slot", name, "--cluster", cluster, *options.args(), *sink)
+                numbers = ("--slot-number", str(n), "--max-slots", str(max_slots[cluster]))
+                args = ("--slot", name, "--cluster", cluster, *numbers, *options.args(budget), *sink)
                 slots.append(SlotPlan(cluster, name, conn_id, args))
-        return cls(dict(wanted), tuple(slots))
+        return cls(dict(wanted), tuple(slots), tuple(skipped))
 
     def per_cluster(self) -> dict[str, int]:
         counts = {c: 0 for c in self.wanted}
@@ -145,13 +162,20 @@ class ConsumePlan:
     def as_dict(self) -> dict[str, Any]:
         return {
             "wanted": dict(self.wanted),
-            "slots": self.per_cluster(),
+            "start": self.per_cluster(),
             "names": [s.name for s in self.slots],
+            "running": list(self.running),
         }
 
 
-def plan_consume(conn: Any, clusters: Sequence[ClusterConfig], options: SlotOptions) -> ConsumePlan:
-    """Read each cluster's enabled topics and plan its slots (see the module doc)."""
+def plan_consume(
+    conn: Any, clusters: Sequence[ClusterConfig], options: SlotOptions, locks: SlotLock | None = None
+) -> ConsumePlan:
+    """Read each cluster's enabled topics and plan the slots to start (see the module doc).
+
+    ``locks``: the slot locks in Redis; a needed slot whose lock is held is running and not
+    started again. None: start every needed slot (a second start of a running one leaves at once).
+    """
     wanted: dict[str, int] = {}
     for c in clusters:
         topics = load_topics(conn, c.name)
@@ -162,12 +186,19 @@ def plan_consume(conn: Any, clusters: Sequence[ClusterConfig], options: SlotOpti
                 "stay unowned (raise max_slots in lagsched_clusters, and the pool lagsched_consume)",
                 c.name, wanted[c.name], c.max_slots, c.max_slots,
             )  # fmt: skip
+    running: set[str] = set()
+    if locks is not None:
+        names = [slot_name(c.name, n) for c in clusters for n in range(1, min(wanted[c.name], c.max_slots) + 1)]
+        ids = {slot_id_for(name): name for name in names}
+        running = {ids[slot_id] for slot_id in locks.holders(list(ids))}
     plan = ConsumePlan.of(
         wanted,
         {c.name: c.max_slots for c in clusters},
         options,
         {c.name: c.kafka_conn_id for c in clusters},
         {c.name: c.sink_settings() for c in clusters},
+        budgets={c.name: c.slot_budget_s for c in clusters},
+        running=running,
     )
     log.info("consume plan: %s", plan.as_dict())
     return plan
