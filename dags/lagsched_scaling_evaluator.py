@@ -94,8 +94,9 @@ def lagsched_scaling_evaluator() -> None:
                 slot_timeout_s=float(params["slot_timeout_s"]),
             )
 
-    # all_done: one cluster's failed evaluation must not hide another's scale-up from the consume DAG.
-    @task(execution_timeout=timedelta(seconds=30), outlets=[WORKERS_CHANGED], trigger_rule="all_done")
+    # After every cluster's evaluation succeeded: a failed one fails the run (a red run in the UI);
+    # the other clusters' scale-ups then wait for the consume DAG's 15-minute refill.
+    @task(execution_timeout=timedelta(seconds=30), outlets=[WORKERS_CHANGED])
     def announce_changes(results: list[dict[str, Any] | None]) -> dict[str, Any]:
         from airflow.sdk import get_current_context
         from airflow.sdk.exceptions import AirflowSkipException

@@ -43,9 +43,7 @@ def test_plan_runs_one_slot_per_worker_of_the_busiest_topic(env: Any, monkeypatc
     add_topic(env, cluster, "cold", {0: 0}, workers=1)
     monkeypatch.setenv("AIRFLOW_VAR_LAGSCHED_CLUSTERS", json.dumps({cluster: {"max_slots": 4}}))
 
-    run = load_dag("lagsched_consume").test(
-        run_conf={"budget_s": 60}, mark_success_pattern="^consume$"
-    )
+    run = load_dag("lagsched_consume").test(run_conf={"budget_s": 60}, mark_success_pattern="^consume$")
 
     assert state(run) == "success", run.state
     plan = plan_of(run)
@@ -53,8 +51,38 @@ def test_plan_runs_one_slot_per_worker_of_the_busiest_topic(env: Any, monkeypatc
         ["--slot", f"{cluster}-slot-{n}", "--cluster", cluster] for n in (1, 2, 3)
     ]
     assert all(p["kafka_conn_id"] == "lagsched_kafka" for p in plan)
-    assert plan[0]["application_args"][4:] == ["--budget-s", "60"]
+    assert plan[0]["application_args"][4:] == ["--slot-number", "1", "--max-slots", "4", "--budget-s", "60"]
     assert [ti.map_index for ti in consume_tasks(run)] == [0, 1, 2]
+
+
+def test_plan_starts_only_the_slots_not_running_with_the_clusters_budget(
+    env: Any,  # noqa: F811
+    redis_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from lagsched.adapters.slots import SlotLock, slot_id_for
+
+    cluster = f"c-{uuid.uuid4().hex[:8]}"
+    add_topic(env, cluster, "hot", {p: 0 for p in range(4)}, workers=3)
+    monkeypatch.setenv("AIRFLOW_VAR_LAGSCHED_CLUSTERS", json.dumps({cluster: {"slot_budget_s": 900}}))
+    # Slot 2 runs (its process holds the lock); slot 4 too, though only 3 are needed.
+    lock = SlotLock(redis_client)
+    for n in (2, 4):
+        assert lock.acquire(slot_id_for(f"{cluster}-slot-{n}"), f"test:{n}", 60) is None
+
+    run = load_dag("lagsched_consume").test(mark_success_pattern="^consume$")
+
+    assert state(run) == "success", run.state
+    plan = plan_of(run)
+    assert [p["application_args"][1] for p in plan] == [f"{cluster}-slot-1", f"{cluster}-slot-3"]
+    assert all(p["application_args"][8:10] == ["--budget-s", "900"] for p in plan), plan
+
+    # Every needed slot running: the run starts nothing.
+    for n in (1, 3):
+        assert lock.acquire(slot_id_for(f"{cluster}-slot-{n}"), f"test:{n}", 60) is None
+    run = load_dag("lagsched_consume").test(mark_success_pattern="^consume$")
+    assert state(run) == "success", run.state
+    assert plan_of(run) == []
 
 
 def test_plan_is_capped_by_max_slots_and_empty_without_topics(env: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
@@ -65,7 +93,7 @@ def test_plan_is_capped_by_max_slots_and_empty_without_topics(env: Any, monkeypa
         json.dumps({busy: {"max_slots": 2, "kafka_conn_id": "lagsched_kafka_busy"}, idle: {}}),
     )
 
-    run = load_dag("lagsched_consume").test(run_conf={"idle_wait_s": 0}, mark_success_pattern="^consume$")
+    run = load_dag("lagsched_consume").test(mark_success_pattern="^consume$")
 
     assert state(run) == "success", run.state
     plan = plan_of(run)
@@ -73,8 +101,6 @@ def test_plan_is_capped_by_max_slots_and_empty_without_topics(env: Any, monkeypa
     assert {p["kafka_conn_id"] for p in plan} == {"lagsched_kafka_busy"}
 
     # Only the idle cluster: nothing to consume, the mapped task has no instance to run.
-    run = load_dag("lagsched_consume").test(
-        run_conf={"cluster": idle, "idle_wait_s": 0}, mark_success_pattern="^consume$"
-    )
+    run = load_dag("lagsched_consume").test(run_conf={"cluster": idle}, mark_success_pattern="^consume$")
     assert state(run) == "success", run.state
     assert plan_of(run) == []

@@ -85,6 +85,32 @@ def decision_rows(conn: Any, topic_id: str) -> list[tuple[Any, ...]]:
     return rows
 
 
+def task_state(run: Any, task_id: str) -> str:
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        ti = run.get_task_instance(task_id, session=session)
+        return str(ti.state).rsplit(".", 1)[-1].lower()
+
+
+def asset_events(run: Any) -> list[Any]:
+    """The asset events the run's tasks emitted (with their asset loaded)."""
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+    from sqlalchemy.orm import joinedload
+
+    with create_session() as session:
+        query = (
+            select(AssetEvent)
+            .options(joinedload(AssetEvent.asset))
+            .where(AssetEvent.source_dag_id == run.dag_id, AssetEvent.source_run_id == run.run_id)
+        )
+        events = list(session.scalars(query))
+        session.expunge_all()
+        return events
+
+
 def test_lag_monitor_dag_measures_and_stores(
     env: Any, redis_client: Any, new_topic: Callable[..., str], kafka_config: dict[str, Any]
 ) -> None:
@@ -125,6 +151,23 @@ def test_scaling_evaluator_dag_applies_and_records(
     ((evaluation_id, old, new, rule),) = decision_rows(env, topic_id)
     assert (old, new, rule) == (2, 6, "scale_up_rising")
     assert evaluation_id == run.run_id
+    # The change updated the asset the consume DAG runs on, naming the change.
+    assert task_state(run, "announce_changes") == "success"
+    (event,) = asset_events(run)
+    assert event.asset.uri == "lagsched://scaling/workers_changed"
+    assert event.extra["changes"] == [{"cluster": cluster, "topic": "orders", "old": 2, "new": 6}]
+
+
+def test_an_evaluation_that_changes_nothing_starts_no_consume_run(env: Any, redis_client: Any) -> None:
+    cluster = f"c-{uuid.uuid4().hex[:8]}"
+    topic_id = add_topic(env, cluster, "quiet", {0: 0}, workers=1)  # no lag and one worker: nothing to do
+
+    run = load_dag("lagsched_scaling_evaluator").test(run_conf={"cluster": cluster})
+
+    assert state(run) == "success", run.state
+    assert workers_of(env, topic_id) == 1
+    assert task_state(run, "announce_changes") == "skipped"
+    assert asset_events(run) == []
 
 
 def test_malformed_variable_fails_the_evaluator_dag_and_changes_nothing(
