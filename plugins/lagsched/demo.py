@@ -10,8 +10,9 @@
 4. starts the load generator (`lagsched.loadgen`: ``demo.orders`` ramps to ``--peak-rate``, three
    topics trickle, ``demo.archive`` stays idle) and prints a status line every 15 s until Ctrl-C
    or ``--duration`` seconds of traffic;
-5. stops the load generator, pauses ``lagsched_consume`` and lets its running slots finish their
-   budget (a second Ctrl-C stops them now, gracefully), then prints the summary: peak and final lag
+5. stops the load generator, pauses ``lagsched_consume`` and stops its running slots gracefully
+   (each finishes its batch, commits and releases; slots live an hour, so waiting for their budget
+   is opt-in: ``--budget-wait``), then prints the summary: peak and final lag
    per topic, linker_workers over time, records produced, consumed (committed offsets) and in the
    sink (Parquet rows), and whether the sink holds every consumed record exactly once.
 
@@ -715,7 +716,11 @@ def _wind_down(
         return
     if not budget_wait:
         stopper.hurry.set()
-    label = "waiting for the running slots to finish their budget (Ctrl-C again: stop them now)"
+    label = (
+        "waiting for the running slots to finish their budget (Ctrl-C again: stop them now)"
+        if budget_wait
+        else "stopping the running slots (each finishes its batch, commits and releases)"
+    )
     with Progress(label, stream=sys.stdout) as p:
         p.tick_every(0.5)
         deadline = time.monotonic() + 600
@@ -886,10 +891,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--peak-rate", type=float, default=3000.0, help="the hot topic's peak, records/s")
     parser.add_argument(
-        "--no-budget-wait",
-        dest="budget_wait",
-        action="store_false",
-        help="at the end, stop the running slots at once instead of letting them finish their budget",
+        "--budget-wait",
+        action="store_true",
+        help="at the end, let the running slots finish their budget (up to 10 minutes) instead of stopping them "
+        "gracefully at once",
     )
     parser.add_argument("--down", action="store_true", help="stop a demo's load generator and the whole stack")
 

@@ -1,15 +1,16 @@
 """The loop closed by Airflow itself, with its running scheduler (not ``dag.test()``).
 
 topic sync -> lag monitor -> the evaluator (scheduled on the monitor's asset) raises a hot topic's
-linker_workers -> the consume DAG runs more slots on it -> lag falls below the threshold ->
-linker_workers come back down; every record is in the cluster's Iceberg table exactly once.
+linker_workers -> the consume DAG starts more slots -> lag falls below the threshold ->
+linker_workers come back down and the surplus slots leave; every record is in the cluster's Iceberg table exactly once.
 
 Shared-stack etiquette: the test's topics live in a cluster of their own (``e2e_<hex>``, a
 ``topic_pattern`` that matches only its topics), added to ``lagsched_clusters`` next to whatever
 is configured; its tuned settings are per-topic overrides in ``lagsched_settings``, so nobody
-else's topics change policy. The consume DAG is triggered for that cluster only, its table's
-warehouse in the test's temporary folder (the cluster's ``sink``), and paused again as soon as its
-slots run, so no continuous run starts for the other clusters. Both Variables are restored and
+else's topics change policy. For the test's few minutes that cluster is the only configured one
+(its table's warehouse in the test's temporary folder); the consume DAG is unpaused and triggered,
+its long-lived slots follow the scale-down (slots 2 and 3 leave, slot 1 lives on), and at the end
+it is paused and its runs stopped (each slot finishes its batch). Both Variables are restored and
 the cluster's registry rows disabled at the end. The demo (which consumes ``lagsched_kafka`` with
 the same DAG) must not run at the same time: slot ownership spans the registry database
 (docs/consumer.md).
@@ -148,10 +149,11 @@ def test_airflow_scales_consumes_and_scales_back(
         drive(api, cluster, lambda: workers(registry, cluster, hot) == 3, "linker_workers 3 on the hot topic", 240)
         assert workers(registry, cluster, cold) == 1
 
-        # 3. Unpaused, the continuous consume DAG plans 3 slots (the hot topic's workers) and runs them.
+        # 3. Unpaused and triggered (as a user would; the evaluator's asset starts runs from now on),
+        #    the consume DAG starts 3 slots (the hot topic's workers).
         before = {r["dag_run_id"] for r in api.dag_runs(CONSUME)}
         api.set_paused(CONSUME, False)
-        first = wait_for_plan(api, before, "the first consume run's plan")
+        first = Plan.of(api, api.trigger(CONSUME))
         assert first.names == [f"{cluster}-slot-{n}" for n in (1, 2, 3)], first.names
 
         # 4. The slots drain the backlog; the monitor sees the lag fall, the evaluator scales down.
@@ -168,13 +170,21 @@ def test_airflow_scales_consumes_and_scales_back(
         lag = latest_lag(cluster, hot)
         assert lag is not None and lag < THRESHOLD, lag
 
-        # 5. The run ends (budget, or early for a slot left owning nothing), every slot exit 0; the
-        #    next run starts one slot only.
-        assert api.wait_for_run(CONSUME, first.run_id, timeout_s=300) == "success"
-        slots = [t for t in api.task_instances(CONSUME, first.run_id) if t["task_id"] == "consume"]
-        assert sorted(t["state"] for t in slots) == ["success"] * 3, slots
-        second = wait_for_plan(api, before | {first.run_id}, "the next consume run's plan")
-        assert second.names == [f"{cluster}-slot-1"], second.names
+        # 5. Slots 2 and 3 leave at a batch boundary (exit 0) while slot 1 lives on; the runs their
+        #    ends start (the asset lagsched://consume/slot_ended) start nothing.
+        def slot_states() -> dict[str, str]:
+            tis = [t for t in api.task_instances(CONSUME, first.run_id) if t["task_id"] == "consume"]
+            return {f"{cluster}-slot-{t['map_index'] + 1}": t["state"] for t in tis}
+
+        wait_until(
+            lambda: [slot_states().get(f"{cluster}-slot-{n}") for n in (2, 3)] == ["success", "success"],
+            180,
+            "slots 2 and 3 to leave",
+            poll=2,
+        )
+        assert slot_states()[f"{cluster}-slot-1"] == "running", slot_states()
+        later = wait_for_plan(api, before | {first.run_id}, "a consume run started by a slot's end")
+        assert later.names == [], later.names
 
         for topic, partitions in ((hot, 3), (cold, 1)):
             assert_once(cluster, sink, topic, latest_offsets(kafka_config, topic, partitions))
@@ -193,6 +203,18 @@ class Plan:
 
     def __init__(self, run_id: str, names: list[str]) -> None:
         self.run_id, self.names = run_id, names
+
+    @classmethod
+    def of(cls, api: AirflowAPI, run_id: str) -> Plan:
+        """The plan of ``run_id``, once its plan_slots task succeeded."""
+
+        def planned() -> bool:
+            tis = {t["task_id"]: t["state"] for t in api.task_instances(CONSUME, run_id) if t["map_index"] < 0}
+            return tis.get("plan_slots") == "success"
+
+        wait_until(planned, 240, f"the plan of consume run {run_id}", poll=2)
+        plan = api.xcom(CONSUME, run_id, "plan_slots")
+        return cls(run_id, sorted(p["application_args"][1] for p in plan))
 
 
 def wait_for_plan(api: AirflowAPI, known: set[str], what: str) -> Plan:
