@@ -15,6 +15,8 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("lagsched.bench.lag", []),
     ("lagsched.bench.consumer", []),
     ("lagsched.bench.sink", []),
+    # Through Airflow (started with the stack if not running); the consume DAG must be paused.
+    ("lagsched.bench.lifecycle", []),
     # Starts (and stops) the 3-broker rack cluster unless it is up.
     ("lagsched.bench.rack", []),
     ("lagsched.sim.__main__", ["--keda-sweep", f"{RESULTS}/simulation_keda_sweep.json"]),
