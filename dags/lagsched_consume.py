@@ -41,7 +41,8 @@ needed and not running, so runs never wait on each other:
   `linker_workers`, or an override did): a scale-up's slots start within seconds;
 - on the asset `lagsched://consume/slot_ended`: a slot that reached its budget is started again
   at once (its rows went to the cluster's other slots meanwhile);
-- every 15 minutes, as a safety net (a slot whose retries failed).
+- every 15 minutes, as a safety net (a slot whose retries failed), and at once the first time it
+  is unpaused; after that, **Trigger** it to start the slots now.
 A run with nothing to start ends at once (the consume task is skipped).
 
 A second start of a running slot (two runs racing, a hand-started slot) leaves at once with exit
@@ -66,7 +67,9 @@ lost or consumed twice either way (docs/consumer.md). Paused at creation: unpaus
 @dag(
     dag_id="lagsched_consume",
     schedule=AssetOrTimeSchedule(
-        timetable=CronTriggerTimetable(REFILL_CRON, timezone="UTC"), assets=(WORKERS_CHANGED | SLOT_ENDED)
+        # run_immediately: the first unpause ever starts the slots at once, not at the next mark.
+        timetable=CronTriggerTimetable(REFILL_CRON, timezone="UTC", run_immediately=True),
+        assets=(WORKERS_CHANGED | SLOT_ENDED),
     ),
     start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,

@@ -433,12 +433,6 @@ class DemoAPI(AirflowAPI):
                 time.sleep(1.0 + attempt)
         raise AssertionError("unreachable")
 
-    def dag_param(self, dag_id: str, name: str) -> Any:
-        """A DAG param's default value (``/details``)."""
-        details = self._request("GET", f"/api/v2/dags/{dag_id}/details")
-        param = (details.get("params") or {}).get(name)
-        return param.get("value") if isinstance(param, dict) else param
-
     def active_runs(self, dag_id: str) -> list[dict[str, Any]]:
         return [r for r in self.dag_runs(dag_id, limit=10) if r.get("state") in ("queued", "running")]
 
@@ -583,6 +577,10 @@ def _prepare(api: DemoAPI, cfg: StackConfig, loads: Sequence[TopicLoad]) -> str 
     # Registers the demo topics now rather than at the sync's next 10-minute mark.
     if _run_dag(api, "lagsched_topic_sync") != "success":
         return "lagsched_topic_sync"
+    # The consume DAG runs on scaling changes, slot ends and every 15 minutes: start the slots the
+    # topics need now (a run with nothing to start ends at once).
+    api.trigger(CONSUME_DAG, {})
+    print(f"==> triggered {CONSUME_DAG}: the slots start now and live until the demo ends", flush=True)
     return None
 
 
