@@ -192,7 +192,8 @@ def test_airflow_scales_consumes_and_scales_back(
         now = Plan.of(api, api.trigger(CONSUME))
         assert now.names == [], now.names
         assert running_slots(cluster) == {1}
-        # Every slot task of every run since the unpause ended well or still runs (duplicates exit 0).
+        # No slot task of any run since the unpause failed (duplicate starts exit 0); some may still
+        # be on their way (runs the slots' ends started).
         states = [
             t["state"]
             for r in api.dag_runs(CONSUME)
@@ -200,7 +201,7 @@ def test_airflow_scales_consumes_and_scales_back(
             for t in api.task_instances(CONSUME, r["dag_run_id"])
             if t["task_id"] == "consume"
         ]
-        assert set(states) <= {"success", "running", "skipped"}, states
+        assert not set(states) & {"failed", "up_for_retry", "upstream_failed"}, states
 
         for topic, partitions in ((hot, 3), (cold, 1)):
             assert_once(cluster, sink, topic, latest_offsets(kafka_config, topic, partitions))
