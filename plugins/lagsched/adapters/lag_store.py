@@ -28,7 +28,9 @@ so its cost is the number of Redis commands more than the bytes: redis-py spends
 Python per command (packing, queueing, parsing its reply), which was 0.4-0.8 s of a 1,000-topic
 measurement with one HMGET, HSET and EXPIRE per hash and four commands per lag ZSET. So each of
 those steps is one Lua script per `SCRIPT_KEYS` keys (`_HMGET_ALL`, `_HSET_ALL`, `_ADD_RECORDS`)
-doing the same commands inside Redis: the same keys, values and TTLs, a few commands in all.
+doing the same commands inside Redis: the same keys, values and TTLs, a few commands in all. The
+sample scripts take one argument and give one reply string per topic, not per partition, since
+redis-py's cost is per argument and reply element too.
 """
 
 from __future__ import annotations
@@ -65,37 +67,40 @@ PartitionKey = tuple[str, int]
 #: alone) and how many arguments one call carries.
 SCRIPT_KEYS = 1000
 
-# Lua's unpack() takes a few thousand values at most, so a topic's fields go 500 at a time.
-_HMGET_ALL = """
-local out, i = {}, 1
+# One argument and one reply string per topic, not per partition: redis-py's Python cost is per
+# argument and per reply element too (a window never holds "\n" or ","; partition fields are
+# numbers). Lua's unpack() takes a few thousand values at most, hence the slices of 500.
+_HMGET_ALL = r"""
+local out = {}
 for k = 1, #KEYS do
-  local n = tonumber(ARGV[i])
+  local fields = {}
+  for f in string.gmatch(ARGV[k], '[^,]+') do fields[#fields + 1] = f end
   local values = {}
-  for j = 0, n - 1, 500 do
-    local part = redis.call('HMGET', KEYS[k], unpack(ARGV, i + 1 + j, i + math.min(n, j + 500)))
-    for _, v in ipairs(part) do values[#values + 1] = v end
+  for j = 1, #fields, 500 do
+    local part = redis.call('HMGET', KEYS[k], unpack(fields, j, math.min(#fields, j + 499)))
+    for _, v in ipairs(part) do values[#values + 1] = v or '' end
   end
-  out[k] = values
-  i = i + 1 + n
+  out[k] = table.concat(values, '\n')
 end
 return out
 """
-"""KEYS: hashes; ARGV: per key its field count then its fields. Returns each key's HMGET reply."""
+"""KEYS: hashes; ARGV: per key its fields joined by ``,``. Returns per key its values joined by a
+newline, in field order, ``''`` for a field that is absent."""
 
-_HSET_ALL = """
-local ttl, i = ARGV[1], 2
+_HSET_ALL = r"""
+local ttl = ARGV[1]
 for k = 1, #KEYS do
-  local n = tonumber(ARGV[i])
-  for j = 0, n - 1, 500 do
-    redis.call('HSET', KEYS[k], unpack(ARGV, i + 1 + 2 * j, i + 2 * math.min(n, j + 500)))
+  local items = {}
+  for x in string.gmatch(ARGV[k + 1], '[^\n]+') do items[#items + 1] = x end
+  for j = 1, #items, 1000 do
+    redis.call('HSET', KEYS[k], unpack(items, j, math.min(#items, j + 999)))
   end
   redis.call('EXPIRE', KEYS[k], ttl)
-  i = i + 1 + 2 * n
 end
 return #KEYS
 """
-"""KEYS: hashes; ARGV: the TTL, then per key its changed field count and field/value pairs (the
-count may be 0: the EXPIRE is refreshed all the same)."""
+"""KEYS: hashes; ARGV: the TTL, then per key its changed fields and values, alternating, joined by
+a newline (may be empty: the EXPIRE is refreshed all the same)."""
 
 _ADD_RECORDS = """
 local ttl, keep = ARGV[1], tonumber(ARGV[2])
@@ -245,17 +250,19 @@ class LagStore:
         return [self._window(v) for v in self._read(keys)]
 
     def _read(self, keys: Sequence[str]) -> list[str | None]:
+        return self._read_at([_location(k) for k in keys])
+
+    def _read_at(self, locations: Sequence[tuple[str, str]]) -> list[str | None]:
         # One HMGET per topic hash, run by a script per SCRIPT_KEYS hashes (module docstring).
-        locations = [_location(k) for k in keys]
         fields: dict[str, list[str]] = {}
         for h, f in locations:
             fields.setdefault(h, []).append(f)
         found: dict[tuple[str, str], str | None] = {}
         for hashes in chunked(list(fields), SCRIPT_KEYS):
-            args = [a for h in hashes for a in (len(fields[h]), *fields[h])]
-            replies = self._hmget_all(keys=hashes, args=args)
-            for h, values in zip(hashes, replies, strict=True):
-                found.update({(h, f): None if v is None else _text(v) for f, v in zip(fields[h], values, strict=True)})
+            replies = self._hmget_all(keys=hashes, args=[",".join(fields[h]) for h in hashes])
+            for h, joined in zip(hashes, replies, strict=True):
+                values = _text(joined).split("\n")
+                found.update({(h, f): v or None for f, v in zip(fields[h], values, strict=True)})
         return [found[loc] for loc in locations]
 
     def add_samples(self, samples: Mapping[str, OffsetSample]) -> dict[str, SampleWindow]:
@@ -265,24 +272,22 @@ class LagStore:
         HSET per topic) and refreshes the EXPIREs.
         """
         keys = list(samples)
-        stored = self._read(keys)
+        locations = [_location(k) for k in keys]
+        stored = self._read_at(locations)
         after: dict[str, SampleWindow] = {}
         writes: dict[str, dict[str, str]] = {}
-        for key, raw in zip(keys, stored, strict=True):
+        for key, (h, f), raw in zip(keys, locations, stored, strict=True):
             before = self._window(raw)
             after[key] = before.add(samples[key])
             encoded = _encode_after(before, after[key], raw)
-            h, f = _location(key)
             writes.setdefault(h, {})
             if encoded != raw:
                 writes[h][f] = encoded
         if writes:
             pipe = self.client.pipeline(transaction=True)
             for hashes in chunked(list(writes), SCRIPT_KEYS):
-                args: list[Any] = [self._ttl]
-                for h in hashes:
-                    args += [len(writes[h]), *(x for pair in writes[h].items() for x in pair)]
-                self._hset_all(keys=hashes, args=args, client=pipe)
+                joined = ["\n".join(x for pair in writes[h].items() for x in pair) for h in hashes]
+                self._hset_all(keys=hashes, args=[self._ttl, *joined], client=pipe)
             pipe.execute()
         return after
 
