@@ -555,6 +555,21 @@ def window_cpu(samples: Sequence[tuple[float, Mapping[str, float]]], t_from: flo
     return {"seconds": round(wall, 1), "cores": cores}
 
 
+def job_cpu_per_record(window: Mapping[str, Any], records_per_s: float) -> dict[str, float]:
+    """The job's own cores (its process tree: every group but the broker's and others') in a
+    `window_cpu` window, and its CPU-microseconds per record at `records_per_s`: unlike throughput,
+    this hardly depends on what else the machine runs.
+
+    >>> job_cpu_per_record({"cores": {"spark task threads": 1.2, "GC": 0.3, "broker": 0.2, "others": 0.1,
+    ...                     "machine busy": 1.8}}, 100_000.0)
+    {'steady_job_cores': 1.5, 'steady_job_cpu_us_per_record': 15.0}
+    """
+    outside = {"broker", "others", "machine busy"}
+    cores = sum(v for k, v in window.get("cores", {}).items() if k not in outside)
+    per_record = cores / records_per_s * 1e6 if records_per_s > 0 else 0.0
+    return {"steady_job_cores": round(cores, 2), "steady_job_cpu_us_per_record": round(per_record, 2)}
+
+
 def _broker_pid() -> int | None:
     """The local stack's Kafka broker, if this machine runs it (its CPU is counted apart)."""
     try:
@@ -990,6 +1005,7 @@ def run_spark(topic: str, expected: Mapping[int, int], knobs: Knobs, broker_pid:
         figures["process_s"] = round(process_s, 3)
         steady_start = float(stats.batches[figures["steady_from_batch"] - 2]["t_end"])
         figures["steady_cpu"] = window_cpu(sampler.samples, steady_start, float(stats.batches[-1]["t_end"]))
+        figures.update(job_cpu_per_record(figures["steady_cpu"], figures["records_per_s"]))
         # The job mirrors its offsets into a Kafka consumer group after each commit (issue 9 item 5):
         # they say where it stopped (its time budget may end it before the backlog's end).
         consumed = {p: _mirrored_offsets(topic, group).get(p, 0) for p in expected}
