@@ -148,13 +148,11 @@ def _consume(
     stop: threading.Event,
 ) -> int:
     import json
-    import socket
-    import uuid
 
     from lagsched.adapters.claims import open_claim_store
     from lagsched.adapters.lag_store import redis_client
     from lagsched.adapters.mysql import connect
-    from lagsched.adapters.slots import SlotLock, SlotRegistry
+    from lagsched.adapters.slots import SlotLock, SlotRegistry, holder_is_gone, lock_token
     from lagsched.workflows.consume import SlotKeeper
 
     slot_id = settings.slot_id
@@ -163,8 +161,17 @@ def _consume(
     redis = redis_client(redis_conf)
     redis.ping()
     # One process per slot id, taken before anything else touches the slot's rows.
-    token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    holder = SlotLock(redis).acquire(slot_id, token, settings.slot_timeout_s)
+    token = lock_token()
+    lock = SlotLock(redis)
+    holder = lock.acquire(slot_id, token, settings.slot_timeout_s)
+    if (
+        holder is not None
+        and holder_is_gone(holder)
+        and lock.take_over(slot_id, holder, token, settings.slot_timeout_s)
+    ):
+        # A restart right after a crash on this host: the holder's process is gone.
+        log.info("took over the slot's lock from %s, a process of this host that no longer runs", holder)
+        holder = None
     if holder is not None:
         conn.close()
         message = f"slot {args.slot} ({slot_id}) already runs in another process ({holder}); this start leaves"

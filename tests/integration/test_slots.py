@@ -100,3 +100,25 @@ def test_the_slot_lock_admits_one_process_and_frees_itself(redis_client: Any) ->
     assert lock.renew(slot, "host:2:b", 10) == "host:3:c"  # the frozen one learns it was replaced
     with pytest.raises(ValueError, match="not a UUID"):
         lock.acquire("slot-1", "t", 10)
+
+
+def test_a_lock_held_by_a_dead_process_of_this_host_is_taken_over_at_once(redis_client: Any) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    from lagsched.adapters.slots import holder_is_gone, lock_token
+
+    lock, slot = SlotLock(redis_client, namespace="lagsched_test"), new_slot_id()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
+    dead = f"{socket.gethostname()}:{int(gone.stdout)}:deadbeef"
+    mine = lock_token()
+    assert holder_is_gone(dead)
+    assert not holder_is_gone(mine)  # this very process
+    assert not holder_is_gone(f"elsewhere:{int(gone.stdout)}:x")  # another host's: never judged from here
+    assert not holder_is_gone("garbage")
+    assert lock.acquire(slot, dead, 60) is None
+    assert lock.acquire(slot, mine, 60) == dead
+    assert lock.take_over(slot, "someone-else", mine, 60) is False  # only from the holder named
+    assert lock.take_over(slot, dead, mine, 60) is True
+    assert lock.holders([slot]) == {slot: mine}

@@ -27,15 +27,18 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import socket
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import cast
 
 import redis
 
-__all__ = ["SLOT_NAMESPACE", "SlotLock", "SlotRegistry", "new_slot_id", "slot_id_for"]
+__all__ = ["SLOT_NAMESPACE", "SlotLock", "SlotRegistry", "holder_is_gone", "lock_token", "new_slot_id", "slot_id_for"]
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +170,13 @@ if holder == false or holder == ARGV[1] then
 end
 return holder
 """
+_SWAP = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return 0
+"""
 _DROP = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
@@ -207,6 +217,11 @@ class SlotLock:
     #: Renewing is taking again: the same atomic step.
     renew = acquire
 
+    def take_over(self, slot_id: str, dead: str, token: str, ttl_s: float) -> bool:
+        """Take the lock from ``dead`` (a holder known to be gone) if it still holds it; atomic."""
+        _check_slot_id(slot_id)
+        return bool(self.client.eval(_SWAP, 1, self.key(slot_id), dead, token, max(1, math.ceil(ttl_s * 1000))))
+
     def release(self, slot_id: str, token: str) -> bool:
         """Drop the lock if ``token`` still holds it (never another process's)."""
         return bool(self.client.eval(_DROP, 1, self.key(slot_id), token))
@@ -221,3 +236,39 @@ class SlotLock:
 
 def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def lock_token() -> str:
+    """This process's lock token: ``<host>:<pid>:<random>`` (who runs a slot, for the operator)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def holder_is_gone(token: str) -> bool:
+    """Whether ``token`` names a process of this host that no longer runs (killed, crashed).
+
+    Such a holder's lock would free itself within one slot timeout; a restart right after a crash
+    need not wait for that. A process elsewhere, or one merely stopped, is never judged gone.
+    """
+    host, _, rest = token.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    if not Path("/proc/self").exists():  # no procfs: ask the kernel whether the pid exists
+        return _no_such_process(int(pid_text))
+    try:
+        state = Path(f"/proc/{pid_text}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True  # no such process
+    except IndexError:
+        return False
+    return state in ("Z", "X")  # a zombie (exited, not yet reaped) or dead
+
+
+def _no_such_process(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False

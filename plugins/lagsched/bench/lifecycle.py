@@ -9,9 +9,12 @@ DAG and real Spark slots writing the cluster's Iceberg table, with records arriv
 (``LAGSCHED_BENCH_LIFECYCLE_RATE`` records/s on a 6-partition topic):
 
 * ``startup_s`` and ``winddown_s``: a slot's wall time not spent consuming, from its Airflow task's
-  start to its first committed batch, and from its last committed batch to its task's end (a
-  scale-down's exit). ``startup_share`` is their sum over a default-budget slot (an hour: the
-  cluster's ``slot_budget_s``), the worst of every slot started here;
+  start to the moment it goes live (its ``joined`` message on ``lagsched:slot_events``, sent once
+  Spark is up, right before it claims and reads), and from its last committed batch to its task's
+  end (a scale-down's exit). Its first batch, in a cold JVM, counts as consuming here; the
+  consumer benchmark reports that batch's rate apart. ``startup_share`` is their sum over a
+  default-budget slot (an hour: the cluster's ``slot_budget_s``), the worst of every slot started
+  here;
 * ``scale_up_reaction_s``: ``LAGSCHED_BENCH_LIFECYCLE_TRIALS`` times (default 5), an override raises
   the topic from 1 to 2 workers (the override DAG, which updates the asset the consume DAG runs on,
   as the evaluator does); from the decision's ``decided_at`` to the first table commit of slot 2
@@ -100,6 +103,32 @@ class Producer(threading.Thread):
         self.producer.flush(30)
 
 
+class JoinWatch(threading.Thread):
+    """When each slot went live: the ``joined`` messages on `SlotRegistry.events_channel`."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True, name="bench-joins")
+        from lagsched.adapters.lag_store import redis_client
+        from lagsched.adapters.slots import SlotRegistry
+        from lagsched.connections import redis_params
+
+        client = redis_client(redis_params())
+        self.pubsub = client.pubsub(ignore_subscribe_messages=True)
+        self.pubsub.subscribe(SlotRegistry(client).events_channel)
+        self.joined: list[tuple[str, float]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            message = self.pubsub.get_message(timeout=0.5)
+            if message and message.get("type") == "message":
+                detail = json.loads(message["data"])
+                self.joined.append((str(detail.get("slot")), time.time()))
+
+    def first_after(self, slot_id: str, since: float) -> float | None:
+        return next((t for s, t in self.joined if s == slot_id and t > since), None)
+
+
 class Bench:
     """One benchmark's cluster, topic, Airflow and table (see the module doc)."""
 
@@ -110,6 +139,7 @@ class Bench:
         from lagsched.core.lake import LakeTable
 
         self.api, self.tag = api, tag
+        self.joins = JoinWatch()
         self.cluster, self.topic = f"bench_lc_{tag}", f"bench-lc-{tag}"
         self.warehouse = ROOT / f"lagsched-bench-lifecycle-{tag}"
         self.sink = {"warehouse": self.warehouse.as_uri()}
@@ -269,7 +299,8 @@ def scale_up_trial(bench: Bench, n: int) -> dict[str, Any]:
         if end is not None:
             trial["winddown_s"] = round(end - last[-1], 3)
             start = _ts(ended[1].get("start_date"))
-            trial["startup_s"] = round(last[0] - start, 3) if start is not None else None
+            live = bench.joins.first_after(bench.slot_ids[2], decided)
+            trial["startup_s"] = round(live - start, 3) if start is not None and live is not None else None
     return trial
 
 
@@ -316,6 +347,7 @@ def measure(api: Any, trials: int, steady_s: float, rate: float) -> dict[str, An
     saved = api.get_variable("lagsched_clusters")
     paused = {d: bool((api.get_dag(d) or {}).get("is_paused", True)) for d in (CONSUME, OVERRIDE)}
     producer = Producer(kafka, bench.topic, rate)
+    bench.joins.start()
     result: dict[str, Any] = {"cluster": bench.cluster, "rate_records_per_s": rate, "partitions": PARTITIONS}
     try:
         api.set_variable(
@@ -325,6 +357,7 @@ def measure(api: Any, trials: int, steady_s: float, rate: float) -> dict[str, An
         conn = connect(mysql_params())
         try:
             sync_registry(conn, admin, bench.cluster, only=[bench.topic])
+            conn.commit()
         finally:
             conn.close()
         api.set_paused(OVERRIDE, False)
@@ -338,9 +371,11 @@ def measure(api: Any, trials: int, steady_s: float, rate: float) -> dict[str, An
         first = bench.first_commit_after(1, triggered, 300)
         found = bench.slot_task(1, triggered)
         start1 = _ts(found[1].get("start_date")) if found else None
+        live1 = bench.joins.first_after(bench.slot_ids[1], triggered)
         result["first_slot"] = {
             "trigger_to_first_commit_s": round(first - triggered, 3),
-            "startup_s": round(first - start1, 3) if start1 is not None else None,
+            "task_start_to_first_commit_s": round(first - start1, 3) if start1 is not None else None,
+            "startup_s": round(live1 - start1, 3) if start1 is not None and live1 is not None else None,
         }
         print(f"   {result['first_slot']}", flush=True)
 
@@ -386,6 +421,7 @@ def measure(api: Any, trials: int, steady_s: float, rate: float) -> dict[str, An
         return result
     finally:
         producer.stop.set()
+        bench.joins.stop.set()
         _quietly(lambda: api.set_paused(CONSUME, True))
         _quietly(lambda: _stop_runs(api))
         _quietly(lambda: api.set_paused(OVERRIDE, paused[OVERRIDE]))
