@@ -67,6 +67,9 @@ HEAP_BASE = 64 * 1024 * 1024
 LIMIT_SHARE = 0.9
 
 
+_WARM_UP_CLIENTS: list[Any] = []
+
+
 def _create_topics(admin: Any, names: list[str], partitions: int) -> None:
     from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
@@ -85,8 +88,12 @@ def _create_topics(admin: Any, names: list[str], partitions: int) -> None:
 
     deadline = time.monotonic() + 600
     while True:
+        # Each attempt's client is kept until the process ends: twice a bench process died of a
+        # segfault (pthread_mutex_lock on NULL in libc) while these attempts failed by the
+        # thousand, and destroying a client with requests still in flight is the suspect.
+        _WARM_UP_CLIENTS.append(admin_client(kafka_config()))
         try:
-            read_offsets(admin_client(kafka_config()), dict.fromkeys(names, partitions), timeout_s=60)
+            read_offsets(_WARM_UP_CLIENTS[-1], dict.fromkeys(names, partitions), timeout_s=60)
             return
         except KafkaOffsetsError as exc:
             if time.monotonic() > deadline:
