@@ -21,8 +21,9 @@ DAG and real Spark slots writing the cluster's Iceberg table, with records arriv
   (its snapshot's timestamp), with where the time went (asset -> run, run -> task start, task start
   -> first commit); then back to 1 and ``scale_down_s`` (decision -> slot 2's lock free);
 * ``consume_runs_per_hour``: consume runs created in a steady window of
-  ``LAGSCHED_BENCH_LIFECYCLE_STEADY_S`` (default 300) seconds with no change, per hour; with the
-  schedule's own count (the 15-minute refill plus one run per slot end);
+  ``LAGSCHED_BENCH_LIFECYCLE_STEADY_S`` (default 600) seconds with no change (starting a minute
+  after the last trial), per hour; with the schedule's own count (the 15-minute refill plus one
+  run per slot end);
 * ``duplicate_slot_start``: ``jobs/consume.py`` started by hand for slot 1 while it runs: its exit
   status, wall time, message, and whether slot 1's rows kept their holder and epoch.
 
@@ -247,16 +248,24 @@ class Bench:
         return self.decision_at(workers, asked) if decided else asked
 
     def slot_task(self, slot: int, since: float) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        """The newest consume run created after ``since`` that started slot ``slot``, and its task."""
+        """The consume run created after ``since`` whose task ran slot ``slot``, and that task.
+
+        Two runs may start the slot at once (the asset's and the 15-minute refill's): the second
+        start leaves within seconds, so the task that ran it is the one that ended last.
+        """
         name = f"{self.cluster}-slot-{slot}"
+        found: list[tuple[float, dict[str, Any], dict[str, Any]]] = []
         for run in self.api.dag_runs(CONSUME, limit=20):
             created = _ts(run.get("queued_at") or run.get("run_after")) or 0.0
             if created < since - 1:
                 continue
             for ti in self.api.task_instances(CONSUME, run["dag_run_id"]):
                 if ti["task_id"] == "consume" and ti.get("rendered_map_index") == name:
-                    return run, ti
-        return None
+                    found.append((_ts(ti.get("end_date")) or float("inf"), run, ti))
+        if not found:
+            return None
+        _, run, ti = max(found, key=lambda f: f[0])
+        return run, ti
 
     def runs_created(self, start: float, end: float) -> list[dict[str, Any]]:
         runs = self.api.dag_runs(CONSUME, limit=100)
@@ -387,11 +396,15 @@ def measure(api: Any, trials: int, steady_s: float, rate: float) -> dict[str, An
         result["scale_down_s"] = summarize([r["scale_down_s"] for r in runs])
 
         print(f"-- steady: {steady_s:.0f} s without changes, counting consume runs", flush=True)
+        time.sleep(60)  # the last trial's slot end starts a run of its own: not the steady state
         window_start = time.time()
         time.sleep(steady_s)
         steady = bench.runs_created(window_start, time.time())
         result["steady_window_s"] = steady_s
-        result["consume_runs_in_steady_window"] = len(steady)
+        result["consume_runs_in_steady_window"] = {
+            "count": len(steady),
+            "run_types": sorted(str(r.get("run_type")) for r in steady),
+        }
         result["consume_runs_per_hour"] = round(len(steady) * 3600 / steady_s, 2)
         # What the schedule makes of an hour at steady load: the 15-minute refill, plus one run per
         # slot that reaches its budget (one live slot here, an hour's budget).
@@ -477,7 +490,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     _use_local_stack()
     trials = int(env_number("LAGSCHED_BENCH_LIFECYCLE_TRIALS", 5, 1))
-    steady_s = env_number("LAGSCHED_BENCH_LIFECYCLE_STEADY_S", 300, 30)
+    steady_s = env_number("LAGSCHED_BENCH_LIFECYCLE_STEADY_S", 600, 30)
     rate = env_number("LAGSCHED_BENCH_LIFECYCLE_RATE", 1500, 10)
     cfg = load()
     local_stack.up(cfg, airflow=True)
