@@ -4,23 +4,26 @@ Run from the repository root (the local stack must be up)::
 
     PYTHONPATH=plugins python -m lagsched.bench lagsched.bench.consumer   # or -m lagsched.bench.consumer [--help]
 
-Loads ``LAGSCHED_BENCH_CONSUMER_RECORDS`` records (default 3,000,000: ~100-byte values, a key and
-one header each) into a 4-partition and a 12-partition topic, then, ``LAGSCHED_BENCH_DRAWS`` times
-(default 3) per topic, reads all of them with three readers, in a rotating order:
+Loads a backlog (`Knobs`: ``LAGSCHED_BENCH_CONSUMER_RECORDS``, default 24,000,000 records of
+~100-byte values, a key and one header each, into a 12-partition topic), then,
+``LAGSCHED_BENCH_DRAWS`` times (default 3), reads it with three readers, in a rotating order:
 
 * ``raw``: `lagsched.bench.raw_consumer`, a tuned confluent-kafka consumer writing the job's
-  Parquet layout with pyarrow;
+  Parquet layout with pyarrow, over the whole backlog;
 * ``perf``: Kafka's own ``kafka-consumer-perf-test`` (``ConsumerPerformance``): the ceiling of
   reading on this machine, nothing written;
-* ``spark``: the production job ``jobs/consume.py`` under spark-submit (``local[2]``), one slot
-  owning the topic, each run with a fresh database and sink.
+* ``spark``: the production slot ``jobs/consume.py`` under spark-submit (``local[2]``) with the
+  job's defaults, a long-lived slot's life in small: busy on the backlog for its time budget
+  (``LAGSCHED_BENCH_SLOT_S``, 240 s); its steady rate counts the batches after its first minute
+  (`spark_figures`), its first batch and start-up apart; its CPU sampled per thread group.
 
-Each reader's output is checked: the raw and Spark sinks must hold every (partition, offset) once,
-the perf test must count every record. Then, once per topic, where Spark's time goes
-(`spark_phases`: the job's read, convert and write paths timed apart, with Spark's event log);
-``--variants`` adds the job's write path under each of `SPARK_VARIANTS`. Writes
-``bench/results/consumer.json`` (see `summarize`); the topics are deleted at the end, also on
-failure. Target: ratio = spark / raw >= 1.0. Method and figures: docs/consumer-benchmark.md.
+Each reader's output is checked: the raw files and the slot's Iceberg table must hold every
+(partition, offset) once (the table: every offset below the one the slot committed), the perf test
+must count every record. ``--phases`` adds where a Spark batch's time goes (`spark_phases`),
+``--variants`` the job's write path under each of `SPARK_VARIANTS`. Writes
+``bench/results/consumer.json`` (see `summarize`); the topic is deleted at the end, also on
+failure. Targets (issue 16): ratio = spark / raw >= 1.2, first batch >= 0.5 x steady. Method and
+figures: docs/consumer-benchmark.md.
 
 Environment: ``LAGSCHED_BENCH_REDIS_DB`` (default 14) the Redis DB of the job's slot,
 ``LAGSCHED_BENCH_SINK_ROOT`` (default /var/tmp), ``LAGSCHED_BENCH_KEEP_WORK=1`` keeps a Spark run's
