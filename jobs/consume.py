@@ -232,6 +232,7 @@ def _run_slot(
     from lagsched.workflows.consume import ScalingListener, SlotRacks, SlotRun, SlotTakenError, run_slot
 
     slot_id, cluster = settings.slot_id, settings.cluster
+    sink.ensure_catalog_tables(conn)  # before Spark's catalog would race other slots to create them
     stats = open(args.stats_file, "a", encoding="utf-8") if args.stats_file else None  # noqa: SIM115
     conf = sink.catalog_conf(
         lake, jdbc_url=sink.jdbc_url(mysql.host, mysql.port, mysql.database), user=mysql.user, password=mysql.password

@@ -54,6 +54,7 @@ def main(argv: list[str]) -> int:
 
 def _run(args: argparse.Namespace) -> dict[str, object]:
     from lagsched.adapters import sink, spark
+    from lagsched.adapters.mysql import connect
     from lagsched.adapters.table_care import care_for_table
     from lagsched.connections import mysql_params
     from lagsched.core.lake import from_job_arguments
@@ -71,6 +72,11 @@ def _run(args: argparse.Namespace) -> dict[str, object]:
         lake, jdbc_url=sink.jdbc_url(mysql.host, mysql.port, mysql.database), user=mysql.user, password=mysql.password
     )
     log.info("table care of %s in %s as of %s: %s", lake.identifier, lake.warehouse, now.isoformat(), settings)
+    conn = connect(mysql)  # the catalog's tables first: care tasks of several clusters start at once
+    try:
+        sink.ensure_catalog_tables(conn)
+    finally:
+        conn.close()
     session = spark.session(f"lagsched-table-care-{cluster}", master=None, conf=conf)
     try:
         return {"cluster": cluster, "settings": settings.as_dict(), **care_for_table(session, lake, settings, now)}

@@ -126,3 +126,55 @@ def test_other_partitions_committed_since_the_mark_do_not_conflict(
     mine = lake_sink.write([BatchRead(topic, 1, (0, 200), 0)], mark)
     assert mine.records == 200
     assert len(offsets(lake_sink, empty_mysql_db)) == 400
+
+
+def test_the_catalog_tables_are_created_race_free_before_any_spark_session(mysql_db: Any) -> None:
+    """Slots starting at once on a fresh database: each creates the JDBC catalog's tables (V1) first,
+    so Iceberg's own V0-then-ALTER never runs twice ("Duplicate column name 'iceberg_type'")."""
+    import threading
+
+    from lagsched.adapters.mysql import connect
+    from lagsched.adapters.sink import ensure_catalog_tables
+
+    errors: list[BaseException] = []
+
+    def start() -> None:
+        conn = connect(mysql_db)
+        try:
+            ensure_catalog_tables(conn)
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+        finally:
+            conn.close()
+
+    def columns() -> set[str]:
+        conn = connect(mysql_db)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SELECT column_name FROM information_schema.columns"
+                    " WHERE table_schema = DATABASE() AND table_name = 'iceberg_tables'"
+                )
+                return {str(r[0]) for r in cur.fetchall()}
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert "iceberg_type" in columns()
+    # An older deployment's V0 table gets the V1 column, from two processes at once.
+    conn = connect(mysql_db)
+    with conn.cursor() as cur:
+        cur.execute("ALTER TABLE iceberg_tables DROP COLUMN iceberg_type")
+    conn.close()
+    threads = [threading.Thread(target=start) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert "iceberg_type" in columns()

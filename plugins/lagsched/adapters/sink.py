@@ -128,6 +128,48 @@ def catalog_conf(lake: LakeTable, *, jdbc_url: str, user: str, password: str) ->
     return conf
 
 
+# Iceberg's JDBC catalog tables in their V1 form (JdbcUtil, Iceberg 1.10). The catalog creates them
+# itself, V0 first and then ALTERs in the V1 column; two slots starting at once on a fresh database
+# both ALTER and one fails ("Duplicate column name 'iceberg_type'"). Created here first, race-free.
+_CATALOG_TABLES = (
+    "CREATE TABLE IF NOT EXISTS iceberg_tables ("
+    " catalog_name VARCHAR(255) NOT NULL, table_namespace VARCHAR(255) NOT NULL,"
+    " table_name VARCHAR(255) NOT NULL, metadata_location VARCHAR(1000),"
+    " previous_metadata_location VARCHAR(1000), iceberg_type VARCHAR(5),"
+    " PRIMARY KEY (catalog_name, table_namespace, table_name))",
+    "CREATE TABLE IF NOT EXISTS iceberg_namespace_properties ("
+    " catalog_name VARCHAR(255) NOT NULL, namespace VARCHAR(255) NOT NULL,"
+    " property_key VARCHAR(255), property_value VARCHAR(1000),"
+    " PRIMARY KEY (catalog_name, namespace, property_key))",
+)
+_DUPLICATE_COLUMN = 1060
+
+
+def ensure_catalog_tables(conn: Any) -> None:
+    """Create the JDBC catalog's tables (V1) if missing, before any Spark session opens the catalog.
+
+    A V0 table of an older deployment gets the V1 column; another process adding it at the same
+    moment is fine (MySQL's duplicate-column error is the race lost, not a failure).
+    """
+    import pymysql
+
+    with conn.cursor() as cur:
+        for ddl in _CATALOG_TABLES:
+            cur.execute(ddl)
+        cur.execute(
+            "SELECT COUNT(*) FROM information_schema.columns"
+            " WHERE table_schema = DATABASE() AND table_name = 'iceberg_tables' AND column_name = 'iceberg_type'"
+        )
+        (has_type,) = cur.fetchone()
+        if not has_type:
+            try:
+                cur.execute("ALTER TABLE iceberg_tables ADD COLUMN iceberg_type VARCHAR(5)")
+            except pymysql.err.OperationalError as exc:
+                if exc.args[0] != _DUPLICATE_COLUMN:
+                    raise
+    conn.commit()
+
+
 def jdbc_url(host: str, port: int, database: str) -> str:
     """The catalog's JDBC URL (MariaDB's driver speaks to MySQL 8 as well).
 
