@@ -399,7 +399,9 @@ class SlotRun:
         self.sink, self.keeper, self.stop, self.wake = sink, keeper, stop, wake
         self.stats, self.clock = stats, clock
         self.outcome = RunOutcome(StopReason.BUDGET)
-        self._last_batch = clock()
+        # A new slot's first batch goes as soon as it holds rows: a scale-up's slot is waited for,
+        # and one early batch an hour is no tiny-file problem. Later ones keep min_interval_s.
+        self._last_batch = float("-inf")
         self._owned = False  # owned some topic at some point of the run
         self._warned_foreign = False
         self._said: set[tuple[str, str | None, str]] = set()  # topic id mismatches already logged
