@@ -147,6 +147,13 @@ def test_the_catalog_tables_are_created_race_free_before_any_spark_session(mysql
         finally:
             conn.close()
 
+    def at_once(processes: int) -> None:
+        threads = [threading.Thread(target=start) for _ in range(processes)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+
     def columns() -> set[str]:
         conn = connect(mysql_db)
         try:
@@ -159,11 +166,7 @@ def test_the_catalog_tables_are_created_race_free_before_any_spark_session(mysql
         finally:
             conn.close()
 
-    threads = [threading.Thread(target=start) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    at_once(4)
     assert errors == []
     assert "iceberg_type" in columns()
     # An older deployment's V0 table gets the V1 column, from two processes at once.
@@ -171,10 +174,6 @@ def test_the_catalog_tables_are_created_race_free_before_any_spark_session(mysql
     with conn.cursor() as cur:
         cur.execute("ALTER TABLE iceberg_tables DROP COLUMN iceberg_type")
     conn.close()
-    threads = [threading.Thread(target=start) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    at_once(2)
     assert errors == []
     assert "iceberg_type" in columns()
