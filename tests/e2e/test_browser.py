@@ -1,11 +1,13 @@
 """The lagsched page in a real browser (Debian's chromium driven by Playwright): log into Airflow,
 open the page from the navigation and directly, and find the seeded topic, slots and decisions in
-its charts and tables. Saves the screenshot the README shows (docs/img/lagsched-page.png).
+its charts and tables. Saves a screenshot: into the test's temporary folder, or over the one the README shows
+(docs/img/lagsched-page.png) with ``LAGSCHED_UPDATE_SCREENSHOT=1``, so a test run leaves the checkout clean.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -77,7 +79,7 @@ def check_page(frame: Any, seed: Seed) -> None:
     expect(frame.locator("#stuck")).to_contain_text("none: every measured pipeline is moving")
 
 
-def test_lagsched_page_in_airflow(browser: Any, airflow: AirflowAPI, stack: StackConfig, seeded: Seed) -> None:
+def test_lagsched_page_in_airflow(browser: Any, airflow: AirflowAPI, stack: StackConfig, seeded: Seed, tmp_path: Path) -> None:
     from playwright.sync_api import expect
 
     password = json.loads((stack.airflow_home / PASSWORDS_FILE).read_text())["admin"]
@@ -103,8 +105,10 @@ def test_lagsched_page_in_airflow(browser: Any, airflow: AirflowAPI, stack: Stac
         frame.locator(f'.chart-card[data-topic="{seeded.topic}"] circle.decision').first.hover()
         expect(frame.locator("#tip")).to_be_visible()
         expect(frame.locator("#tip")).to_contain_text(seeded.reasons[0])
-        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOT))
+        shot = SCREENSHOT if os.environ.get("LAGSCHED_UPDATE_SCREENSHOT") == "1" else tmp_path / SCREENSHOT.name
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(shot))
+        assert shot.stat().st_size > 10_000  # a rendered page, not an empty image
 
         # Directly, with the cluster in the address (what a bookmark or a link from a runbook does).
         page.goto(f"{airflow.base_url}/lagsched/?cluster={seeded.cluster}", timeout=TIMEOUT_MS)
