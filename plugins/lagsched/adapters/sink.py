@@ -181,20 +181,32 @@ def jdbc_url(host: str, port: int, database: str) -> str:
 
 
 def ensure_table(spark: SparkSession, lake: LakeTable) -> None:
-    """Create the namespace and the table if they do not exist (several slots may race: that is fine)."""
+    """Create the namespace and the table if they do not exist.
+
+    Several slots starting at once race on both: Iceberg checks for existence and then inserts, so
+    the loser's insert fails, and how it fails depends on the catalog and the JDBC driver (a named
+    AlreadyExists, or a bare duplicate-key SQL error). So a failed create is judged by looking
+    again: if the object exists now, another slot made it and all is well.
+    """
     namespace = f"{lake.catalog}.{lake.namespace}"
     props = ", ".join(f"'{k}'='{v}'" for k, v in TABLE_PROPERTIES.items())
-    for statement in (
-        f"CREATE NAMESPACE IF NOT EXISTS {namespace}",
-        f"CREATE TABLE IF NOT EXISTS {lake.identifier} ({COLUMNS_DDL}) USING iceberg "
-        f"PARTITIONED BY ({PARTITIONING}) TBLPROPERTIES ({props})",
-    ):
+    steps = (
+        (f"CREATE NAMESPACE IF NOT EXISTS {namespace}", f"DESCRIBE NAMESPACE {namespace}"),
+        (
+            f"CREATE TABLE IF NOT EXISTS {lake.identifier} ({COLUMNS_DDL}) USING iceberg "
+            f"PARTITIONED BY ({PARTITIONING}) TBLPROPERTIES ({props})",
+            f"DESCRIBE TABLE {lake.identifier}",
+        ),
+    )
+    for create, look in steps:
         try:
-            spark.sql(statement)
-        except Exception as exc:
-            # Another slot created it between the existence check and the create.
-            if "AlreadyExists" not in type(exc).__name__ and "already exists" not in str(exc).lower():
-                raise
+            spark.sql(create)
+        except Exception as exc:  # noqa: BLE001 - any failure: the look below decides
+            try:
+                spark.sql(look).collect()
+            except Exception:  # noqa: BLE001 - not there: the create's own error is the one to see
+                raise exc from None
+            log.info("lost the race to create it; another slot did: %s", create.split(" (")[0])
 
 
 def to_table_rows(df: DataFrame) -> DataFrame:
