@@ -84,7 +84,8 @@ def seeded(db: Any, redis_client: Any, cluster: str) -> Seeded:
     for p, head in enumerate([100, 200, 300]):
         lag_store.add_samples({lag_store.latest_key("orders", p): OffsetSample(now - 60, head - 50)})
         lag_store.add_samples({lag_store.latest_key("orders", p): OffsetSample(now, head)})
-        lag_store.add_samples({lag_store.committed_key("orders", p): OffsetSample(now, 40 + p)})
+        # What the measurement read from MySQL just before the broker: p2's 500 is past the log end.
+        lag_store.add_samples({lag_store.committed_key("orders", p): OffsetSample(now, [40, 41, 500][p])})
 
     d = Decision("orders", 1, 2, 400, 30.0, 1.0, 0.9, "hevo", "scale_up_rising", "lag 400 rising; up by 1", now - 90)
     assert apply_change(db, cluster=cluster, evaluation_id="eval-1", topic_id=orders, d=d)[0] == "applied"
@@ -162,7 +163,8 @@ def test_metrics_per_partition_and_per_topic(db: Any, redis_client: Any, seeded:
         return float(m.group(1))
 
     assert value(f'lagsched_partition_lag_records{{cluster="{c}",partition="0",topic="orders"}}') == 60
-    assert value(f'lagsched_partition_lag_records{{cluster="{c}",partition="2",topic="orders"}}') == 258
+    assert value(f'lagsched_partition_lag_records{{cluster="{c}",partition="1",topic="orders"}}') == 159
+    assert value(f'lagsched_partition_lag_records{{cluster="{c}",partition="2",topic="orders"}}') == 0  # ahead
     assert value(f'lagsched_topic_lag_records{{cluster="{c}",topic="orders"}}') == 900
     assert value(f'lagsched_topic_lost_records{{cluster="{c}",topic="orders"}}') == 10
     assert value(f'lagsched_topic_linker_workers{{cluster="{c}",topic="orders"}}') == 3

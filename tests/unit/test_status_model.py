@@ -12,10 +12,12 @@ from lagsched.core.lag import OffsetSample
 from lagsched.core.status import (
     ClaimView,
     DecisionView,
+    MeasuredOffsets,
     Metric,
     TopicView,
     escape_label_value,
     find_anomalies,
+    measured_offsets,
     partition_figures,
     render_prometheus,
     topic_state,
@@ -132,14 +134,13 @@ def topic(name: str, *, partitions: int = 2, lost: int = 0, measured: float | No
 
 def test_anomalies_each_kind() -> None:
     topics = [topic("a", lost=7), topic("b", measured=None), topic("c")]
-    committed = {("c", 0): 120, ("c", 1): 50, ("a", 0): None}
-    heads = {("c", 0): 100, ("c", 1): 60}
+    measured = {("c", 0): MeasuredOffsets(10.0, 120, 100), ("c", 1): MeasuredOffsets(10.0, 50, 60)}
     claims = [
         ("slot-live", ClaimView("c", 1, 50, 1000.0, True)),
         ("slot-dead", ClaimView("c", 0, 120, 1000.0, True)),
         ("slot-dead", ClaimView("a", 1, None, 5.0, False)),  # lease over: the row is free, nothing to flag
     ]
-    found = [(a.kind, a.topic, a.partition) for a in find_anomalies(topics, committed, heads, claims, ["slot-live"])]
+    found = [(a.kind, a.topic, a.partition) for a in find_anomalies(topics, measured, claims, ["slot-live"])]
     assert found == [
         ("lost_records", "a", None),
         ("not_measured", "b", None),
@@ -148,13 +149,34 @@ def test_anomalies_each_kind() -> None:
     ]
 
 
-def test_offset_ahead_names_the_numbers() -> None:
-    [a] = find_anomalies([topic("c", partitions=1)], {("c", 0): 120}, {("c", 0): 100}, [], [])
+def test_offset_ahead_names_the_numbers_and_the_measurement() -> None:
+    [a] = find_anomalies([topic("c", partitions=1)], {("c", 0): MeasuredOffsets(60.0, 120, 100)}, [], [])
     assert "120" in a.detail and "20 beyond" in a.detail and "100" in a.detail
+    assert "1970-01-01T00:01:00+00:00" in a.detail and a.as_dict()["seen_at"] == "1970-01-01T00:01:00+00:00"
 
 
 def test_no_anomaly_when_all_is_well() -> None:
-    assert find_anomalies([topic("c")], {("c", 0): 10}, {("c", 0): 10}, [], []) == []
+    assert find_anomalies([topic("c")], {("c", 0): MeasuredOffsets(10.0, 10, 10)}, [], []) == []
+
+
+def test_a_consumer_ahead_of_an_older_watermark_is_not_ahead() -> None:
+    """The page's false alarm (issue 17): MySQL's committed offset now against a minute-old watermark.
+
+    The measurement at 60 s read committed 480 and then the watermark 500; by 100 s the consumer had
+    committed 520. The readings of one moment are compared (480 <= 500): nothing to flag.
+    """
+    latest = [OffsetSample(0.0, 300), OffsetSample(60.0, 500)]
+    committed = [OffsetSample(0.0, 290), OffsetSample(60.0, 480)]
+    m = measured_offsets(latest, committed)
+    assert m == MeasuredOffsets(60.0, 480, 500)
+    assert find_anomalies([topic("c", partitions=1)], {("c", 0): m}, [], []) == []
+
+
+def test_readings_of_different_measurements_are_not_compared() -> None:
+    # The newest measurement found no committed offset (its sample is the earlier one): no pair.
+    assert measured_offsets([OffsetSample(60.0, 10)], [OffsetSample(0.0, 900)]) is None
+    assert measured_offsets([], [OffsetSample(0.0, 1)]) is None
+    assert measured_offsets([OffsetSample(0.0, 1)], []) is None
 
 
 @pytest.mark.parametrize(("recorded", "shown"), [(None, "ok"), ("ok", "ok"), ("stalled", "stalled"),

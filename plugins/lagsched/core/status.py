@@ -27,6 +27,7 @@ __all__ = [
     "DecisionView",
     "GapView",
     "HistoryPoint",
+    "MeasuredOffsets",
     "Metric",
     "PartitionFigures",
     "SlotView",
@@ -35,6 +36,7 @@ __all__ = [
     "escape_label_value",
     "find_anomalies",
     "iso",
+    "measured_offsets",
     "partition_figures",
     "render_prometheus",
     "topic_state",
@@ -188,15 +190,24 @@ class Anomaly:
         topic: the topic concerned.
         partition: the partition, when it is about one.
         detail: what was seen and what it means.
+        seen_at: when the figures it rests on were read (a lag measurement's time for
+            ``lost_records`` and ``offset_ahead``); None when it is about the read itself.
     """
 
     kind: str
     topic: str
     partition: int | None
     detail: str
+    seen_at: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "topic": self.topic, "partition": self.partition, "detail": self.detail}
+        return {
+            "kind": self.kind,
+            "topic": self.topic,
+            "partition": self.partition,
+            "detail": self.detail,
+            "seen_at": iso(self.seen_at),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,6 +350,47 @@ def partition_figures(
 
 
 @dataclass(frozen=True, slots=True)
+class MeasuredOffsets:
+    """A partition's committed offset and high watermark as one lag measurement read them.
+
+    The lag monitor reads the committed offsets from MySQL *before* it asks the broker for the
+    watermarks, so at one measurement a consumer that keeps up is never ahead of the log end. A
+    committed offset read now set against a watermark up to a minute old is: every partition that
+    consumed since the measurement would look "ahead". So ``offset_ahead`` compares these two.
+
+    Attributes:
+        at: the measurement's time (epoch seconds).
+        committed: the pipeline's committed offset it read.
+        latest: the high watermark it read.
+    """
+
+    at: float
+    committed: int
+    latest: int
+
+
+def measured_offsets(
+    latest_window: Sequence[OffsetSample], committed_window: Sequence[OffsetSample]
+) -> MeasuredOffsets | None:
+    """The newest measurement's pair of readings, from a partition's stored windows (oldest first).
+
+    None when either window is empty, or when the newest samples are of different measurements
+    (the newest one found no committed offset): readings of different moments are not compared.
+
+    >>> measured_offsets([OffsetSample(60.0, 500)], [OffsetSample(0.0, 90), OffsetSample(60.0, 480)])
+    MeasuredOffsets(at=60.0, committed=480, latest=500)
+    >>> measured_offsets([OffsetSample(60.0, 500)], [OffsetSample(0.0, 90)]) is None
+    True
+    """
+    if not latest_window or not committed_window:
+        return None
+    head, pos = latest_window[-1], committed_window[-1]
+    if head.at != pos.at:
+        return None
+    return MeasuredOffsets(head.at, pos.offset, head.offset)
+
+
+@dataclass(frozen=True, slots=True)
 class WorkersStep:
     """A point of the ``linker_workers`` step line: from ``at`` on, ``workers``; ``reason`` says why."""
 
@@ -406,8 +458,7 @@ class HistoryPoint:
 
 def find_anomalies(
     topics: Sequence[TopicView],
-    committed: Mapping[tuple[str, int], int | None],
-    heads: Mapping[tuple[str, int], int],
+    measured: Mapping[tuple[str, int], MeasuredOffsets],
     claims: Iterable[tuple[str, ClaimView]],
     live_slots: Iterable[str],
 ) -> list[Anomaly]:
@@ -415,9 +466,10 @@ def find_anomalies(
 
     * ``lost_records``: the newest measurement counts records retention deleted before the
       pipeline read them (see the retention gaps for where);
-    * ``offset_ahead``: a committed offset (``committed``, from MySQL) beyond the newest high
-      watermark sampled (``heads``): stored by hand, or the topic was re-created under the same name
-      without a sync. Its lag is unknown;
+    * ``offset_ahead``: at a partition's newest measurement (``measured``), the committed offset
+      was beyond the high watermark read right after it: stored by hand, or the topic was
+      re-created under the same name without a sync. Its lag is unknown. Both readings are of the
+      same moment (see `MeasuredOffsets`), so a consumer that keeps up is never flagged;
     * ``not_measured``: an enabled topic with no stored measurement (the monitor has not run since
       it was registered, or the broker no longer has it);
     * ``holder_not_live``: a row whose lease is still live while its holder's heartbeat is not: the
@@ -441,18 +493,21 @@ def find_anomalies(
                     t.name,
                     None,
                     f"{t.lost:,} record(s) deleted by retention before they were consumed",
+                    t.measured_at,
                 )
             )
         for p in range(t.partitions):
-            pos, head = committed.get((t.name, p)), heads.get((t.name, p))
-            if pos is not None and head is not None and pos > head:
+            m = measured.get((t.name, p))
+            if m is not None and m.committed > m.latest:
                 out.append(
                     Anomaly(
                         "offset_ahead",
                         t.name,
                         p,
-                        f"committed offset {pos:,} is {pos - head:,} beyond the high watermark {head:,}: lag unknown "
+                        f"at the measurement of {iso(m.at)} the committed offset {m.committed:,} was "
+                        f"{m.committed - m.latest:,} beyond the high watermark {m.latest:,}: lag unknown "
                         "(offsets stored by hand, or the topic was re-created without a sync)",
+                        m.at,
                     )
                 )
         for slot_id, c in sorted(blocked.get(t.name, []), key=lambda x: x[1].partition):

@@ -38,11 +38,13 @@ from lagsched.core.status import (
     ClaimView,
     ClusterStatus,
     HistoryPoint,
+    MeasuredOffsets,
     Metric,
     PartitionFigures,
     SlotView,
     TopicView,
     find_anomalies,
+    measured_offsets,
     partition_figures,
     topic_state,
     workers_steps,
@@ -122,7 +124,7 @@ def cluster_status(
     store = LagStore(redis, cluster)
     names = [t.name for t in topics]
     records = store.read_lag_records(names)
-    heads = _heads(store, [(p.topic, p.partition) for p in parts])
+    measured = _measured(store, [(p.topic, p.partition) for p in parts])
 
     registry = SlotRegistry(redis)
     live = registry.live_slots(datetime.fromtimestamp(now, tz=UTC), slot_timeout_s)
@@ -165,8 +167,7 @@ def cluster_status(
         )
     anomalies = find_anomalies(
         views,
-        {(p.topic, p.partition): p.committed_offset for p in parts},
-        heads,
+        measured,
         [(slot_id, c) for slot_id, cs in claims_by_slot.items() for c in cs],
         live,
     )
@@ -184,10 +185,24 @@ def cluster_status(
     )
 
 
-def _heads(store: LagStore, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
-    """The newest sampled high watermark of each partition (absent when never sampled)."""
-    windows = store.read_windows([store.latest_key(t, p) for t, p in partitions])
-    return {tp: w.samples[-1].offset for tp, w in zip(partitions, windows, strict=True) if w.samples}
+def _measured(store: LagStore, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], MeasuredOffsets]:
+    """Each partition's committed offset and high watermark at its newest measurement.
+
+    Both come from the monitor's stored windows, i.e. from one moment: the committed offsets MySQL
+    holds now are newer than any stored watermark, and comparing the two made every partition a
+    consumer had moved since the measurement look "ahead of the log end" (issue 17).
+    """
+    # One round trip for both kinds of window.
+    windows = store.read_windows(
+        [store.latest_key(t, p) for t, p in partitions] + [store.committed_key(t, p) for t, p in partitions]
+    )
+    latest, committed = windows[: len(partitions)], windows[len(partitions) :]
+    out: dict[tuple[str, int], MeasuredOffsets] = {}
+    for tp, lw, cw in zip(partitions, latest, committed, strict=True):
+        m = measured_offsets(lw.samples, cw.samples)
+        if m is not None:
+            out[tp] = m
+    return out
 
 
 def lag_history(
