@@ -34,9 +34,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -116,6 +118,8 @@ class _GracefulSparkSubmitHook(SparkSubmitHook):
     """The provider's hook with the job's environment of our making, in a session of its own."""
 
     _lagsched_child_env: Mapping[str, str] = {}
+    #: The working directory of the newest run (removed when it ended).
+    scratch_dir: str | None = None
 
     def _build_spark_submit_command(self, application: str) -> list[str]:
         command: list[str] = super()._build_spark_submit_command(application)
@@ -129,7 +133,16 @@ class _GracefulSparkSubmitHook(SparkSubmitHook):
         kwargs["env"] = child_process_environment(os.environ, self._env_vars, self._lagsched_child_env)
         # Its own session: Airflow's SIGTERM to the task's process group must not reach Spark's JVM.
         kwargs.setdefault("start_new_session", True)
-        return super().submit(application, **kwargs)
+        # Spark 4 creates `artifacts/` (its ArtifactManager's root is the relative path "artifacts")
+        # and more in its working directory, and a killed JVM leaves `artifacts/spark-<uuid>` there:
+        # each run gets a scratch folder of its own as working directory, removed when it ends, so
+        # the task's own (often the checkout the DAGs live in) stays clean.
+        scratch = self.scratch_dir = tempfile.mkdtemp(prefix="lagsched-spark-")
+        kwargs.setdefault("cwd", scratch)
+        try:
+            return super().submit(application, **kwargs)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 class LagschedSparkSubmitOperator(SparkSubmitOperator):

@@ -7,6 +7,7 @@ batch, commit, release its rows and exit 0, where the provider's kill would aban
 
 from __future__ import annotations
 
+import tempfile
 import threading
 import time
 import uuid
@@ -37,7 +38,11 @@ def test_slot_consumes_then_stops_gracefully_on_kill(
     new_topic: Callable[..., str],
     kafka_config: dict[str, Any],
     tmp_path: Path,
+    monkeypatch: Any,
 ) -> None:
+    task_cwd = tmp_path / "task-cwd"
+    task_cwd.mkdir()
+    monkeypatch.chdir(task_cwd)  # where Airflow's task process runs: Spark must leave nothing there
     cluster = f"c-{uuid.uuid4().hex[:8]}"
     topic = new_topic(1)
     producer = Producer(kafka_config)
@@ -84,3 +89,9 @@ def test_slot_consumes_then_stops_gracefully_on_kill(
         cur.execute("SELECT claimed_by FROM topic_partitions WHERE topic_id = %s", (topic_id,))
         assert cur.fetchall() == ((None,),)  # its row was released
     env.commit()
+    # Spark ran in a scratch folder of its own (it makes `artifacts/` in its working directory),
+    # and the folder went when the run ended.
+    assert list(task_cwd.iterdir()) == []
+    scratch = getattr(op._hook, "scratch_dir", None)
+    assert scratch is not None and Path(scratch).parent == Path(tempfile.gettempdir())
+    assert not Path(scratch).exists()
