@@ -1,4 +1,4 @@
-"""lagsched_maintenance: expire dead slots, trim history, report retention losses and anomalies."""
+"""lagsched_maintenance: expire dead slots, trim history (retention), report retention losses and anomalies."""
 
 from __future__ import annotations
 
@@ -16,14 +16,21 @@ Hourly, for every cluster of the Variable `lagsched_clusters` (absent: `lagsched
    (a slot that stops cleanly leaves at once; a crashed one stays until this);
 2. **trims history**: the Redis lag history of topics no longer enabled (deleted, or outside the
    cluster's topic filter), which would otherwise wait for its TTL;
-3. **reports** retention losses (records deleted by retention before a slot read them: those the
+3. **applies retention** (the Variable `lagsched_retention`, JSON, every field optional;
+   docs/dags.md): deletes `scaling_decisions` older than `decisions_days` (30; each topic's newest
+   decision and an active override's are kept), `retention_gaps` older than `gaps_days` (30) and
+   overrides that ended more than `overrides_days` (30) ago, `batch_rows` (5,000) rows per DELETE,
+   and the Redis entries of dead slots (their racks); the log and the XCom say how many rows each
+   table lost;
+4. **reports** retention losses (records deleted by retention before a slot read them: those the
    slots skipped, per partition, and those still ahead of the committed offsets) and
    anomalies (a committed offset beyond the broker's high watermark: a topic re-created behind the
    registry's back, or offsets set by hand). They appear as `RETENTION LOSS` and `ANOMALY`
    warning lines in the task log, and in the XCom.
 
 Logic: `lagsched.workflows.maintenance`. Failures name the Connection to fix; a service that is
-down is retried (twice, 1 min apart). A malformed `lagsched_clusters` fails the run at once.
+down is retried (twice, 1 min apart). A malformed `lagsched_clusters` or `lagsched_retention`
+fails the run at once, before anything is deleted.
 """
 
 
@@ -54,6 +61,7 @@ def lagsched_maintenance() -> None:
             return run_maintenance(
                 run_resolve_clusters(Variable.get("lagsched_clusters", default=None)),
                 slot_horizon_s=float(params["slot_horizon_s"]),
+                raw_retention=Variable.get("lagsched_retention", default=None),
             )
 
     maintain()

@@ -322,18 +322,26 @@ def run_maintenance(
     *,
     slot_horizon_s: float = 3600.0,
     now: float | None = None,
+    raw_retention: str | bytes | Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The maintenance DAG's task: `lagsched.workflows.maintenance.maintain` over ``clusters``.
 
-    Logs `MaintenanceReport.table` (retention losses and anomalies as ``RETENTION LOSS`` and
-    ``ANOMALY`` lines, at warning level when there are any) and returns `MaintenanceReport.as_dict`.
+    ``raw_retention`` is the Variable ``lagsched_retention`` (`lagsched.core.retention`; None: the
+    defaults), validated before any connection opens. Logs `MaintenanceReport.table` (rows each
+    table lost to retention; retention losses and anomalies as ``RETENTION LOSS`` and ``ANOMALY``
+    lines, at warning level when there are any) and returns `MaintenanceReport.as_dict`.
+
+    Raises:
+        ConfigError: ``lagsched_retention`` is malformed (nothing is deleted).
     """
     from lagsched.adapters.clients import mysql_and_redis
     from lagsched.adapters.failures import KafkaConnection
     from lagsched.adapters.kafka_admin import admin_client
     from lagsched.connections import kafka_config, mysql_params, redis_params
+    from lagsched.core.retention import parse_retention
     from lagsched.workflows.maintenance import maintain
 
+    retention = parse_retention(raw_retention)
     chosen = [ClusterConfig.from_dict(c) for c in clusters]
     kafkas = {c.name: KafkaConnection(kafka_config(c.kafka_conn_id)) for c in chosen}
     mysql_p, redis_p = mysql_params(), redis_params()
@@ -346,6 +354,7 @@ def run_maintenance(
             admins=admins,
             now=time.time() if now is None else now,
             slot_horizon_s=slot_horizon_s,
+            retention=retention,
         )
     troubled = any(c.retention_losses or c.lost_pending or c.anomalies for c in report.clusters)
     log.log(logging.WARNING if troubled else logging.INFO, "maintenance\n%s", report.table())

@@ -6,7 +6,7 @@ transaction (`apply_change`), so the table never claims a change that did not ha
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -25,6 +25,7 @@ __all__ = [
     "DecisionRow",
     "apply_change",
     "decisions_of",
+    "delete_old_decisions",
     "insert_decision",
     "last_change_times",
     "last_decisions",
@@ -180,6 +181,49 @@ def recent_decisions(conn: Connection, cluster: str, limit: int = 50) -> list[De
         )
         rows = cur.fetchall()
     return [_row(r) for r in rows]
+
+
+def delete_old_decisions(conn: Connection, before: float, *, batch_rows: int = 5000, keep: Collection[int] = ()) -> int:
+    """Delete the decisions made before ``before`` (epoch seconds); returns how many went.
+
+    Kept whatever their age: each topic's newest decision, by id (`last_decisions`, whose rule the
+    evaluator reads) and by time (`last_change_times`, its cooldown), and the ids in ``keep``
+    (the decisions that applied overrides still active). A row is deleted only when a newer row
+    of its topic exists (higher id, same or later time), so the newest one always remains.
+
+    Works in batches of at most ``batch_rows``: a batch's ids are read without locking, then
+    deleted by primary key in a transaction of their own, so a large backlog never holds many
+    locks for long. MySQL refuses a DELETE whose subquery reads the table it deletes from
+    (error 1093), hence the two statements.
+    """
+    if batch_rows < 1:
+        raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
+    cutoff, kept = _to_db(before), set(keep)
+    deleted, after = 0, 0
+    while True:
+        with transaction(conn) as cur:
+            cur.execute(
+                "SELECT d.decision_id FROM scaling_decisions d WHERE d.decision_id > %s AND d.decided_at < %s"
+                " AND EXISTS (SELECT 1 FROM scaling_decisions n WHERE n.topic_id = d.topic_id"
+                " AND n.decision_id > d.decision_id AND n.decided_at >= d.decided_at)"
+                " ORDER BY d.decision_id LIMIT %s",
+                (after, cutoff, int(batch_rows)),
+            )
+            ids = [int(r[0]) for r in cur.fetchall()]
+        if not ids:
+            return deleted
+        after = ids[-1]
+        doomed = [i for i in ids if i not in kept]
+        if doomed:
+            marks = ", ".join(["%s"] * len(doomed))
+            with transaction(conn) as cur:
+                cur.execute(
+                    f"DELETE FROM scaling_decisions WHERE decision_id IN ({marks}) AND decided_at < %s",  # noqa: S608 - placeholders only
+                    (*doomed, cutoff),
+                )
+                deleted += int(cur.rowcount)
+        if len(ids) < batch_rows:
+            return deleted
 
 
 def mark_announced(conn: Connection, decision_id: int, at: float) -> None:

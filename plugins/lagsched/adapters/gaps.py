@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from lagsched.adapters.topics import transaction
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 
     Connection = pymysql.connections.Connection[pymysql.cursors.Cursor]
 
-__all__ = ["RetentionGap", "lost_records", "record_gap"]
+__all__ = ["RetentionGap", "delete_old_gaps", "lost_records", "record_gap"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,3 +68,29 @@ def lost_records(conn: Connection, topic_ids: Iterable[str]) -> dict[str, dict[i
         for topic_id, partition_id, records in cur.fetchall():
             out.setdefault(str(topic_id), {})[int(partition_id)] = int(records)
     return out
+
+
+def delete_old_gaps(conn: Connection, before: float, *, batch_rows: int = 5000) -> int:
+    """Delete the gaps detected before ``before`` (epoch seconds); returns how many went.
+
+    In batches of at most ``batch_rows`` rows, each DELETE its own transaction: under the
+    session's READ COMMITTED, InnoDB keeps locks only on the rows it deletes, so slots recording
+    new gaps meanwhile wait at most one short batch. `lost_records` then counts the gaps of the
+    retained period only.
+    """
+    if batch_rows < 1:
+        raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
+    # Sessions run in UTC and pymysql writes a datetime without its zone: hand it UTC wall time.
+    cutoff = datetime.fromtimestamp(before, tz=UTC).replace(tzinfo=None)
+    deleted = 0
+    while True:
+        with transaction(conn) as cur:
+            cur.execute(
+                "DELETE FROM retention_gaps WHERE detected_at < %s"
+                " ORDER BY topic_id, partition_id, from_offset LIMIT %s",
+                (cutoff, int(batch_rows)),
+            )
+            gone = int(cur.rowcount)
+        deleted += gone
+        if gone < batch_rows:
+            return deleted

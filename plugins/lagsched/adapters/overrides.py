@@ -40,6 +40,7 @@ __all__ = [
     "active_overrides",
     "cancel_override",
     "create_override",
+    "delete_ended_overrides",
     "evaluation_id_of",
     "get_override",
     "is_overridden",
@@ -290,6 +291,29 @@ def cancel_override(conn: Connection, override_id: int, now: datetime, cancelled
             (at, cancelled_by.strip()[:255] or None, int(override_id), at),
         )
         return bool(cur.rowcount == 1)
+
+
+def delete_ended_overrides(conn: Connection, before: datetime, *, batch_rows: int = 5000) -> int:
+    """Delete the overrides that ended (expired, or were cancelled) before ``before``; returns how many.
+
+    An active override (not cancelled, ``expires_at`` in the future) is never matched, whatever
+    ``before`` is: ``before`` is a past time and an active override ends after now. In batches of
+    at most ``batch_rows``, each DELETE its own short transaction.
+    """
+    if batch_rows < 1:
+        raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
+    cutoff = _to_db(_aware(before))
+    deleted = 0
+    while True:
+        with transaction(conn) as cur:
+            cur.execute(
+                "DELETE FROM scaling_overrides WHERE expires_at < %s OR cancelled_at < %s ORDER BY id LIMIT %s",
+                (cutoff, cutoff, int(batch_rows)),
+            )
+            gone = int(cur.rowcount)
+        deleted += gone
+        if gone < batch_rows:
+            return deleted
 
 
 def is_overridden(cur: Cursor, topic_id: str, at: datetime) -> bool:

@@ -15,6 +15,9 @@ of its cluster rebalance without waiting for their next look.
 
 ``leave`` removes both at once (graceful shutdown), so the others fail over without waiting for the
 timeout. ``prune`` drops members silent for much longer than any timeout, to keep the set small.
+Per-slot entries that carry no TTL of their own (a hash keyed by slot id, such as the racks of
+`lagsched.workflows.consume.SlotRacks`) outlive a slot that crashed or left; ``drop_leftovers``
+removes the entries of slots that are gone.
 
 `SlotLock` keeps a slot id in one process at a time: ``<ns>:slot_lock:<id>`` holds the running
 process's token with a TTL its keeper renews with every heartbeat. A second start of a live slot
@@ -148,6 +151,21 @@ class SlotRegistry:
         message = json.dumps({"cluster": cluster, "slot": slot_id, "event": "joined"}, sort_keys=True)
         return int(self.client.publish(self.events_channel, message))
 
+    def drop_leftovers(self, hash_key: str) -> int:
+        """Delete the fields of ``hash_key`` (a hash keyed by slot id) whose slot is gone; returns how many.
+
+        A slot is gone when it is not in the live set (left, or pruned), has no heartbeat key and
+        no lock (`SlotLock`): a slot takes its lock before it writes per-slot entries, and keeps
+        it, or its heartbeat, for as long as it runs. Each field is checked and deleted in one
+        Lua step, so a slot that starts meanwhile never loses its entry.
+        """
+        fields = [_text(f) for f in self.client.hkeys(hash_key)]
+        dropped = 0
+        for i in range(0, len(fields), 500):  # one short script per 500 fields: Redis runs a script alone
+            chunk = fields[i : i + 500]
+            dropped += int(self.client.eval(_DROP_GONE, 1, hash_key, f"{self.namespace}:", *chunk))
+        return dropped
+
     def prune(self, now: datetime, older_than_s: float) -> int:
         """Drop members silent for more than ``older_than_s``; returns how many were dropped.
 
@@ -158,6 +176,21 @@ class SlotRegistry:
             raise ValueError(f"older_than_s={older_than_s}; must be > 0")
         return int(self.client.zremrangebyscore(self._set_key, "-inf", f"({_epoch_s(now) - older_than_s!r}"))
 
+
+# ARGV[1] is the namespace with its colon; the others are slot ids, fields of KEYS[1]. The slot
+# keys are built in the script, which a single Redis (lagsched's) allows; Redis Cluster would not.
+_DROP_GONE = """
+local ns = ARGV[1]
+local dropped = 0
+for i = 2, #ARGV do
+  local id = ARGV[i]
+  if redis.call('ZSCORE', ns .. 'slots', id) == false
+     and redis.call('EXISTS', ns .. 'slot:' .. id, ns .. 'slot_lock:' .. id) == 0 then
+    dropped = dropped + redis.call('HDEL', KEYS[1], id)
+  end
+end
+return dropped
+"""
 
 # Take the key if it is free or already ours, and set its TTL: one round trip, atomic in Redis.
 # A key that vanished (TTL ran out while nobody else took it, or Redis restarted empty) is taken

@@ -17,9 +17,18 @@ One `maintain` call, for the configured clusters:
    high watermark (a topic re-created behind the registry's back, or offsets stored by hand; their
    lag is unknown).
 
-Trimming ``scaling_decisions`` and ``retention_gaps`` by age needs a delete in each table's own
-repository (`lagsched.adapters.decisions`, `lagsched.adapters.gaps`), which do not offer one yet;
-until they do, those tables keep their whole history.
+4. **Retention** (`lagsched.core.retention`, the Variable ``lagsched_retention``): deletes
+   ``scaling_decisions`` older than ``decisions_days`` (each topic's newest decision and those of
+   active overrides kept: the evaluator's cooldown and ``override_expired`` rule read them),
+   ``retention_gaps`` older than ``gaps_days`` and ``scaling_overrides`` that ended more than
+   ``overrides_days`` ago (an active one never), in batches of ``batch_rows``, through each
+   table's own repository. This runs before the report, so the retention losses it counts (like
+   the page's) cover the retained ``gaps_days``.
+5. **Dead slots' leftovers in Redis**: entries of per-slot hashes that carry no TTL
+   (`SLOT_HASHES`: the racks of `lagsched.workflows.consume.SlotRacks`) whose slot is gone (not
+   in the live set, no heartbeat key, no lock; `SlotRegistry.drop_leftovers`). A slot's heartbeat
+   key and its lock expire on their own (TTL of the slot timeout), and the live set is pruned in
+   step 1, so nothing else of a dead slot stays.
 
 ``now`` is a parameter (the task passes the wall clock; tests pass fixed times).
 """
@@ -32,18 +41,23 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from lagsched.adapters.gaps import lost_records
+from lagsched.adapters.decisions import delete_old_decisions
+from lagsched.adapters.gaps import delete_old_gaps, lost_records
 from lagsched.adapters.kafka_admin import OffsetsAdmin, list_partitions, read_offsets
 from lagsched.adapters.lag_store import DEFAULT_PREFIX
+from lagsched.adapters.overrides import active_overrides, delete_ended_overrides
 from lagsched.adapters.slots import SlotRegistry
 from lagsched.adapters.topics import load_partitions, load_topics
 from lagsched.core.clusters import ClusterConfig
 from lagsched.core.lag import PartitionOffsets, measure_lag
+from lagsched.core.retention import RetentionSettings
 
 __all__ = [
     "HISTORY_KINDS",
+    "SLOT_HASHES",
     "ClusterReport",
     "MaintenanceReport",
+    "apply_retention",
     "maintain",
     "trim_redis_history",
 ]
@@ -52,6 +66,9 @@ log = logging.getLogger(__name__)
 
 #: The per-topic key kinds of `lagsched.adapters.lag_store` (``<prefix><cluster>:<kind>:<topic>``).
 HISTORY_KINDS = ("latest", "committed", "lag", "evaluated")
+#: Hashes keyed by slot id with no TTL (``<namespace>:<name>``): `lagsched.workflows.consume.SlotRacks`.
+SLOT_HASHES = ("slot_racks",)
+DEFAULT_RETENTION = RetentionSettings()
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,18 +107,36 @@ class MaintenanceReport:
     at: float
     slots_pruned: int
     clusters: tuple[ClusterReport, ...]
+    #: table -> rows deleted by retention (`apply_retention`).
+    rows_deleted: Mapping[str, int] = field(default_factory=dict)
+    #: entries of dead slots deleted from `SLOT_HASHES`.
+    slot_entries_deleted: int = 0
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "at": datetime.fromtimestamp(self.at, tz=UTC).isoformat(),
             "slots_pruned": self.slots_pruned,
+            "slot_entries_deleted": self.slot_entries_deleted,
+            "rows_deleted": dict(self.rows_deleted),
+            "retention": self.retention.as_dict(),
             "clusters": [c.as_dict() for c in self.clusters],
         }
 
     def table(self) -> str:
+        r = self.retention
+        kept = {
+            "scaling_decisions": r.decisions_days,
+            "retention_gaps": r.gaps_days,
+            "scaling_overrides": r.overrides_days,
+        }
         lines = [
             f"maintenance at {datetime.fromtimestamp(self.at, tz=UTC):%Y-%m-%d %H:%M:%S} UTC: "
-            f"{self.slots_pruned} dead slot(s) pruned"
+            f"{self.slots_pruned} dead slot(s) pruned, {self.slot_entries_deleted} entry(ies) of dead slots deleted",
+            "retention: "
+            + ", ".join(
+                f"{table} lost {self.rows_deleted.get(table, 0):,} row(s) (kept {kept[table]:g} days)" for table in kept
+            ),
         ]
         for c in self.clusters:
             lines.append(f"cluster {c.cluster}: {c.redis_keys_deleted} history key(s) of removed topics deleted")
@@ -142,6 +177,33 @@ def trim_redis_history(redis: Any, cluster: str, keep: Sequence[str], *, prefix:
     return len(doomed)
 
 
+def apply_retention(mysql: Any, retention: RetentionSettings, now: float) -> dict[str, int]:
+    """Delete the history `retention` no longer keeps at ``now``; returns table -> rows deleted.
+
+    Ended overrides go first; the decisions that applied overrides still active are kept
+    whatever their age (an active override's row names the decision that applied it).
+    """
+    cutoffs = retention.cutoffs(now)
+    batch = retention.batch_rows
+    at = datetime.fromtimestamp(now, tz=UTC)
+    deleted = {
+        "scaling_overrides": delete_ended_overrides(
+            mysql, datetime.fromtimestamp(cutoffs["scaling_overrides"], tz=UTC), batch_rows=batch
+        ),
+    }
+    pinned = [o.decision_id for o in active_overrides(mysql, None, at) if o.decision_id is not None]
+    deleted["scaling_decisions"] = delete_old_decisions(
+        mysql, cutoffs["scaling_decisions"], batch_rows=batch, keep=pinned
+    )
+    deleted["retention_gaps"] = delete_old_gaps(mysql, cutoffs["retention_gaps"], batch_rows=batch)
+    for table, n in deleted.items():
+        log.info(
+            "retention: %s lost %d row(s) (cutoff %s UTC)",
+            table, n, f"{datetime.fromtimestamp(cutoffs[table], tz=UTC):%Y-%m-%d %H:%M:%S}",
+        )  # fmt: skip
+    return deleted
+
+
 def _offsets_report(
     conn: Any, admin: OffsetsAdmin, cluster: str, timeout_s: float
 ) -> tuple[list[str], dict[str, dict[str, int]], dict[str, int], dict[str, dict[str, dict[str, int]]]]:
@@ -180,6 +242,7 @@ def maintain(
     now: float,
     slot_horizon_s: float = 3600.0,
     timeout_s: float = 10.0,
+    retention: RetentionSettings = DEFAULT_RETENTION,
 ) -> MaintenanceReport:
     """Run every step of the module doc for ``clusters``.
 
@@ -191,6 +254,7 @@ def maintain(
         now: seconds since the epoch (UTC).
         slot_horizon_s: slots silent longer than this are dropped from the live set (at least 60).
         timeout_s: broker request timeout.
+        retention: how long history is kept (`lagsched.core.retention`; default 30 days each).
     """
     if slot_horizon_s < 60:
         raise ValueError(f"slot_horizon_s={slot_horizon_s}: use at least 60 s, far above any slot timeout")
@@ -198,6 +262,11 @@ def maintain(
     pruned = SlotRegistry(redis).prune(at, slot_horizon_s)
     if pruned:
         log.info("pruned %d slot(s) silent for more than %.0f s", pruned, slot_horizon_s)
+    registry = SlotRegistry(redis)
+    leftovers = sum(registry.drop_leftovers(f"{registry.namespace}:{name}") for name in SLOT_HASHES)
+    if leftovers:
+        log.info("deleted %d entry(ies) of dead slots (%s)", leftovers, ", ".join(SLOT_HASHES))
+    rows_deleted = apply_retention(mysql, retention, now)
     reports = []
     for c in clusters:
         enabled, losses, lost, anomalies = _offsets_report(mysql, admins[c.name], c.name, timeout_s)
@@ -210,4 +279,4 @@ def maintain(
                 anomalies=anomalies,
             )
         )
-    return MaintenanceReport(now, pruned, tuple(reports))
+    return MaintenanceReport(now, pruned, tuple(reports), rows_deleted, leftovers, retention)
