@@ -79,8 +79,32 @@ def test_offsets_past_the_latest_are_refused(committed: int | None, pending: tup
         plan(committed=committed, pending=pending, latest=1_000)
 
 
+def test_no_batch_ends_past_the_last_stable_offset() -> None:
+    """An open transaction from offset 400 holds the LSO there while the high watermark moves on."""
+    assert plan(committed=100, latest=400, high_watermark=900, max_records=1_000) == PartitionPlan((100, 400), 100, 400)
+    assert plan(committed=400, latest=400, high_watermark=900) is None
+
+
 @pytest.mark.parametrize(
-    "kw", [{"max_records": 0}, {"log_start": 5, "latest": 4}, {"log_start": -1}], ids=["max", "order", "negative"]
+    ("committed", "pending"), [(600, None), (100, (100, 600))], ids=["committed", "recorded batch"]
+)
+def test_offsets_between_the_stable_offset_and_the_high_watermark_wait(
+    committed: int | None, pending: tuple[int, int] | None
+) -> None:
+    """Stored by a read-uncommitted reader (before read committed): not an anomaly, a wait for the
+    open transaction; the recorded batch is redone once the LSO passes its end."""
+    assert plan(committed=committed, pending=pending, latest=400, high_watermark=900) is None
+    assert plan(committed=committed, pending=pending, latest=600, high_watermark=900) == (
+        None if pending is None else PartitionPlan((100, 600), 100, 600, redo=True)
+    )
+    with pytest.raises(OffsetAheadError, match="past the high watermark 500"):
+        plan(committed=committed, pending=pending, latest=400, high_watermark=500)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{"max_records": 0}, {"log_start": 5, "latest": 4}, {"log_start": -1}, {"high_watermark": 9}],
+    ids=["max", "order", "negative", "stable past the high watermark"],
 )
 def test_bad_inputs_are_refused(kw: dict[str, int]) -> None:
     with pytest.raises(ValueError):

@@ -7,7 +7,7 @@ from concurrent.futures import Future
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 
 from lagsched.adapters.kafka_admin import MAX_PARTITIONS_PER_REQUEST, _has_whole_call, _list, read_offsets
 from lagsched.core.errors import KafkaOffsetsError
@@ -84,14 +84,23 @@ def test_an_unknown_partition_refreshes_the_topics_metadata_then_asks_again() ->
 
 
 class CountingFake(FlakyAdmin):
-    """Answers every partition with its number plus 100 (latest) or its number (earliest)."""
+    """Answers every partition with its number plus 100 (latest read committed: the LSO), plus 150
+    (latest read uncommitted: the high watermark) or its number (earliest)."""
+
+    def __init__(self, script: dict[tuple[str, int], list[int | str]]) -> None:
+        super().__init__(script)
+        self.isolation: list[str | None] = []
 
     def list_offsets(self, request: dict[Any, Any], **kwargs: Any) -> dict[Any, Any]:
         self.requests.append(sorted((tp.topic, tp.partition) for tp in request))
+        level = kwargs.get("isolation_level")
+        self.isolation.append(None if level is None else level.name)
         out = {}
         for tp, spec in request.items():
             future: Future[Any] = Future()
-            future.set_result(Info(tp.partition + (100 if type(spec).__name__ == "LatestSpec" else 0)))
+            latest = 100 if level == IsolationLevel.READ_COMMITTED else 150
+            extra = latest if type(spec).__name__ == "LatestSpec" else 0
+            future.set_result(Info(tp.partition + extra))
             out[tp] = future
         return out
 
@@ -99,18 +108,29 @@ class CountingFake(FlakyAdmin):
 def test_a_large_read_is_cut_into_calls_of_at_most_the_chunk_size_per_spec() -> None:
     admin = CountingFake({})
     got = read_offsets(admin, {"a": 5, "b": 3}, max_partitions_per_request=3)
-    # 8 partitions in calls of 3, 3, 2, for each of the two specs; every partition asked exactly once per spec.
-    assert sorted(len(r) for r in admin.requests) == [2, 2, 3, 3, 3, 3]
+    # 8 partitions in calls of 3, 3, 2, for each of the three kinds; every partition asked exactly once per kind.
+    assert sorted(len(r) for r in admin.requests) == [2, 2, 2, 3, 3, 3, 3, 3, 3]
     asked = sorted(k for r in admin.requests for k in r)
-    assert asked == sorted(2 * ([("a", p) for p in range(5)] + [("b", p) for p in range(3)]))
-    assert [(o.partition, o.latest, o.log_start) for o in got["a"]] == [(p, p + 100, p) for p in range(5)]
-    assert [(o.partition, o.latest, o.log_start) for o in got["b"]] == [(p, p + 100, p) for p in range(3)]
+    assert asked == sorted(3 * ([("a", p) for p in range(5)] + [("b", p) for p in range(3)]))
+    got_a = [(o.partition, o.latest, o.high_watermark, o.log_start) for o in got["a"]]
+    assert got_a == [(p, p + 100, p + 150, p) for p in range(5)]
+    got_b = [(o.partition, o.latest, o.high_watermark, o.log_start) for o in got["b"]]
+    assert got_b == [(p, p + 100, p + 150, p) for p in range(3)]
+
+
+def test_latest_is_the_last_stable_offset_and_the_high_watermark_comes_along() -> None:
+    """``latest`` is asked read committed (the LSO, what lagsched's reads can reach); the high
+    watermark read uncommitted; the log start with the client's default."""
+    admin = CountingFake({})
+    got = read_offsets(admin, {"a": 2})["a"]
+    assert sorted(admin.isolation, key=str) == [None, "READ_COMMITTED", "READ_UNCOMMITTED"]
+    assert [(o.latest, o.high_watermark, o.held_by_transaction) for o in got] == [(100, 150, 50), (101, 151, 50)]
 
 
 def test_a_read_below_the_chunk_size_is_one_call_per_spec() -> None:
     admin = CountingFake({})
     read_offsets(admin, {"a": 5, "b": 3})
-    assert sorted(len(r) for r in admin.requests) == [8, 8]
+    assert sorted(len(r) for r in admin.requests) == [8, 8, 8]
     assert MAX_PARTITIONS_PER_REQUEST >= 8
 
 

@@ -1,21 +1,28 @@
-"""The Kafka Admin API as lagsched uses it: the cluster's topics, high watermarks, log-start offsets.
+"""The Kafka Admin API as lagsched uses it: the cluster's topics, stable and high watermarks, log starts.
 
 `fetch_broker_topics` lists every topic with its partition count, ``retention.ms`` and Kafka topic
 id in three requests however many topics there are (metadata, ``DescribeTopics``,
 ``DescribeConfigs``).
 
-Every partition of every requested topic is read in two Admin ``list_offsets`` calls per 1,000
-partitions (`MAX_PARTITIONS_PER_REQUEST`), one per `OffsetSpec` (``latest()`` and
-``earliest()``), two calls in flight at a time, plus one metadata
-request for the partition counts. librdkafka groups each call into one request per partition
+Every partition of every requested topic is read in three Admin ``list_offsets`` calls per 1,000
+partitions (`MAX_PARTITIONS_PER_REQUEST`): ``latest()`` read committed (the last stable offset),
+``latest()`` read uncommitted (the high watermark) and ``earliest()``, two calls in flight at a
+time, plus one metadata request for the partition counts. librdkafka groups each call into one request per partition
 leader, so the number of round trips grows with the number of brokers and thousands of
 partitions, never with one per partition (one call per partition is what made naive lag
 checkers slow on clusters with thousands of partitions). The calls are cut at 1,000 partitions
 because librdkafka's own handling of one call grows faster than its size: on the local broker,
 10,000 partitions took 1.6 s in one call and 0.35 s as ten calls of 1,000 (`bench/results/lag.json`).
 
-``list_offsets`` takes a dict keyed by `TopicPartition`, so a partition can appear only once per
-call: hence one call per spec, not a single call for both.
+``list_offsets`` takes a dict keyed by `TopicPartition` and one isolation level, so a partition
+can appear only once per call: hence one call per spec and isolation level, not a single call.
+
+Why read committed: lagsched's reads are read committed (records of aborted transactions never
+reach the lake, docs/consumer.md), and such a consumer can read only up to the **last stable
+offset** (LSO): the first offset of the oldest transaction still open, or the high watermark when
+none is. So `BrokerOffsets.latest` is the LSO: a batch never plans past it, and lag counts what
+the pipeline can actually read. The high watermark comes along so that a partition held back by a
+long open transaction (LSO below the high watermark) can be told apart and reported.
 
 Example:
     >>> from confluent_kafka.admin import AdminClient  # doctest: +SKIP
@@ -74,14 +81,24 @@ class BrokerOffsets:
     Attributes:
         topic: topic name.
         partition: partition number.
-        latest: high watermark, the offset the next produced record will get.
+        latest: the last stable offset (LSO): where a read-committed consumer's reading ends, the
+            first offset of the oldest open transaction, or the high watermark when none is open.
+            Everything lagsched plans and measures counts up to here.
         log_start: first offset still retained; records below it were deleted by retention.
+        high_watermark: the offset the next produced record will get (read uncommitted); above
+            ``latest`` while a transaction is open; None when not read.
     """
 
     topic: str
     partition: int
     latest: int
     log_start: int
+    high_watermark: int | None = None
+
+    @property
+    def held_by_transaction(self) -> int:
+        """Offsets behind the LSO that a read-committed consumer cannot read yet (0 when none)."""
+        return 0 if self.high_watermark is None else max(0, self.high_watermark - self.latest)
 
 
 #: Partitions per ``list_offsets`` call: librdkafka's handling of one call grows faster than its
@@ -155,12 +172,12 @@ def read_offsets(
     timeout_s: float = 10.0,
     max_partitions_per_request: int = MAX_PARTITIONS_PER_REQUEST,
 ) -> dict[str, tuple[BrokerOffsets, ...]]:
-    """Latest and log-start offsets of partitions ``0 .. n-1`` of each topic in `partitions`.
+    """Last stable, high watermark and log-start offsets of partitions ``0 .. n-1`` of each topic.
 
-    Two ``list_offsets`` calls per `max_partitions_per_request` partitions: one with
-    ``OffsetSpec.latest()``, one with ``OffsetSpec.earliest()`` (up to 1,000 partitions, two calls
-    in all). Isolation is read-uncommitted, so ``latest`` is the high watermark, which is what a
-    consumer reading uncommitted data (Spark's default) can reach.
+    Three ``list_offsets`` calls per `max_partitions_per_request` partitions: ``OffsetSpec.latest()``
+    read committed (``latest``, the last stable offset: what lagsched's read-committed reads can
+    reach), ``OffsetSpec.latest()`` read uncommitted (``high_watermark``) and
+    ``OffsetSpec.earliest()`` (up to 1,000 partitions, three calls in all).
 
     Returns:
         Per topic, its partitions' offsets in partition order; topics in the order given.
@@ -168,7 +185,7 @@ def read_offsets(
     Raises:
         KafkaOffsetsError: the broker failed for some partition (names the partition and error).
     """
-    from confluent_kafka import TopicPartition
+    from confluent_kafka import IsolationLevel, TopicPartition
     from confluent_kafka.admin import OffsetSpec as _OffsetSpec  # type: ignore[attr-defined]
 
     spec: Any = _OffsetSpec  # untyped in confluent-kafka
@@ -177,17 +194,32 @@ def read_offsets(
     if not keys:
         return {t: () for t in partitions}
     chunks = chunked(keys, max_partitions_per_request)
-    jobs = [(s, chunk) for s in (spec.latest(), spec.earliest()) for chunk in chunks]
+    kinds = (
+        (spec.latest(), IsolationLevel.READ_COMMITTED),
+        (spec.latest(), IsolationLevel.READ_UNCOMMITTED),
+        (spec.earliest(), None),
+    )
+    jobs = [(s, isolation, chunk) for s, isolation in kinds for chunk in chunks]
     # Several calls in flight at once: each waits on the broker and librdkafka's thread, not on this one.
     workers = min(len(jobs), MAX_REQUESTS_IN_FLIGHT)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="list-offsets") as pool:
-        futures = [pool.submit(_list, admin, chunk, s, TopicPartition, timeout_s=timeout_s) for s, chunk in jobs]
+        futures = [
+            pool.submit(_list, admin, chunk, s, TopicPartition, timeout_s=timeout_s, isolation=isolation)
+            for s, isolation, chunk in jobs
+        ]
         answers = [f.result() for f in futures]
-    latest = {k: v for answer in answers[: len(chunks)] for k, v in answer.items()}
-    earliest = {k: v for answer in answers[len(chunks) :] for k, v in answer.items()}
+    n = len(chunks)
+    stable, high, earliest = ({k: v for a in answers[i * n : (i + 1) * n] for k, v in a.items()} for i in range(3))
     result: dict[str, list[BrokerOffsets]] = {t: [] for t in partitions}
     for topic, p in keys:
-        result[topic].append(BrokerOffsets(topic, p, latest=latest[(topic, p)], log_start=earliest[(topic, p)]))
+        key = (topic, p)
+        # The two latest offsets are two requests, moments apart: a transaction that ended in between
+        # can leave the stable offset a little above the high watermark read before it. The high
+        # watermark is never below the stable offset, so the later reading stands for both.
+        latest = stable[key]
+        result[topic].append(
+            BrokerOffsets(topic, p, latest=latest, log_start=earliest[key], high_watermark=max(high[key], latest))
+        )
     return {t: tuple(v) for t, v in result.items()}
 
 
@@ -217,11 +249,14 @@ def _list(
     timeout_s: float,
     backoffs_s: Sequence[float] = RETRY_BACKOFFS_S,
     sleep: Callable[[float], None] = time.sleep,
+    isolation: Any = None,
 ) -> dict[tuple[str, int], int]:
+    """``spec``'s offset of each of ``keys``; ``isolation`` an `IsolationLevel` (None: the client's
+    default, read uncommitted)."""
     out: dict[tuple[str, int], int] = {}
     pending = list(keys)
     for attempt in range(len(backoffs_s) + 1):
-        failed = _list_once(admin, pending, spec, topic_partition, timeout_s=timeout_s, out=out)
+        failed = _list_once(admin, pending, spec, topic_partition, timeout_s=timeout_s, out=out, isolation=isolation)
         if not failed:
             return out
         retriable = [k for k, exc in failed.items() if _is_retriable(exc)]
@@ -248,11 +283,12 @@ def _list_once(
     *,
     timeout_s: float,
     out: dict[tuple[str, int], int],
+    isolation: Any = None,
 ) -> dict[tuple[str, int], BaseException]:
     """One ``list_offsets`` call; fills `out`, returns the partitions that failed with their error."""
     call = _whole_call if _has_whole_call(admin) else _futures_call
     try:
-        answers = call(admin, keys, spec, topic_partition, timeout_s)
+        answers = call(admin, keys, spec, topic_partition, timeout_s, isolation=isolation)
     except Exception as exc:  # KafkaException / ValueError from the client
         raise KafkaOffsetsError(f"list_offsets({type(spec).__name__}) failed: {exc}") from exc
     failed: dict[tuple[str, int], BaseException] = {}
@@ -271,10 +307,17 @@ _Answers = dict[tuple[str, int], "int | BaseException"]
 
 
 def _futures_call(
-    admin: OffsetsAdmin, keys: Sequence[tuple[str, int]], spec: Any, topic_partition: Any, timeout_s: float
+    admin: OffsetsAdmin,
+    keys: Sequence[tuple[str, int]],
+    spec: Any,
+    topic_partition: Any,
+    timeout_s: float,
+    *,
+    isolation: Any = None,
 ) -> _Answers:
     """The public ``AdminClient.list_offsets``: one future per partition, each an offset or an error."""
-    futures = admin.list_offsets({topic_partition(t, p): spec for t, p in keys}, request_timeout=timeout_s)
+    extra = {} if isolation is None else {"isolation_level": isolation}
+    futures = admin.list_offsets({topic_partition(t, p): spec for t, p in keys}, request_timeout=timeout_s, **extra)
     answers: _Answers = {}
     for tp, future in futures.items():
         try:
@@ -293,7 +336,13 @@ def _has_whole_call(admin: Any) -> bool:
 
 
 def _whole_call(
-    admin: Any, keys: Sequence[tuple[str, int]], spec: Any, topic_partition: Any, timeout_s: float
+    admin: Any,
+    keys: Sequence[tuple[str, int]],
+    spec: Any,
+    topic_partition: Any,
+    timeout_s: float,
+    *,
+    isolation: Any = None,
 ) -> _Answers:
     """What `_futures_call` returns, from the C call underneath ``AdminClient.list_offsets``.
 
@@ -312,7 +361,9 @@ def _whole_call(
     done: Future[Any] = Future()
     done.set_running_or_notify_cancel()
     request = [topic_partition(t, p, int(spec._value)) for t, p in keys]
-    _AdminClientImpl.list_offsets(admin, request, done, request_timeout=timeout_s)
+    # The public method passes its IsolationLevel to the C call as its integer value, like this.
+    extra = {} if isolation is None else {"isolation_level_value": isolation.value}
+    _AdminClientImpl.list_offsets(admin, request, done, request_timeout=timeout_s, **extra)
     try:
         results = done.result(timeout=timeout_s + 5)
     except Exception as exc:  # noqa: BLE001 - a failed request fails each partition, as the public method does

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -21,6 +22,11 @@ READ_OPTIONS: Mapping[str, str] = {}
 #: A JSON object of Kafka source options layered over `READ_OPTIONS` (``kafka.*`` ones go to the
 #: consumers), for a deployment that measures better ones; the Kafka Connection's entries win over both.
 READ_OPTIONS_ENV = "LAGSCHED_SPARK_READ_OPTIONS"
+#: The reads' isolation level, over anything configured: Kafka's Java consumer (Spark's) reads
+#: uncommitted by default, which lands records of aborted transactions, records that never happened.
+ISOLATION_LEVEL = "read_committed"
+
+log = logging.getLogger(__name__)
 
 
 class SparkSetupError(RuntimeError):
@@ -99,18 +105,31 @@ def read_offset_ranges(
     *,
     include_headers: bool = False,
 ) -> DataFrame:
-    """Exactly the records of ``ranges`` through Spark's Kafka batch source.
+    """Exactly the committed records of ``ranges`` through Spark's Kafka batch source.
 
     ``failOnDataLoss`` stays true: if retention deleted part of a range, the read fails rather
     than silently skipping records. Every ``kafka_config`` entry goes to the consumers as
     ``kafka.<key>``, so a ``client.rack`` (``with_client_rack``) makes them fetch from a
     same-rack replica.
+
+    The consumers read committed (`ISOLATION_LEVEL`, whatever the Connection or
+    ``LAGSCHED_SPARK_READ_OPTIONS`` say): records of aborted transactions are skipped, and so are
+    transaction markers. Spark's consumer steps over such offsets without records (it seeks on to
+    the position after each poll, as for compacted topics), also when they end a range. A range
+    must not end past the partition's last stable offset, though: a read-committed poll there gets
+    nothing, and Spark takes that for data loss and fails the read. The planner ends every range at
+    the LSO (``adapters.kafka_admin.read_offsets``).
     """
     reader = spark.read.format("kafka").option("includeHeaders", str(include_headers).lower())
     for key, value in read_options(os.environ).items():
         reader = reader.option(key, value)
     for key, value in kafka_config.items():
         reader = reader.option(f"kafka.{key}", str(value))
+    configured = {str(v) for k, v in kafka_config.items() if k == "isolation.level"}
+    configured |= {v for k, v in read_options(os.environ).items() if k == "kafka.isolation.level"}
+    if configured - {ISOLATION_LEVEL}:
+        log.warning("ignoring isolation.level=%s: lagsched reads %s only", sorted(configured), ISOLATION_LEVEL)
+    reader = reader.option("kafka.isolation.level", ISOLATION_LEVEL)
     for key, value in spark_kafka_options(ranges).items():
         reader = reader.option(key, value)
     return reader.option("failOnDataLoss", "true").load()

@@ -8,11 +8,16 @@ A partition's plan is one of:
   committing): exactly the recorded range, written to the same file names, so that whatever the
   old holder managed to write is replaced by identical content, never duplicated;
 * **read** a new batch from the committed offset, at most ``max_records`` long, up to the latest
-  offset the broker reported;
+  offset the broker reported: the last stable offset (LSO), since reads are read committed and a
+  read-committed consumer cannot read past an open transaction;
 * **commit only**: nothing to read, but the stored offset must move: past records retention
   deleted (a gap), or to pin where a never-consumed partition starts when it starts at the latest
   offset (otherwise "latest" would keep moving and records in between would be skipped);
 * nothing, when the partition is caught up.
+
+A batch's range is an offset range, not a record count: compacted topics (records removed) and
+transactional topics (commit/abort markers, aborted records) have offsets without a record, so a
+range holds at most ``end - start`` records; what was written is counted by the sink.
 
 A start below the partition's log start is a **retention gap**: ``[start, log_start)`` is recorded
 as lost and reading continues from the log start. The read never relies on Spark's
@@ -84,7 +89,7 @@ class PartitionPlan:
 
 
 class OffsetAheadError(ValueError):
-    """The stored offset is past the broker's latest offset: the topic was truncated or re-created."""
+    """The stored offset is past the broker's high watermark: the topic was truncated or re-created."""
 
 
 def plan_partition(
@@ -95,8 +100,14 @@ def plan_partition(
     latest: int,
     max_records: int,
     start_from: StartFrom = StartFrom.EARLIEST,
+    high_watermark: int | None = None,
 ) -> PartitionPlan | None:
-    """The next step for one partition, or None when it is caught up.
+    """The next step for one partition, or None when it is caught up (or must wait).
+
+    ``latest`` is the last stable offset (what a read-committed read can reach): no batch ends past
+    it. ``high_watermark`` (None: ``latest``) bounds what is an error: a stored offset or recorded
+    batch past the LSO but within the high watermark waits for the open transaction to end (it was
+    stored by a read-uncommitted reader), only one past the high watermark is an anomaly.
 
     >>> plan_partition(committed=100, pending=None, log_start=0, latest=1_000, max_records=500)
     PartitionPlan(batch=(100, 600), read_start=100, commit_to=600, gap=None, redo=False)
@@ -104,22 +115,29 @@ def plan_partition(
     Gap(start=10, end=50)
     >>> plan_partition(committed=None, pending=(40, 90), log_start=0, latest=500, max_records=10).batch
     (40, 90)
+    >>> plan_partition(committed=100, pending=None, log_start=0, latest=100, high_watermark=900, max_records=500)
 
     Raises:
-        OffsetAheadError: the committed offset (or a recorded batch) lies past ``latest``; nothing
-            may be read or committed until an operator looks (docs/consumer.md).
+        OffsetAheadError: the committed offset (or a recorded batch) lies past the high watermark;
+            nothing may be read or committed until an operator looks (docs/consumer.md).
     """
     if max_records < 1:
         raise ValueError(f"max_records={max_records}; must be >= 1")
-    if not 0 <= log_start <= latest:
-        raise ValueError(f"broker offsets must satisfy 0 <= log_start <= latest, got {log_start}, {latest}")
+    high = latest if high_watermark is None else high_watermark
+    if not 0 <= log_start <= latest <= high:
+        raise ValueError(
+            "broker offsets must satisfy 0 <= log_start <= latest (stable) <= high watermark, "
+            f"got {log_start}, {latest}, {high}"
+        )
     if pending is not None:
         start, end = pending
-        if end > latest:
+        if end > high:
             raise OffsetAheadError(
-                f"the recorded batch [{start}, {end}) ends past the latest offset {latest}: "
+                f"the recorded batch [{start}, {end}) ends past the high watermark {high}: "
                 "the topic was truncated or re-created"
             )
+        if end > latest:
+            return None  # redone once the open transaction before its end is decided
         read_start = max(start, log_start)
         gap = Gap(start, min(log_start, end)) if start < log_start else None
         return PartitionPlan((start, end), min(read_start, end), end, gap, redo=True)
@@ -129,10 +147,12 @@ def plan_partition(
             return PartitionPlan(None, start, start)  # pin the start, read from there next time
     else:
         start = committed
-    if start > latest:
+    if start > high:
         raise OffsetAheadError(
-            f"the committed offset {start} is past the latest offset {latest}: the topic was truncated or re-created"
+            f"the committed offset {start} is past the high watermark {high}: the topic was truncated or re-created"
         )
+    if start > latest:
+        return None  # an open transaction holds the stable offset below it: wait for its end
     gap = Gap(start, log_start) if start < log_start else None
     read_start = max(start, log_start)
     end = min(latest, read_start + max_records)
@@ -165,4 +185,3 @@ def batch_is_due(
         return True
     waiting = sum(p.records for p in plans)
     return since_last_s >= min_interval_s or waiting >= min_records
-

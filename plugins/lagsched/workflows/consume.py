@@ -5,8 +5,10 @@ The loop (docs/consumer.md), at every batch boundary:
 1. ownership: ``current_assignment`` for the live slots, and this slot's share of each topic;
 2. ``rebalance`` hands back rows above the share, ``claim`` tops it up;
 3. redo any batch recorded but not committed on a row it now holds (``pending``);
-4. read the log start and latest offset of the claimed partitions and plan each
-   (``core.batches.plan_partition``); wait for ``min_interval_s`` or ``min_records``;
+4. read the log start and last stable offset (LSO) of the claimed partitions and plan each
+   (``core.batches.plan_partition``): reads are read committed, so a batch never ends past the LSO
+   and an open transaction holds its own partition there, not the others; wait for
+   ``min_interval_s`` or ``min_records``;
 5. record retention gaps; ``begin_batch`` records each range under the claim's epoch;
 6. Spark reads the ranges and commits them to the cluster's Iceberg table in one snapshot, unless
    another holder committed them since the mark taken before step 5 (``adapters.sink.IcebergSink``);
@@ -605,6 +607,7 @@ class SlotRun:
                     latest=o.latest,
                     max_records=self.s.max_records,
                     start_from=self.s.start_from,
+                    high_watermark=o.high_watermark,
                 )
             except OffsetAheadError as exc:
                 log.error("%s[%d] skipped: %s", name, c.partition_id, exc)
@@ -652,7 +655,10 @@ class SlotRun:
             return
         t_written = self.clock()
         committed: dict[tuple[str, int], int] = {}
-        records = 0
+        # Records are what the table received: a range's offsets also cover transaction markers,
+        # aborted records and compacted-away records, none of which is a record of the lake.
+        records = wrote.records
+        offsets = 0
         for key, claim in started.items():
             plan = batch.plans[key]
             try:
@@ -661,7 +667,7 @@ class SlotRun:
                 self._lost(exc)
                 continue
             committed[(topics[key[0]].name, key[1])] = plan.commit_to
-            records += plan.records
+            offsets += plan.records
         t_committed = self.clock()
         self._mirror(committed)
         self._last_batch = self.clock()
@@ -678,6 +684,7 @@ class SlotRun:
                 "event": "batch",
                 "n": self.outcome.batches,
                 "records": records,
+                "offsets": offsets,
                 "partitions": len(reads),
                 "read_s": round(wrote.read_write_s, 4),
                 "table_commit_s": round(wrote.commit_s, 4),
