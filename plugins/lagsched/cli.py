@@ -258,6 +258,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:
+        # Importing Airflow (for its Connections) logs its own start-up at INFO ("Reading the config
+        # from ..."): noise ahead of every command's output, unless asked for with -v.
+        logging.getLogger("airflow").setLevel(logging.WARNING)
     try:
         return int(args.func(args))
     except ServiceError as exc:

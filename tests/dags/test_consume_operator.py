@@ -54,7 +54,16 @@ def test_slot_consumes_then_stops_gracefully_on_kill(
     op = LagschedSparkSubmitOperator(
         task_id="consume",
         application=str(JOB),
-        application_args=["--slot", name, "--cluster", cluster, "--budget-s", "600", "--warehouse", f"file://{tmp_path}"],
+        application_args=[
+            "--slot",
+            name,
+            "--cluster",
+            cluster,
+            "--budget-s",
+            "600",
+            "--warehouse",
+            f"file://{tmp_path}",
+        ],
         # Half the JVM start-up CPU on shared cores, as the consumer tests do.
         conf={"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"},
         stop_timeout_s=120,

@@ -81,6 +81,7 @@ def test_status_shows_the_registry_lag_and_decisions(
 
     done = lagsched("status", "--cluster", cluster, "--json", env=connections)
     assert done.returncode == 0, done.stderr
+    assert " INFO " not in done.stderr  # Airflow's start-up chatter ("Reading the config from ...") stays quiet
     status = json.loads(done.stdout)
     topics = {t["name"]: t for t in status["topics"]}
     assert set(topics) == {"orders", "idle"}
