@@ -79,7 +79,9 @@ def check_page(frame: Any, seed: Seed) -> None:
     expect(frame.locator("#stuck")).to_contain_text("none: every measured pipeline is moving")
 
 
-def test_lagsched_page_in_airflow(browser: Any, airflow: AirflowAPI, stack: StackConfig, seeded: Seed, tmp_path: Path) -> None:
+def test_lagsched_page_in_airflow(
+    browser: Any, airflow: AirflowAPI, stack: StackConfig, seeded: Seed, tmp_path: Path
+) -> None:
     from playwright.sync_api import expect
 
     password = json.loads((stack.airflow_home / PASSWORDS_FILE).read_text())["admin"]
@@ -97,6 +99,8 @@ def test_lagsched_page_in_airflow(browser: Any, airflow: AirflowAPI, stack: Stac
         # From Airflow's navigation: the page renders inside Airflow, logged in by its cookie.
         page.locator('a[href$="/plugin/lagsched"]').click(timeout=TIMEOUT_MS)
         page.wait_for_url("**/plugin/lagsched", timeout=TIMEOUT_MS)
+        # The nav icon stands out from its entry's background, also when selected (issue 17: blank).
+        assert icon_contrast(page) >= 40, "the lagsched nav icon is lost in its background"
         frame = page.frame_locator("iframe")
         expect(frame.locator("body[data-loaded='1']")).to_have_count(1, timeout=TIMEOUT_MS)
         frame.locator("#cluster").select_option(seeded.cluster)
@@ -118,6 +122,36 @@ def test_lagsched_page_in_airflow(browser: Any, airflow: AirflowAPI, stack: Stac
     finally:
         context.close()
     assert errors == [], f"JavaScript errors on the page: {errors}"
+
+
+def icon_contrast(page: Any) -> int:
+    """Pixels of the lagsched nav icon, drawn over its link's own background colour, that differ
+    from that colour by a clear margin (the icon is an <img>: it cannot take the nav's text colour)."""
+    return int(
+        page.evaluate(
+            """async () => {
+              const img = document.querySelector('a[href$="/plugin/lagsched"] img');
+              if (!img) return -1;
+              await img.decode();
+              let el = img.parentElement, bg = 'rgba(0, 0, 0, 0)';
+              while (el && (bg === 'rgba(0, 0, 0, 0)' || bg === 'transparent')) {
+                bg = getComputedStyle(el).backgroundColor; el = el.parentElement;
+              }
+              const c = document.createElement('canvas'); c.width = c.height = 48;
+              const x = c.getContext('2d');
+              // The canvas turns the CSS colour (Airflow's are oklch) into RGB.
+              x.fillStyle = bg; x.fillRect(0, 0, 48, 48);
+              const [r, g, b] = x.getImageData(0, 0, 1, 1).data;
+              x.drawImage(img, 0, 0, 48, 48);
+              const d = x.getImageData(0, 0, 48, 48).data;
+              let n = 0;
+              for (let i = 0; i < d.length; i += 4) {
+                if (Math.abs(d[i] - r) + Math.abs(d[i + 1] - g) + Math.abs(d[i + 2] - b) > 200) n++;
+              }
+              return n;
+            }"""
+        )
+    )
 
 
 def test_the_page_refuses_a_browser_that_is_not_logged_in(browser: Any, airflow: AirflowAPI) -> None:

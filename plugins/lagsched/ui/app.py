@@ -39,6 +39,7 @@ __all__ = ["DEFAULT_CLUSTER", "create_app"]
 DEFAULT_CLUSTER = "lagsched_kafka"
 STATIC_FILES = {
     "lagsched.js": "text/javascript; charset=utf-8",
+    "ticks.js": "text/javascript; charset=utf-8",
     "lagsched.css": "text/css; charset=utf-8",
     "icon.svg": "image/svg+xml",
     "icon-dark.svg": "image/svg+xml",

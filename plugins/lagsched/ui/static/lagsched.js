@@ -233,7 +233,8 @@
 
   // One chart: `key` of each history point (left axis), linker_workers as a step line (right axis),
   // a dot per decision whose <title> and tooltip give its reason.
-  function drawChart(h, key, cls, label, fmt) {
+  // `axis`: "count" (records: 1-2-5 steps) or "duration" (seconds: 15 s, 1 min, 5 min ... steps).
+  function drawChart(h, key, cls, label, fmt, axis) {
     const W = 560, H = 170, m = { l: 56, r: 30, t: 10, b: 22 };
     const pts = h.points, steps = h.workers || [], decisions = (h.decisions || []).slice().sort((a, b) => a.t - b.t);
     const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", "data-series": key, role: "img", "aria-label": `${label} of ${h.topic}` });
@@ -244,17 +245,20 @@
     const ts = [...pts.map((p) => p.t), ...steps.map((s) => s.t)];
     let x0 = Math.min(...ts), x1 = Math.max(...ts);
     if (x1 - x0 < 1) { x0 -= 30; x1 += 30; }
-    const vmax = Math.max(1, ...pts.map((p) => p[key])) * 1.1;
+    // Round ticks (ticks.js): the top of the axis is the first round value at or above the data.
+    const top = Math.max(0, ...pts.map((p) => p[key]));
+    const ticks = axis === "duration" ? lagschedTicks.timeTicks(top, 4) : lagschedTicks.valueTicks(top, 4, 1);
+    const labels = axis === "duration" ? lagschedTicks.formatTimeTicks(ticks) : ticks.map(fmtInt);
+    const vmax = ticks[ticks.length - 1];
     const wmax = Math.max(1, ...steps.map((s) => s.workers)) + 1;
     const X = (t) => m.l + ((t - x0) / (x1 - x0)) * (W - m.l - m.r);
     const Y = (v) => H - m.b - (v / vmax) * (H - m.t - m.b);
     const YW = (w) => H - m.b - (w / wmax) * (H - m.t - m.b);
 
-    for (let i = 0; i <= 4; i++) {
-      const v = (vmax / 1.1) * (i / 4);
+    ticks.forEach((v, i) => {
       root.append(svg("line", { class: "grid", x1: m.l, x2: W - m.r, y1: Y(v), y2: Y(v) }));
-      root.append(svg("text", { x: m.l - 4, y: Y(v) + 3, "text-anchor": "end" }, fmt(v)));
-    }
+      root.append(svg("text", { class: "tick", x: m.l - 4, y: Y(v) + 3, "text-anchor": "end", "data-value": String(v) }, labels[i]));
+    });
     const wstep = Math.max(1, Math.ceil(wmax / 4));
     for (let w = 0; w <= wmax; w += wstep) {
       root.append(svg("text", { x: W - m.r + 4, y: YW(w) + 3 }, String(w)));
@@ -313,8 +317,8 @@
         el("i", { style: "background:var(--workers)" }), `linker_workers (now ${h.linker_workers ?? "?"})`);
       return el("div", { class: "chart-card", "data-topic": h.topic },
         el("h3", { text: h.topic }), legend,
-        drawChart(h, "lag", "lag", "lag", fmtInt),
-        drawChart(h, "time_lag_s", "timelag", "time lag", fmtSecs));
+        drawChart(h, "lag", "lag", "lag", fmtInt, "count"),
+        drawChart(h, "time_lag_s", "timelag", "time lag", fmtSecs, "duration"));
     });
     if (!cards.length) cards.push(el("p", { class: "muted", text: "no topic to chart" }));
     $("charts").replaceChildren(...cards);
