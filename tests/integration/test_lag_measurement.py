@@ -16,8 +16,10 @@ from lagsched.adapters.kafka_admin import _has_whole_call, fetch_offsets, read_o
 from lagsched.adapters.lag_store import LagRecord, LagStore
 from lagsched.core.config import parse_settings
 from lagsched.core.errors import KafkaOffsetsError, UnknownTopicError
-from lagsched.core.lag import OffsetSample
+from lagsched.core.lag import OPEN_TRANSACTION_WARN_S, OffsetSample
+from lagsched.core.status import render_prometheus
 from lagsched.workflows.lag_monitor import measure
+from lagsched.workflows.status import cluster_status, metrics
 
 T0 = 1_790_000_000.0  # injected clock: a fixed instant, so every expected figure is exact
 
@@ -28,7 +30,8 @@ class CountingAdmin:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.metadata_calls = 0
-        self.offset_calls: list[tuple[str, int]] = []  # (spec class, partitions in the request)
+        # (spec class, isolation level or None: the client's default, partitions in the request)
+        self.offset_calls: list[tuple[str, str | None, int]] = []
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
         self.metadata_calls += 1
@@ -37,7 +40,8 @@ class CountingAdmin:
     def list_offsets(self, request: dict[Any, Any], **kwargs: Any) -> dict[Any, Any]:
         specs = {type(s).__name__ for s in request.values()}
         assert len(specs) == 1, specs
-        self.offset_calls.append((specs.pop(), len(request)))
+        level = kwargs.get("isolation_level")
+        self.offset_calls.append((specs.pop(), None if level is None else level.name, len(request)))
         return self.inner.list_offsets(request, **kwargs)
 
 
@@ -127,9 +131,14 @@ def test_lag_and_no_offset_policy_over_a_batched_read(
     # b: p0 caught up, p1 7 - 2 = 5.
     assert (tb.lag, tb.lost, tb.partitions_without_offset) == (5, 0, 0)
     assert [t.topic for t in summary.topics] == [a, b]  # largest lag first
-    # ONE metadata request and ONE list_offsets call per spec, each carrying all 5 partitions.
+    # ONE metadata request and ONE list_offsets call per spec and isolation level, each carrying all
+    # 5 partitions: the last stable offset (read committed), the high watermark, the log start.
     assert admin.metadata_calls == 1
-    assert sorted(admin.offset_calls) == [("EarliestSpec", 5), ("LatestSpec", 5)]
+    assert sorted(admin.offset_calls, key=str) == [
+        ("EarliestSpec", None, 5),
+        ("LatestSpec", "READ_COMMITTED", 5),
+        ("LatestSpec", "READ_UNCOMMITTED", 5),
+    ]
 
     # Per-topic override: never-committed partitions start at the head, so they add no lag.
     later = measure_at(T0 + 60, {"topics": {a: {"no_offset_policy": "latest"}}})
@@ -403,11 +412,13 @@ def test_the_whole_call_path_reads_what_the_public_list_offsets_reads(
     public = read_offsets(admin, {topic: 3}, max_partitions_per_request=2)
     assert whole == public
     assert [(o.partition, o.latest, o.log_start) for o in whole[topic]] == [(0, 5, 0), (1, 0, 0), (2, 9, 0)]
-    assert sorted(admin.offset_calls) == [
-        ("EarliestSpec", 1),
-        ("EarliestSpec", 2),
-        ("LatestSpec", 1),
-        ("LatestSpec", 2),
+    assert sorted(admin.offset_calls, key=str) == [
+        ("EarliestSpec", None, 1),
+        ("EarliestSpec", None, 2),
+        ("LatestSpec", "READ_COMMITTED", 1),
+        ("LatestSpec", "READ_COMMITTED", 2),
+        ("LatestSpec", "READ_UNCOMMITTED", 1),
+        ("LatestSpec", "READ_UNCOMMITTED", 2),
     ]
 
 
@@ -417,3 +428,58 @@ def test_the_whole_call_path_names_a_partition_the_broker_does_not_have(
     topic = new_topic(1)
     with pytest.raises(KafkaOffsetsError, match=rf"{topic}\[1\]"):
         read_offsets(admin.inner, {topic: 2}, timeout_s=5)
+
+
+def test_an_open_transaction_holds_lag_at_the_stable_offset_and_is_reported_when_old(
+    new_topic: Callable[..., str],
+    kafka_config: dict[str, Any],
+    db: Any,
+    redis_client: Any,
+    cluster: str,
+    measure_at: Callable[..., Any],
+) -> None:
+    """Lag is what a read-committed consumer can read: an open transaction's records are held behind
+    the last stable offset (LSO), not lag; one open past OPEN_TRANSACTION_WARN_S is reported in the
+    summary, the stored lag record, the status (page) and the metrics; once committed, it is lag."""
+    topic = new_topic(2)
+    produce(kafka_config, topic, 1, 10)
+    register(db, cluster, topic, {0: 0, 1: 0})
+    producer = Producer(
+        {**kafka_config, "transactional.id": f"lagsched-test-{uuid.uuid4().hex[:8]}", "transaction.timeout.ms": 600_000}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(20):
+        producer.produce(topic, value=f"t{i}".encode(), partition=0)
+    assert producer.flush(30) == 0  # in the log, past the LSO
+
+    first = measure_at(T0).topic(topic)
+    assert (first.lag, first.held_by_transaction) == (10, 20)  # p0: LSO 0, high watermark 20
+    assert first.transaction_open_s == 0.0 and first.open_transaction_warning is None
+
+    late = T0 + OPEN_TRANSACTION_WARN_S + 100
+    summary = measure_at(late)
+    held = summary.topic(topic)
+    assert (held.lag, held.held_by_transaction, held.transaction_open_s) == (10, 20, OPEN_TRANSACTION_WARN_S + 100)
+    assert f"OPEN TRANSACTION {topic}: 20 offset(s) held" in summary.table()
+    assert summary.as_dict()["open_transactions"] == [
+        {"topic": topic, "held_by_transaction": 20, "open_s": OPEN_TRANSACTION_WARN_S + 100}
+    ]
+    status = cluster_status(db, redis_client, cluster, late + 1).as_dict()
+    assert status["open_transactions"] == [
+        {"topic": topic, "held_by_transaction": 20, "open_s": OPEN_TRANSACTION_WARN_S + 100}
+    ]
+    text = render_prometheus(metrics(db, redis_client, late + 1, cluster_names=[cluster]))
+    assert f'lagsched_topic_open_transaction_seconds{{cluster="{cluster}",topic="{topic}"}} 400' in text
+    assert f'lagsched_topic_transaction_held_offsets{{cluster="{cluster}",topic="{topic}"}} 20' in text
+
+    producer.commit_transaction(30)
+    # The coordinator writes the commit markers after EndTxn returns: wait for the LSO to pass them.
+    deadline = time.monotonic() + 30
+    while read_offsets(AdminClient(kafka_config), {topic: 2})[topic][0].latest < 21:
+        assert time.monotonic() < deadline, "the LSO did not move past the committed transaction"
+        time.sleep(0.2)
+    done = measure_at(late + 60).topic(topic)
+    # 20 records and the commit marker are now below the LSO: lag in offsets, nothing held.
+    assert (done.lag, done.held_by_transaction, done.transaction_open_s) == (10 + 21, 0, 0.0)
+    assert cluster_status(db, redis_client, cluster, late + 61).as_dict()["open_transactions"] == []

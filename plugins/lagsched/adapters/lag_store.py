@@ -134,6 +134,9 @@ class LagRecord:
             holders, no committed offset moving) or ``stopped`` (the same with no live holder);
             see `lagsched.core.pipeline_state`.
         state_reason: why it is stalled or stopped, in words (empty when ``ok``).
+        held_by_transaction: offsets behind the partitions' last stable offsets (an open
+            transaction and what follows it), summed over partitions.
+        transaction_open_s: how long the oldest such hold has stood, seconds (0: none).
     """
 
     at: float
@@ -145,6 +148,8 @@ class LagRecord:
     worker_rate: float | None = None
     state: str = "ok"
     state_reason: str = ""
+    held_by_transaction: int = 0
+    transaction_open_s: float = 0.0
 
     def to_member(self) -> str:
         """The ZSET member: compact JSON, unique per measurement because it holds ``at``."""
@@ -166,6 +171,8 @@ class LagRecord:
             # Records stored before the state existed are "ok": nothing was known to be stuck.
             state=str(data.get("state", "ok")),
             state_reason=str(data.get("state_reason", "")),
+            held_by_transaction=int(data.get("held_by_transaction", 0)),
+            transaction_open_s=float(data.get("transaction_open_s", 0.0)),
         )
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = [
+    "OPEN_TRANSACTION_WARN_S",
     "NoOffsetPolicy",
     "OffsetSample",
     "PartitionLag",
@@ -52,6 +53,13 @@ __all__ = [
 NoOffsetPolicy = Literal["earliest", "latest"]
 """Where a partition with no committed offset starts: ``earliest`` reads everything still retained
 (all of it is lag), ``latest`` skips to the head (lag 0), mirroring Kafka's ``auto.offset.reset``."""
+
+
+#: An open transaction holding a partition's last stable offset this long (seconds) is reported
+#: (lag monitor warning, status page, ``open_transactions``): Kafka's default
+#: ``transaction.timeout.ms`` is one minute and the broker's cap (``transaction.max.timeout.ms``)
+#: 15 minutes, so one open for five is a producer worth a look. Shorter holds are normal traffic.
+OPEN_TRANSACTION_WARN_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from lagsched.core.lag import OffsetSample, estimate_time_lag
+from lagsched.core.lag import OPEN_TRANSACTION_WARN_S, OffsetSample, estimate_time_lag
 
 __all__ = [
     "STATES",
@@ -229,6 +229,9 @@ class TopicView:
         state: ``ok`` | ``stalled`` | ``stopped`` (the lag monitor's judgement).
         state_reason: why, in words (empty when ok).
         override: the active manual override, as its JSON dict, or None.
+        held_by_transaction: offsets an open transaction holds behind the last stable offsets
+            (not yet readable, not counted in ``lag``), at the newest measurement.
+        transaction_open_s: how long that hold has stood, seconds (0: none).
     """
 
     topic_id: str
@@ -245,6 +248,8 @@ class TopicView:
     state: str = "ok"
     state_reason: str = ""
     override: Mapping[str, Any] | None = None
+    held_by_transaction: int = 0
+    transaction_open_s: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -262,6 +267,8 @@ class TopicView:
             "state": self.state,
             "state_reason": self.state_reason,
             "override": None if self.override is None else dict(self.override),
+            "held_by_transaction": self.held_by_transaction,
+            "transaction_open_s": round(self.transaction_open_s, 1),
         }
 
 
@@ -302,6 +309,15 @@ class ClusterStatus:
             "stuck": [{"topic": t.name, "state": t.state, "reason": t.state_reason} for t in self.stuck],
             "retention_gaps": [g.as_dict() for g in self.retention_gaps],
             "anomalies": [a.as_dict() for a in self.anomalies],
+            "open_transactions": [
+                {
+                    "topic": t.name,
+                    "held_by_transaction": t.held_by_transaction,
+                    "open_s": round(t.transaction_open_s, 1),
+                }
+                for t in self.topics
+                if t.held_by_transaction > 0 and t.transaction_open_s >= OPEN_TRANSACTION_WARN_S
+            ],
             "notes": list(self.notes),
         }
 

@@ -5,7 +5,8 @@ Wires the adapters to the pure lag math of `lagsched.core.lag`; holds no rule of
 
 1. reads the registry (``topics`` + ``topic_partitions``): enabled topics and the pipeline's own
    committed offsets;
-2. reads the broker's latest and log-start offsets of all their partitions in two batched
+2. reads the broker's latest (the last stable offset: what the slots' read-committed reads can
+   reach), high watermark and log-start offsets of all their partitions in batched
    ``list_offsets`` calls (`lagsched.adapters.kafka_admin`);
 3. computes lag, lost records and the no-offset policy per partition (`measure_lag`), stores a
    (time, latest) and a (time, committed) sample per partition, and from the stored windows
@@ -14,7 +15,11 @@ Wires the adapters to the pure lag math of `lagsched.core.lag`; holds no rule of
    and no committed offset moving for ``stall_after_measurements`` measurements makes it
    **stalled** when some of its partitions have a live holder, **stopped** when none has; each
    stuck topic gets a warning line in the log;
-5. stores one `LagRecord` per topic, with that state (the evaluator's input), and returns a
+5. reports **open transactions**: offsets held behind a partition's last stable offset (high
+   watermark minus LSO) and how long that LSO has stood still (the trailing run of its samples);
+   one open for `OPEN_TRANSACTION_WARN_S` or more gets a warning line, since it holds every
+   record behind it from every read-committed consumer;
+6. stores one `LagRecord` per topic, with that state (the evaluator's input), and returns a
    `MeasureSummary`.
 
 ``now`` is a parameter: the DAG passes the wall clock at which it reads the broker (a
@@ -36,6 +41,7 @@ from lagsched.adapters.topics import TopicRow, load_partitions, load_topics
 from lagsched.core.config import Settings
 from lagsched.core.evaluator import LagPoint
 from lagsched.core.lag import (
+    OPEN_TRANSACTION_WARN_S,
     OffsetSample,
     PartitionLag,
     PartitionOffsets,
@@ -77,6 +83,10 @@ class TopicMeasurement:
         lost_skipped: records a consumer found deleted and skipped, recorded in ``retention_gaps``
             (part of ``lost``).
         pipeline: the pipeline's state: ``ok``, ``stalled`` or ``stopped``, with the reason.
+        held_by_transaction: offsets behind the last stable offsets, summed over partitions: an
+            open transaction's records (and whatever was written after them), not yet readable.
+        transaction_open_s: how long the oldest such hold has stood (seconds, at least; the sample
+            window bounds it); 0 when nothing is held.
     """
 
     topic_id: str
@@ -94,6 +104,19 @@ class TopicMeasurement:
     partition_lags: tuple[PartitionLag, ...]
     lost_skipped: int = 0
     pipeline: PipelineState = OK
+    held_by_transaction: int = 0
+    transaction_open_s: float = 0.0
+
+    @property
+    def open_transaction_warning(self) -> str | None:
+        """The warning for a transaction open `OPEN_TRANSACTION_WARN_S` or more, else None."""
+        if self.held_by_transaction <= 0 or self.transaction_open_s < OPEN_TRANSACTION_WARN_S:
+            return None
+        return (
+            f"OPEN TRANSACTION {self.topic}: {self.held_by_transaction:,} offset(s) held behind the last stable "
+            f"offset for {self.transaction_open_s:,.0f} s or more; no read-committed consumer reads past it "
+            "until its producer commits or aborts (or the transaction times out)"
+        )
 
     @property
     def state(self) -> str:
@@ -120,6 +143,8 @@ class TopicMeasurement:
             "anomalies": _anomalies(self),
             "state": self.pipeline.state,
             "state_reason": self.pipeline.reason,
+            "held_by_transaction": self.held_by_transaction,
+            "transaction_open_s": round(self.transaction_open_s, 3),
         }
 
     @property
@@ -185,6 +210,16 @@ class MeasureSummary:
             "slot_rates": {k: round(v, 3) for k, v in sorted(self.slot_rates.items())},
             # Every stuck topic, not only the top ones': more workers will not fix them.
             "stuck": [{"topic": t.topic, "state": t.state, "reason": t.pipeline.reason} for t in self.stuck],
+            # Every topic an old open transaction holds back: no scaling makes it readable.
+            "open_transactions": [
+                {
+                    "topic": t.topic,
+                    "held_by_transaction": t.held_by_transaction,
+                    "open_s": round(t.transaction_open_s, 1),
+                }
+                for t in self.topics
+                if t.open_transaction_warning
+            ],
         }
 
     def table(self, top: int = 10) -> str:
@@ -221,6 +256,7 @@ class MeasureSummary:
             lines.append(f"enabled in the registry but missing on the broker: {', '.join(self.missing)}")
         for t in self.stuck:
             lines.append(f"{t.state.upper()} {t.topic}: {t.pipeline.reason}")
+        lines.extend(w for t in self.topics if (w := t.open_transaction_warning))
         for t in self.topics:
             for p in t.anomalies:
                 lines.append(
@@ -329,6 +365,10 @@ def measure(
             estimate_time_lag(windows[p.partition], committed=p.position, now=now, latest=p.latest) for p in plags
         )
         ingress = topic_ingress_rate(windows)
+        held = {b.partition: b.held_by_transaction for b in broker[name] if b.held_by_transaction}
+        # The LSO stands still while a transaction is open: its trailing run of equal samples says since when.
+        held_since = [s for p in held if (s := last_progress_at([windows[p]])) is not None]
+        open_s = max(0.0, now - min(held_since)) if held_since else 0.0
         consumed = 0.0
         oldest_committed: float | None = None
         for p in plags:
@@ -371,6 +411,8 @@ def measure(
             partition_lags=tuple(plags),
             lost_skipped=lost_skipped,
             pipeline=state,
+            held_by_transaction=sum(held.values()),
+            transaction_open_s=open_s,
         )
         measured.append(m)
         records[name] = LagRecord(
@@ -383,6 +425,8 @@ def measure(
             worker_rate=m.worker_rate,
             state=state.state,
             state_reason=state.reason,
+            held_by_transaction=m.held_by_transaction,
+            transaction_open_s=m.transaction_open_s,
         )
     store.add_lag_records(records)
     measured.sort(key=lambda t: (-t.lag, -t.lost, t.topic))
@@ -395,6 +439,8 @@ def measure(
     for m in measured:
         if m.pipeline.is_stuck:
             log.warning("topic %s is %s: %s", m.topic, m.state.upper(), m.pipeline.reason)
+        if warning := m.open_transaction_warning:
+            log.warning("%s", warning)
     return MeasureSummary(cluster, now, tuple(measured), missing, slot_rates)
 
 

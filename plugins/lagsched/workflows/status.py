@@ -163,6 +163,8 @@ def cluster_status(
                 state=topic_state(None if newest is None else newest.state),
                 state_reason="" if newest is None else newest.state_reason,
                 override=override_by_topic.get(t.topic_id),
+                held_by_transaction=0 if newest is None else newest.held_by_transaction,
+                transaction_open_s=0.0 if newest is None else newest.transaction_open_s,
             )
         )
     anomalies = find_anomalies(
@@ -280,6 +282,8 @@ def metrics(
     t_state: list[tuple[dict[str, str], float]] = []
     t_at: list[tuple[dict[str, str], float]] = []
     t_owners: list[tuple[dict[str, str], float]] = []
+    t_held: list[tuple[dict[str, str], float]] = []
+    t_open: list[tuple[dict[str, str], float]] = []
     slot_claims: dict[str, int] = {}
     # Slots are shared by every cluster (one heartbeat set), so they are counted once.
     live = len(SlotRegistry(redis).live_slots(datetime.fromtimestamp(now, tz=UTC), slot_timeout_s))
@@ -300,6 +304,8 @@ def metrics(
             t_rate.append((lb, t.consumption_rate))
             t_in.append((lb, t.ingress_rate))
             t_at.append((lb, t.measured_at))
+            t_held.append((lb, float(t.held_by_transaction)))
+            t_open.append((lb, t.transaction_open_s))
         for f in partition_metrics(redis, cluster, {t.name: t.partitions for t in st.topics}):
             lb = {"cluster": cluster, "topic": f.topic, "partition": str(f.partition)}
             p_lag.append((lb, f.lag))
@@ -318,6 +324,16 @@ def metrics(
         ("lagsched_topic_ingress_rate_records_per_second", "Records/s produced into the topic.", t_in),
         ("lagsched_topic_state", "1 for the topic's pipeline state (ok, stalled, stopped), else 0.", t_state),
         ("lagsched_topic_measured_timestamp_seconds", "When the topic was last measured (epoch seconds).", t_at),
+        (
+            "lagsched_topic_transaction_held_offsets",
+            "Offsets behind the last stable offsets (an open transaction): not readable yet, not lag.",
+            t_held,
+        ),
+        (
+            "lagsched_topic_open_transaction_seconds",
+            "How long an open transaction has held the topic's last stable offset (0: none).",
+            t_open,
+        ),
         ("lagsched_live_slots", "Worker slots with a heartbeat within the timeout.", [({}, float(live))]),
         ("lagsched_slot_claimed_partitions", "Partitions each slot holds with a live lease.", per_slot),
     ]

@@ -142,7 +142,7 @@
         { "data-topic": t.name },
         td(t.name),
         td(fmtInt(t.partitions), "num"),
-        td(fmtInt(t.lag), "num"),
+        td(fmtInt(t.lag), "num", t.held_by_transaction ? `${fmtInt(t.held_by_transaction)} more offsets held by an open transaction for ${fmtSecs(t.transaction_open_s)}` : undefined),
         td(fmtInt(t.lost), "num"),
         td(fmtSecs(t.time_lag_s), "num"),
         td(t.ingress_rate.toFixed(1), "num"),
@@ -158,6 +158,11 @@
 
   function renderStuck(st) {
     const rows = st.stuck.map((s) => el("tr", { "data-topic": s.topic }, td(s.topic), el("td", {}, badge(s.state)), td(s.reason)));
+    // An open transaction holds every record behind it from read-committed consumers: more workers will not help.
+    for (const o of st.open_transactions || []) {
+      rows.push(el("tr", { "data-topic": o.topic, "data-held": String(o.held_by_transaction) }, td(o.topic), el("td", {}, badge("held")),
+        td(`${fmtInt(o.held_by_transaction)} offsets behind an open transaction's last stable offset for ${fmtSecs(o.open_s)} or more: nothing past it is readable until its producer commits or aborts`)));
+    }
     fillBody("stuck", rows, "none: every measured pipeline is moving", 3);
   }
 
