@@ -8,7 +8,9 @@ Connections come from the environment as Airflow Connections (``AIRFLOW_CONN_LAG
 Exit status: 0 when the run ended normally (time budget, SIGTERM/SIGINT, ``--exit-when-idle``, the slot
 no longer owns any topic or its ``--slot-number`` is above what the cluster needs), and when the slot
 already runs in another process (this start then leaves at once, touching nothing);
-1 when something failed (the message says what; no offset was stored past unwritten records);
+1 when something failed (the message says what; no offset was stored past unwritten records), or
+a service that had answered stayed unreachable past ``--outage-s`` (shorter outages of Kafka, MySQL
+or Redis are waited out: docs/consumer.md, "Failure handling");
 3 when the slot lost a claim or its lock (a stale holder: it paused past its lease or the slot
 timeout and another slot or process took over).
 """
@@ -55,6 +57,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add_job_arguments(p)
     p.add_argument("--lease-s", type=float, default=60.0, help="claim lease (default: %(default)s)")
     p.add_argument("--heartbeat-s", type=float, default=5.0, help="heartbeat period (default: %(default)s)")
+    p.add_argument(
+        "--outage-s",
+        type=float,
+        help="ride through an outage of Kafka, MySQL or Redis this long, then exit 1 (default: the lease)",
+    )
     p.add_argument("--group", help="Kafka consumer group to mirror offsets into (default: lagsched.<cluster>)")
     p.add_argument("--no-mirror", action="store_true", help="do not mirror offsets into a consumer group")
     p.add_argument("--exit-when-idle", action="store_true", help="exit once every claimed partition is caught up")
@@ -118,6 +125,7 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
         min_records=args.min_records,
         lease_s=args.lease_s,
         heartbeat_s=args.heartbeat_s,
+        outage_s=args.outage_s,
         group=None if args.no_mirror else (args.group or f"lagsched.{cluster}"),
         exit_when_idle=args.exit_when_idle,
         start_from=StartFrom(args.start_from),
@@ -190,6 +198,7 @@ def _consume(
         lease_s=settings.lease_s,
         lock=SlotLock(redis_client(redis_conf)),
         token=token,
+        outage_s=settings.outage_s,
     )
     keeper.start(live=False)
     try:

@@ -117,6 +117,7 @@ def empty_mysql_db(stack: StackConfig) -> Iterator[Any]:
     with admin.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{name}`")
     yield dataclasses.replace(base, database=name)
+    admin.ping(reconnect=True)  # a test may have restarted MariaDB meanwhile (test_consumer_outages)
     with admin.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
     admin.close()

@@ -16,7 +16,8 @@ invalid      a client setting the client refuses (Kafka ``_INVALID_ARG``,  no
 schema       the lagsched tables are missing or older than the code        no
              (MySQL 1146, 1054): run the ``lagsched_setup`` DAG
 unreachable  down, refused, unresolvable, timed out, connection lost       yes
-             (MySQL 2002, 2003, 2006, 2013, 1040, 1053; Redis
+             (MySQL 2002, 2003, 2006, 2013, 1040, 1053, and the Iceberg
+             JDBC catalog's connection exceptions from Spark; Redis
              ConnectionError/TimeoutError; Kafka ``_TRANSPORT``,
              ``_ALL_BROKERS_DOWN``, ``_RESOLVE``, ``_TIMED_OUT``, retriable;
              a ``KafkaOffsetsError`` not raised from a client error)
@@ -77,6 +78,7 @@ __all__ = [
     "mysql_target",
     "naming_connections",
     "redis_target",
+    "short_reason",
 ]
 
 Service = Literal["kafka", "mysql", "redis"]
@@ -185,6 +187,40 @@ def _mysql_kind(exc: BaseException) -> Kind | None:
     return MYSQL_KINDS.get(code, Kind.OTHER) if code is not None else Kind.OTHER
 
 
+#: Java exceptions (JDBC) that say the database cannot be reached: the Iceberg JDBC catalog, which
+#: lives in lagsched's MySQL, reaches Python from Spark's JVM as a Py4J error carrying them.
+JDBC_UNREACHABLE = (
+    "java.sql.SQLNonTransientConnectionException",
+    "java.sql.SQLTransientConnectionException",
+    "CommunicationsException",
+)
+
+
+def _jdbc_kind(exc: BaseException) -> Kind | None:
+    """An error of the JVM (Spark) whose cause is the catalog's database being unreachable."""
+    py4j = sys.modules.get("py4j.protocol")
+    captured = sys.modules.get("pyspark.errors.exceptions.captured")
+    java_errors = tuple(
+        t for t in (getattr(py4j, "Py4JJavaError", None), getattr(captured, "CapturedException", None)) if t
+    )
+    if not java_errors or not isinstance(exc, java_errors):
+        return None
+    try:
+        text = str(exc)  # the Java exception with its causes
+    except Exception:  # noqa: BLE001 - a JVM that cannot describe its error tells nothing either
+        return None
+    return Kind.UNREACHABLE if any(name in text for name in JDBC_UNREACHABLE) else None
+
+
+def short_reason(exc: BaseException) -> str:
+    """One line that says what failed: a JVM error's JDBC cause, else the error's first line."""
+    text = str(exc).strip()
+    for line in text.splitlines():
+        if any(name in line for name in JDBC_UNREACHABLE):
+            return line.strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def _redis_kind(exc: BaseException) -> Kind | None:
     redis = sys.modules.get("redis")
     if redis is None or not isinstance(exc, redis.exceptions.RedisError):
@@ -226,6 +262,7 @@ def _kafka_kind(exc: BaseException) -> Kind | None:
 
 _JUDGES: tuple[tuple[Service, Callable[[BaseException], Kind | None]], ...] = (
     ("mysql", _mysql_kind),
+    ("mysql", _jdbc_kind),
     ("redis", _redis_kind),
     ("kafka", _kafka_kind),
 )

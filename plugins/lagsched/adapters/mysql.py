@@ -40,10 +40,7 @@ def connect(
             init_command="SET time_zone = '+00:00'",
         )
         try:
-            with conn.cursor() as cur:
-                # Portable spelling: MariaDB calls the variable tx_isolation, MySQL 8 transaction_isolation.
-                cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-            conn.commit()
+            _set_isolation(conn)
         except BaseException:
             # A half-set-up session is no use to the caller: do not leak it, and let a failing
             # close (the socket is likely gone) not hide the error that matters.
@@ -51,3 +48,23 @@ def connect(
                 conn.close()
             raise
     return conn
+
+
+def _set_isolation(conn: pymysql.connections.Connection[pymysql.cursors.Cursor]) -> None:
+    with conn.cursor() as cur:
+        # Portable spelling: MariaDB calls the variable tx_isolation, MySQL 8 transaction_isolation.
+        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    conn.commit()
+
+
+def reconnect(conn: pymysql.connections.Connection[pymysql.cursors.Cursor]) -> None:
+    """Reconnect ``conn`` if its link is gone (a server restart), with the session `connect` sets up.
+
+    PyMySQL's own reconnect (``ping(reconnect=True)``) re-runs the ``init_command`` (UTC) but
+    not the isolation level, and the claim protocol needs READ COMMITTED: set it again. Raises
+    the client's error while the server is still unreachable.
+    """
+    with contextlib.suppress(pymysql.MySQLError):
+        conn.rollback()  # a transaction cut by the outage is gone with its session anyway
+    conn.ping(reconnect=True)
+    _set_isolation(conn)

@@ -28,6 +28,7 @@ when it lost a claim (a stale holder); it then commits what it wrote, releases i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -39,8 +40,10 @@ from enum import StrEnum
 from typing import IO, Any, Protocol
 
 from lagsched.adapters.claims import ClaimStore
+from lagsched.adapters.failures import Kind, classify, short_reason
 from lagsched.adapters.gaps import RetentionGap, record_gap
 from lagsched.adapters.kafka_admin import kafka_topic_ids, leader_racks, mirror_group_offsets, read_offsets
+from lagsched.adapters.mysql import reconnect
 from lagsched.adapters.ownership import OwnershipView, current_assignment, wants_for
 from lagsched.adapters.sink import BatchRead, SinkConflictError, SinkWrite
 from lagsched.adapters.slots import SlotLock, SlotRegistry
@@ -48,6 +51,7 @@ from lagsched.adapters.topics import load_topics
 from lagsched.core.batches import OffsetAheadError, PartitionPlan, StartFrom, batch_is_due, plan_partition
 from lagsched.core.claims import Claim, ClaimLostError
 from lagsched.core.errors import KafkaOffsetsError, LagschedError
+from lagsched.core.outage import Outage, Wait
 from lagsched.core.rack import RackOwner, rack_targets, spans_racks
 from lagsched.core.registry import TopicRow
 from lagsched.core.rendezvous import fair_share
@@ -104,6 +108,10 @@ class ConsumerSettings:
     #: (a scale-down). None (a slot started by hand): it leaves only when it owns nothing.
     slot_number: int | None = None
     max_slots: int | None = None
+    #: How long a slot rides through an outage of Kafka, MySQL or Redis (waiting with backoff)
+    #: before it ends the run with exit 1 (`lagsched.core.outage`); None: ``lease_s``, past which
+    #: its rows may have failed over to other slots anyway.
+    outage_s: float | None = None
 
     def __post_init__(self) -> None:
         checks = {
@@ -118,6 +126,7 @@ class ConsumerSettings:
             "rack": self.rack is None or bool(self.rack.strip()),
             "slot_number": self.slot_number is None or self.slot_number >= 1,
             "max_slots": self.max_slots is None or self.max_slots >= 1,
+            "outage_s": self.outage_s is None or self.outage_s >= 0,
         }
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
@@ -131,6 +140,11 @@ class ConsumerSettings:
     def slot_timeout_s(self) -> float:
         """A slot silent this long is dead to the others: three missed heartbeats."""
         return 3 * self.heartbeat_s
+
+    @property
+    def outage_bound_s(self) -> float:
+        """How long an outage is ridden through: ``outage_s``, else the lease."""
+        return self.lease_s if self.outage_s is None else self.outage_s
 
 
 @dataclass(slots=True)
@@ -162,8 +176,11 @@ class SlotKeeper:
     It has its own claim store (its own MySQL connection: pymysql connections are not thread-safe)
     and its own Redis client. ``start(live=False)`` renews only the lock (a slot still starting
     Spark holds its id but is not live, so nobody hands it rows yet); ``start()`` or a later
-    ``go_live()`` adds the heartbeats. A failure is kept and re-raised in the main loop (``check``),
-    which then ends the run; a lease it could not renew shows up as a lost claim at the next commit.
+    ``go_live()`` adds the heartbeats. A service that stops answering (Redis or MySQL restarting)
+    is ridden through for up to ``outage_s`` (`ride_through`): it tries again at every heartbeat,
+    logging the outage's start and end once each. Any other failure, or one past that bound, is
+    kept and re-raised in the main loop (``check``), which then ends the run; a lease it could not
+    renew meanwhile shows up as a lost claim at the next commit.
     """
 
     def __init__(
@@ -176,9 +193,11 @@ class SlotKeeper:
         lease_s: float,
         lock: SlotLock | None = None,
         token: str = "",
+        outage_s: float | None = None,
     ) -> None:
         self._registry, self._store, self._slot = registry, store, slot_id
         self._heartbeat_s, self._lease_s = heartbeat_s, lease_s
+        self._outage = Outage(lease_s if outage_s is None else outage_s)
         self._lock_store, self._token = lock, token
         self._claims: list[Claim] = []
         self._lock = threading.Lock()
@@ -285,10 +304,45 @@ class SlotKeeper:
                 log.error("%s", exc)
                 self._error = exc
                 return
-            except Exception as exc:  # noqa: BLE001 - handed to the main loop, which ends the run
-                log.error("slot %s: heartbeat/renew failed: %s", self._slot, exc)
-                self._error = exc
-                return
+            except Exception as exc:  # noqa: BLE001 - ridden through, or handed to the main loop
+                if ride_through(self._outage, exc, time.monotonic(), f"slot {self._slot[:8]}: heartbeat/renew") is None:
+                    log.error("slot %s: heartbeat/renew failed: %s", self._slot, exc)
+                    self._error = exc
+                    return
+                with contextlib.suppress(Exception):  # still down: the next heartbeat tries again
+                    reconnect(self._store.conn)
+            else:
+                if (took := self._outage.recovered(time.monotonic())) is not None:
+                    log.warning("slot %s: heartbeat/renew work again after %.1f s", self._slot[:8], took)
+
+
+#: Failures worth waiting out: the service is down or restarting, or busy (lock waits).
+RIDE_THROUGH = frozenset({Kind.UNREACHABLE, Kind.BUSY})
+
+
+def ride_through(outage: Outage, exc: BaseException, now: float, who: str) -> Wait | None:
+    """How long to wait before trying again after ``exc``, or None to give up on it.
+
+    Waited out: a Kafka, MySQL or Redis client error that says the service is unreachable or busy
+    (`lagsched.adapters.failures.classify`), while ``outage`` is within its bound. Anything else
+    (a bug, a refused password, a schema out of date) is not: None, at once. The start of an
+    outage (or its move to another service) and giving up are logged here, once each.
+    """
+    verdict = classify(exc)
+    if verdict is None or verdict.kind not in RIDE_THROUGH:
+        return None
+    wait = outage.failed(verdict.service, now)
+    if wait is None:
+        log.error(
+            "%s: %s unreachable for %.0f s, past the outage bound of %.0f s (--outage-s): giving up (%s)",
+            who, verdict.service, outage.elapsed_s(now), outage.bound_s, short_reason(exc),
+        )  # fmt: skip
+    elif wait.changed:
+        log.warning(
+            "%s: %s: %s (%s); riding through for up to %.0f s (--outage-s), trying again with backoff",
+            who, verdict.service, verdict.kind.value, short_reason(exc), outage.bound_s,
+        )  # fmt: skip
+    return wait
 
 
 class SlotRacks:
@@ -333,6 +387,7 @@ class ScalingListener:
         self._pubsub.subscribe(**dict.fromkeys(channels, self._on_message))
         self._wake = wake
         self._thread: Any = None
+        self._down = False
         self.decisions = 0
 
     def _on_message(self, message: Mapping[str, Any]) -> None:
@@ -343,6 +398,7 @@ class ScalingListener:
         except (TypeError, ValueError):
             log.warning("ignoring a malformed message on %s: %r", message.get("channel"), message.get("data"))
             return
+        self._down = False
         if not isinstance(detail, dict) or detail.get("cluster") != self._cluster:
             return
         if detail.get("event") == "joined":
@@ -353,7 +409,15 @@ class ScalingListener:
         self._wake.set()
 
     def start(self) -> None:
-        self._thread = self._pubsub.run_in_thread(sleep_time=0.5, daemon=True)
+        self._thread = self._pubsub.run_in_thread(sleep_time=0.5, daemon=True, exception_handler=self._on_error)
+
+    def _on_error(self, exc: BaseException, pubsub: Any, thread: Any) -> None:
+        """Redis went away: keep the thread, which re-subscribes once Redis answers again (the
+        loop looks at every batch boundary anyway; the messages only cut waits short)."""
+        if not self._down:
+            log.warning("scaling messages: Redis unreachable (%s); listening again once it is back", exc)
+            self._down = True
+        time.sleep(1.0)
 
     def stop(self) -> None:
         if self._thread is not None:
@@ -407,6 +471,10 @@ class SlotRun:
         self._owned = False  # owned some topic at some point of the run
         self._warned_foreign = False
         self._said: set[tuple[str, str | None, str]] = set()  # topic id mismatches already logged
+        self._outage = Outage(settings.outage_bound_s)
+        #: A step went through in this run: a service that fails from the start is misconfigured or
+        #: down, and the run fails fast; one that fails later is ridden through (`ride_through`).
+        self._answered = False
 
     # ------------------------------------------------------------------ the loop
 
@@ -422,7 +490,7 @@ class SlotRun:
                 if self.clock() >= deadline:
                     self.outcome.reason = StopReason.BUDGET
                     break
-                done = self._step()
+                done = self._step_riding_through()
                 if self.outcome.lost_claims:
                     self.outcome.reason = StopReason.LOST
                     break
@@ -460,6 +528,29 @@ class SlotRun:
             log.info(
                 "an earlier run of this slot held %d row(s); handed back to claim them under a new epoch", len(released)
             )
+
+    def _step_riding_through(self) -> StopReason | None:
+        """`_step`, with an outage of a service that answered before ridden through (module doc).
+
+        A step that fails part-way leaves nothing half-done that matters: a batch recorded but not
+        committed is redone by the next step (found in the table if its snapshot landed), and each
+        step reads the registry afresh. So after a failure the step is simply tried again.
+        """
+        try:
+            done = self._step()
+        except Exception as exc:
+            wait = ride_through(self._outage, exc, self.clock(), "slot") if self._answered else None
+            if wait is None:
+                raise
+            self._wait(wait.seconds)
+            for conn in (self.conn, self.store.conn):
+                with contextlib.suppress(Exception):  # still down: the next step fails and waits again
+                    reconnect(conn)
+            return None
+        if (took := self._outage.recovered(self.clock())) is not None:
+            log.warning("slot: every service answers again after %.1f s; carrying on", took)
+        self._answered = True
+        return done
 
     def _step(self) -> StopReason | None:
         """One boundary: claim, plan, maybe run a batch. A reason to stop, or None to go on."""
