@@ -128,13 +128,26 @@ class MySQLParams:
 
 @dataclass(frozen=True, slots=True)
 class RedisParams:
-    """Where to connect to Redis; `conn_id` is the Connection they came from."""
+    """Where to connect to Redis; `conn_id` is the Connection they came from.
+
+    Attributes:
+        username: the ACL user (the Connection's login); None: Redis's ``default`` user.
+        tls: redis-py's TLS arguments from the Connection's extra, as the Redis provider's hook
+            reads them (``ssl``, ``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``,
+            ``ssl_cert_reqs``, ``ssl_check_hostname``), as sorted pairs; empty: plain TCP.
+    """
 
     host: str
     port: int
     db: int = 0
     password: str | None = field(default=None, repr=False)
     conn_id: str = REDIS_CONN_ID
+    username: str | None = None
+    tls: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def uses_tls(self) -> bool:
+        return bool(dict(self.tls).get("ssl"))
 
 
 def _env_name(conn_id: str) -> str:
@@ -390,7 +403,67 @@ def redis_params(conn_id: str = REDIS_CONN_ID) -> RedisParams:
             conn_id=conn_id,
         )
     password = None if str(info.password).lower() in ("none", "false", "") else info.password
-    return RedisParams(info.host or "127.0.0.1", info.port or 6379, number, password, conn_id)
+    return RedisParams(
+        info.host or "127.0.0.1",
+        info.port or 6379,
+        number,
+        password,
+        conn_id,
+        username=info.login or None,
+        tls=_redis_tls(conn_id, info.extra),
+    )
+
+
+#: The TLS extras of a Redis Connection (the Redis provider's names), with what each must be.
+REDIS_TLS_EXTRAS = {
+    "ssl": "true or false",
+    "ssl_ca_certs": "the path of a CA bundle file",
+    "ssl_certfile": "the path of a client certificate file",
+    "ssl_keyfile": "the path of the client key file",
+    "ssl_cert_reqs": "none, optional or required",
+    "ssl_check_hostname": "true or false",
+}
+
+
+def _redis_tls(conn_id: str, extra: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The TLS extras of a Redis Connection, checked: a typo or a missing file fails here, naming
+    the Connection, rather than as a handshake error (or silently as plain TCP) later."""
+    out: dict[str, Any] = {}
+    for key, what in REDIS_TLS_EXTRAS.items():
+        if key not in extra or extra[key] in (None, ""):
+            continue
+        value = extra[key]
+        if key in ("ssl", "ssl_check_hostname"):
+            flag = str(value).strip().lower()
+            if flag not in ("true", "false", "1", "0"):
+                raise ConnectionInvalid(
+                    f"Connection {conn_id!r}: extra {key!r} must be {what}, got {value!r}; {_fix(conn_id)}",
+                    conn_id=conn_id,
+                )
+            out[key] = flag in ("true", "1")
+        elif key == "ssl_cert_reqs":
+            if str(value).strip().lower() not in ("none", "optional", "required"):
+                raise ConnectionInvalid(
+                    f"Connection {conn_id!r}: extra {key!r} must be {what}, got {value!r}; {_fix(conn_id)}",
+                    conn_id=conn_id,
+                )
+            out[key] = str(value).strip().lower()
+        else:
+            if not os.path.isfile(str(value)):
+                raise ConnectionInvalid(
+                    f"Connection {conn_id!r}: extra {key!r} must be {what}; {str(value)!r} is not a file "
+                    f"here; {_fix(conn_id)}",
+                    conn_id=conn_id,
+                )
+            out[key] = str(value)
+    others = sorted(set(out) - {"ssl"})
+    if others and not out.get("ssl", False):
+        raise ConnectionInvalid(
+            f"Connection {conn_id!r}: TLS extras {others} without 'ssl': true would be ignored; "
+            f"{_fix(conn_id)}",
+            conn_id=conn_id,
+        )
+    return tuple(sorted(out.items()))
 
 
 def child_environment(conn_ids: Iterable[str]) -> dict[str, str]:
@@ -433,9 +506,11 @@ def where_mysql(params: MySQLParams) -> str:
 
 
 def where_redis(params: RedisParams) -> str:
-    """``host:port, db N`` and whether a password is set (never the password)."""
+    """``host:port, db N``, the user, TLS and whether a password is set (never the password)."""
+    user = f", user {params.username}" if params.username else ""
     auth = ", with a password" if params.password else ""
-    return f"{params.host}:{params.port}, db {params.db}{auth}"
+    tls = ", TLS" if params.uses_tls else ""
+    return f"{params.host}:{params.port}, db {params.db}{user}{auth}{tls}"
 
 
 def where_kafka(config: Mapping[str, Any]) -> str:

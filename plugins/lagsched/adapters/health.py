@@ -68,7 +68,12 @@ def redis_ignores_password(params: RedisParams, *, timeout_s: float = 10.0) -> b
     import redis
 
     bare = redis.Redis(
-        host=params.host, port=params.port, db=params.db, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+        host=params.host,
+        port=params.port,
+        db=params.db,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        **(dict(params.tls) if params.uses_tls else {}),
     )
     try:
         with naming_connections(redis_target(params)):
@@ -99,9 +104,11 @@ def check_redis(params: RedisParams, *, timeout_s: float = 10.0) -> dict[str, An
         host=params.host,
         port=params.port,
         db=params.db,
+        username=params.username,
         password=params.password,
         socket_timeout=timeout_s,
         socket_connect_timeout=timeout_s,
+        **(dict(params.tls) if params.uses_tls else {}),
     )
     try:
         with naming_connections(redis_target(params)):

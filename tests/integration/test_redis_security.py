@@ -1,0 +1,189 @@
+"""A Redis Connection with an ACL user and TLS reaches a real secured redis-server (issue 17 item 5).
+
+Debian's redis-server is started here on a free port with TLS only (a CA and server certificate
+made for the test) and an ACL user; the ``default`` user is off, so only the Connection's login
+and password get in. Before, `RedisParams` had no username and no TLS: such a Connection's login
+and TLS extras were silently dropped and nothing connected.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import json
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lagsched.adapters.failures import naming_connections, redis_target
+from lagsched.adapters.health import check_redis
+from lagsched.adapters.lag_store import redis_client
+from lagsched.adapters.slots import SlotRegistry, slot_id_for
+from lagsched.connections import redis_params, where_redis
+from lagsched.core.errors import ConnectionFailure, ConnectionInvalid
+
+USER, PASSWORD = "lagsched-app", "s3cret-Redis-pw"
+CONN_ID = "secure_redis"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _certificates(folder: Path) -> tuple[Path, Path, Path]:
+    """A CA, and a server certificate for 127.0.0.1 signed by it: (ca.pem, server.pem, server.key)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def name(cn: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(name("lagsched test CA"))
+        .issuer_name(name("lagsched test CA"))
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name("127.0.0.1"))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    paths = folder / "ca.pem", folder / "server.pem", folder / "server.key"
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return paths
+
+
+@pytest.fixture(scope="module")
+def secure_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A TLS-only redis-server with the ACL user USER; yields the Connection (Airflow's JSON form)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server is missing: apt-get install redis-server", pytrace=False)
+    folder = tmp_path_factory.mktemp("secure-redis")
+    ca, cert, key = _certificates(folder)
+    port = _free_port()
+    argv = [
+        binary, "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1",
+        "--tls-cert-file", str(cert), "--tls-key-file", str(key), "--tls-ca-cert-file", str(ca),
+        "--tls-auth-clients", "no", "--save", "", "--appendonly", "no", "--dir", str(folder),
+        "--user", "default", "off",
+        "--user", USER, "on", f">{PASSWORD}", "~*", "&*", "+@all",
+    ]  # fmt: skip
+    log = (folder / "redis.log").open("wb")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while True:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"the TLS redis-server did not start: {(folder / 'redis.log').read_text()}", pytrace=False)
+        time.sleep(0.1)
+    yield {
+        "conn_type": "redis",
+        "host": "127.0.0.1",
+        "port": port,
+        "login": USER,
+        "password": PASSWORD,
+        "extra": {"db": 3, "ssl": True, "ssl_ca_certs": str(ca), "ssl_cert_reqs": "required"},
+    }
+    proc.terminate()
+    proc.wait(timeout=30)
+    log.close()
+
+
+def use(monkeypatch: pytest.MonkeyPatch, conn: dict[str, Any]) -> None:
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(conn))
+
+
+def test_the_acl_user_and_tls_of_the_connection_are_used(
+    secure_redis: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use(monkeypatch, secure_redis)
+    params = redis_params(CONN_ID)
+    assert (params.username, params.uses_tls, params.db) == (USER, True, 3)
+    where = where_redis(params)
+    assert f"user {USER}" in where and "TLS" in where and PASSWORD not in where
+    client = redis_client(params)
+    assert client.acl_whoami() == USER
+    assert client.connection_pool.connection_kwargs["ssl_ca_certs"] == secure_redis["extra"]["ssl_ca_certs"]
+    # lagsched's own Redis code through it: heartbeats, the live set, a Lua script, pub/sub.
+    registry = SlotRegistry(client)
+    now = datetime.datetime.now(datetime.UTC)
+    slot = slot_id_for("slot-tls")
+    registry.heartbeat(slot, now, 30)
+    assert registry.live_slots(now, 30) == [slot]
+    assert registry.drop_leftovers(f"{registry.namespace}:slot_racks") == 0
+    assert check_redis(params)["version"]
+
+
+def test_a_wrong_password_fails_naming_the_connection_without_the_secret(
+    secure_redis: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use(monkeypatch, {**secure_redis, "password": "not-the-password"})
+    params = redis_params(CONN_ID)
+    with pytest.raises(ConnectionFailure) as failure, naming_connections(redis_target(params)):
+        redis_client(params).ping()
+    message = str(failure.value)
+    assert CONN_ID in message and failure.value.permanent
+    assert "not-the-password" not in message and PASSWORD not in message
+
+
+def test_without_tls_the_server_is_not_reached(secure_redis: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The TLS extras are what makes it work: the same Connection over plain TCP gets nowhere."""
+    plain = {**secure_redis, "extra": {"db": 3}}
+    use(monkeypatch, plain)
+    params = redis_params(CONN_ID)
+    client = redis_client(params)
+    client.connection_pool.connection_kwargs["socket_timeout"] = 3
+    with pytest.raises(ConnectionFailure), naming_connections(redis_target(params)):
+        client.ping()
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ({"ssl": "yes please"}, "'ssl' must be true or false"),
+        ({"ssl": True, "ssl_ca_certs": "/no/such/ca.pem"}, "'/no/such/ca.pem' is not a file"),
+        ({"ssl": True, "ssl_cert_reqs": "sometimes"}, "must be none, optional or required"),
+        ({"ssl_ca_certs": "/etc/hostname"}, "without 'ssl': true would be ignored"),
+    ],
+)
+def test_malformed_tls_extras_fail_naming_the_connection(
+    extra: dict[str, Any], named: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use(monkeypatch, {"conn_type": "redis", "host": "127.0.0.1", "port": 6379, "extra": extra})
+    with pytest.raises(ConnectionInvalid, match=named) as bad:
+        redis_params(CONN_ID)
+    assert CONN_ID in str(bad.value)
