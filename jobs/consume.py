@@ -244,7 +244,10 @@ def _run_slot(
     sink.ensure_catalog_tables(conn)  # before Spark's catalog would race other slots to create them
     stats = open(args.stats_file, "a", encoding="utf-8") if args.stats_file else None  # noqa: SIM115
     conf = sink.catalog_conf(
-        lake, jdbc_url=sink.jdbc_url(mysql.host, mysql.port, mysql.database), user=mysql.user, password=mysql.password
+        lake,
+        jdbc_url=sink.jdbc_url(mysql.host, mysql.port, mysql.database, tls=mysql.tls),
+        user=mysql.user,
+        password=mysql.password,
     )
     session = spark.session(f"lagsched-consume-{args.slot}", master=None, conf=conf)
     if stats is not None:

@@ -116,7 +116,12 @@ class ConnectionInfo:
 
 @dataclass(frozen=True, slots=True)
 class MySQLParams:
-    """Where and as whom to connect to MySQL; `conn_id` is the Connection they came from."""
+    """Where and as whom to connect to MySQL; `conn_id` is the Connection they came from.
+
+    Attributes:
+        tls: the Connection's extra ``ssl`` (the MySQL provider's form: ``ca``, ``cert``, ``key``
+            file paths, ``check_hostname``), as sorted pairs; empty: no TLS.
+    """
 
     host: str
     port: int
@@ -124,6 +129,11 @@ class MySQLParams:
     password: str = field(repr=False)
     database: str
     conn_id: str = MYSQL_CONN_ID
+    tls: tuple[tuple[str, str | bool], ...] = ()
+
+    @property
+    def uses_tls(self) -> bool:
+        return bool(self.tls)
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,7 +391,69 @@ def mysql_params(conn_id: str = MYSQL_CONN_ID) -> MySQLParams:
             f"{_fix(conn_id)}",
             conn_id=conn_id,
         )
-    return MySQLParams(host, info.port or 3306, login, info.password or "", schema, conn_id)
+    return MySQLParams(
+        host, info.port or 3306, login, info.password or "", schema, conn_id, tls=_mysql_tls(conn_id, info.extra)
+    )
+
+
+#: The keys of a MySQL Connection's extra ``ssl`` (as the MySQL provider reads it).
+MYSQL_TLS_KEYS = {
+    "ca": "the path of the CA bundle that signed the server's certificate",
+    "cert": "the path of a client certificate",
+    "key": "the path of the client certificate's key",
+    "check_hostname": "true or false (check the server's name against its certificate)",
+}
+
+
+def _mysql_tls(conn_id: str, extra: Mapping[str, Any]) -> tuple[tuple[str, str | bool], ...]:
+    """The Connection's extra ``ssl`` (an object or a JSON string), checked naming the Connection."""
+    raw = extra.get("ssl")
+    if raw in (None, "", {}):
+        return ()
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            raw = None
+    if not isinstance(raw, Mapping) or not raw:
+        raise ConnectionInvalid(
+            f"Connection {conn_id!r}: extra 'ssl' must be an object with {sorted(MYSQL_TLS_KEYS)}, "
+            f'e.g. {{"ca": "/etc/ssl/mysql-ca.pem"}}; {_fix(conn_id)}',
+            conn_id=conn_id,
+        )
+    unknown = sorted(set(raw) - set(MYSQL_TLS_KEYS))
+    if unknown:
+        raise ConnectionInvalid(
+            f"Connection {conn_id!r}: extra 'ssl' has unknown keys {unknown}; allowed: {sorted(MYSQL_TLS_KEYS)}; "
+            f"{_fix(conn_id)}",
+            conn_id=conn_id,
+        )
+    out: dict[str, str | bool] = {}
+    for key, value in raw.items():
+        if key == "check_hostname":
+            flag = str(value).strip().lower()
+            if flag not in ("true", "false", "1", "0"):
+                raise ConnectionInvalid(
+                    f"Connection {conn_id!r}: extra ssl.check_hostname must be true or false, got {value!r}; "
+                    f"{_fix(conn_id)}",
+                    conn_id=conn_id,
+                )
+            out[key] = flag in ("true", "1")
+        elif not os.path.isfile(str(value)):
+            raise ConnectionInvalid(
+                f"Connection {conn_id!r}: extra ssl.{key} must be {MYSQL_TLS_KEYS[key]}; {str(value)!r} is not a "
+                f"file here; {_fix(conn_id)}",
+                conn_id=conn_id,
+            )
+        else:
+            out[key] = str(value)
+    if "ca" not in out:
+        raise ConnectionInvalid(
+            f"Connection {conn_id!r}: extra 'ssl' needs 'ca' (the server's certificate is checked against it; "
+            f"an unchecked TLS connection protects nothing from a server in the middle); {_fix(conn_id)}",
+            conn_id=conn_id,
+        )
+    return tuple(sorted(out.items()))
 
 
 def redis_params(conn_id: str = REDIS_CONN_ID) -> RedisParams:
@@ -459,8 +531,7 @@ def _redis_tls(conn_id: str, extra: Mapping[str, Any]) -> tuple[tuple[str, Any],
     others = sorted(set(out) - {"ssl"})
     if others and not out.get("ssl", False):
         raise ConnectionInvalid(
-            f"Connection {conn_id!r}: TLS extras {others} without 'ssl': true would be ignored; "
-            f"{_fix(conn_id)}",
+            f"Connection {conn_id!r}: TLS extras {others} without 'ssl': true would be ignored; {_fix(conn_id)}",
             conn_id=conn_id,
         )
     return tuple(sorted(out.items()))
@@ -501,8 +572,9 @@ def _mask(secret: str) -> None:
 
 
 def where_mysql(params: MySQLParams) -> str:
-    """``host:port, user U, database D``: where a MySQL Connection points, with no secret."""
-    return f"{params.host}:{params.port}, user {params.user}, database {params.database}"
+    """``host:port, user U, database D`` (and TLS): where a MySQL Connection points, with no secret."""
+    tls = ", TLS" if params.uses_tls else ""
+    return f"{params.host}:{params.port}, user {params.user}, database {params.database}{tls}"
 
 
 def where_redis(params: RedisParams) -> str:

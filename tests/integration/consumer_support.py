@@ -289,7 +289,10 @@ def register_catalog(spark: Any, lake: Any, mysql: Any) -> None:
     from lagsched.adapters.sink import catalog_conf, jdbc_url
 
     conf = catalog_conf(
-        lake, jdbc_url=jdbc_url(mysql.host, mysql.port, mysql.database), user=mysql.user, password=mysql.password
+        lake,
+        jdbc_url=jdbc_url(mysql.host, mysql.port, mysql.database, tls=mysql.tls),
+        user=mysql.user,
+        password=mysql.password,
     )
     for key, value in conf.items():
         if key.startswith(f"spark.sql.catalog.{lake.catalog}"):

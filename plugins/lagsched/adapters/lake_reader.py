@@ -26,6 +26,11 @@ def open_catalog(lake: LakeTable, mysql: MySQLParams) -> Any:
         f"mysql+pymysql://{quote(mysql.user, safe='')}:{quote(mysql.password, safe='')}"
         f"@{mysql.host}:{mysql.port}/{quote(mysql.database, safe='')}"
     )
+    tls = dict(mysql.tls)
+    if tls:
+        # PyMySQL's TLS arguments as SQLAlchemy's URL query (ssl_ca, ssl_cert, ssl_key, ssl_check_hostname).
+        uri += "?" + "&".join(f"ssl_{k}={quote(str(v).lower() if isinstance(v, bool) else str(v), safe='/')}"
+                              for k, v in sorted(tls.items()))  # fmt: skip
     properties: dict[str, str] = {"uri": uri, "warehouse": lake.warehouse, "init_catalog_tables": "false"}
     if lake.scheme == "s3a":
         from lagsched.adapters.s3a import pyiceberg_s3_properties

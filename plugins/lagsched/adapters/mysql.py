@@ -38,6 +38,8 @@ def connect(
             charset="utf8mb4",
             connect_timeout=10,
             init_command="SET time_zone = '+00:00'",
+            # The Connection's extra "ssl" (ca, cert, key, check_hostname): PyMySQL's own names.
+            ssl=dict(params.tls) or None,
         )
         try:
             _set_isolation(conn)

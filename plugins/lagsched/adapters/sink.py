@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -170,14 +171,24 @@ def ensure_catalog_tables(conn: Any) -> None:
     conn.commit()
 
 
-def jdbc_url(host: str, port: int, database: str) -> str:
+def jdbc_url(host: str, port: int, database: str, *, tls: Iterable[tuple[str, str | bool]] = ()) -> str:
     """The catalog's JDBC URL (MariaDB's driver speaks to MySQL 8 as well).
 
     ``nullDatabaseMeansCurrent``: the catalog looks for its tables with a null database in JDBC's
     metadata calls, which would otherwise find ``iceberg_tables`` of *any* database on the server,
     skip creating them in this one and then fail to read them.
+
+    ``tls``: the MySQL Connection's ``ssl`` extra (`lagsched.connections.MySQLParams.tls`). The
+    driver then checks the server's certificate against ``ca`` (``sslMode=verify-ca``, or
+    ``verify-full`` with ``check_hostname``). It cannot present a PEM client certificate: a
+    server that requires one (``REQUIRE X509``) refuses the catalog's connections.
     """
-    return f"jdbc:mariadb://{host}:{port}/{database}?nullDatabaseMeansCurrent=true"
+    url = f"jdbc:mariadb://{host}:{port}/{database}?nullDatabaseMeansCurrent=true"
+    options = dict(tls)
+    if options:
+        mode = "verify-full" if options.get("check_hostname") else "verify-ca"
+        url += f"&sslMode={mode}&serverSslCert={quote(str(options['ca']), safe='/')}"
+    return url
 
 
 def ensure_table(spark: SparkSession, lake: LakeTable) -> None:

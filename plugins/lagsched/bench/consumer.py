@@ -1186,7 +1186,7 @@ def spark_phases(
     lake = LakeTable.of("bench_phases", {"warehouse": (work / "warehouse").as_uri()}, default_warehouse="")
     catalog = sink_mod.catalog_conf(
         lake,
-        jdbc_url=sink_mod.jdbc_url(database.host, database.port, database.database),
+        jdbc_url=sink_mod.jdbc_url(database.host, database.port, database.database, tls=database.tls),
         user=database.user,
         password=database.password,
     )
