@@ -85,6 +85,84 @@ def with_client_rack(kafka_config: Mapping[str, Any], rack: str | None) -> dict[
     return config
 
 
+#: librdkafka's security settings that Kafka's Java client (the one inside Spark's Kafka source)
+#: spells differently: `java_kafka_config` translates them; the Java client would ignore them.
+_LIBRDKAFKA_SECURITY = frozenset(
+    {
+        "sasl.mechanisms",
+        "sasl.username",
+        "sasl.password",
+        "ssl.ca.location",
+        "ssl.certificate.location",
+        "ssl.key.location",
+        "enable.ssl.certificate.verification",
+    }
+)
+_JAAS_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+class KafkaConfigError(ValueError):
+    """A Kafka Connection setting Spark's (Java) Kafka client cannot be given; the message says why."""
+
+
+def java_kafka_config(config: Mapping[str, Any]) -> dict[str, str]:
+    """The Kafka Connection's librdkafka settings in the Java client's words, for Spark's source.
+
+    The same Connection drives confluent-kafka (the DAGs, the slot's Admin calls and offset
+    mirroring) and Spark's Java consumers, whose names differ for security: librdkafka's
+    ``sasl.username``/``sasl.password`` become a ``sasl.jaas.config`` for the mechanism
+    (PLAIN, SCRAM-SHA-256/512), ``sasl.mechanisms`` is ``sasl.mechanism``, and ``ssl.ca.location``
+    (a PEM file) is a PEM truststore. Every other key passes as written, as before (Java-only
+    ones such as ``sasl.jaas.config`` or ``ssl.truststore.*`` included; a librdkafka-only tuning
+    key is ignored by the Java client with a warning). The password goes only into ``sasl.jaas.config``,
+    which Spark redacts from its logs and UI (its value matches ``spark.redaction.regex``).
+
+    >>> java_kafka_config({"bootstrap.servers": "b:9093", "security.protocol": "SASL_SSL",
+    ...     "sasl.mechanisms": "PLAIN", "sasl.username": "u", "sasl.password": "p"})
+    ... # doctest: +NORMALIZE_WHITESPACE
+    {'bootstrap.servers': 'b:9093', 'security.protocol': 'SASL_SSL', 'sasl.mechanism': 'PLAIN',
+     'sasl.jaas.config': 'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="p";'}
+
+    Raises:
+        KafkaConfigError: a SASL mechanism with a username that has no JAAS module here (say
+            OAUTHBEARER or GSSAPI: give ``sasl.jaas.config`` itself), or a PEM client certificate
+            (``ssl.certificate.location``), which the Java client takes only as a keystore.
+    """
+    out = {key: str(value) for key, value in config.items() if key not in _LIBRDKAFKA_SECURITY}
+    mechanism = config.get("sasl.mechanism") or config.get("sasl.mechanisms")
+    if mechanism:
+        out["sasl.mechanism"] = str(mechanism).strip().upper()
+    if "sasl.username" in config and "sasl.jaas.config" not in config:
+        module = _JAAS_MODULES.get(out.get("sasl.mechanism", "PLAIN"))
+        if module is None:
+            raise KafkaConfigError(
+                f"sasl.mechanism {out['sasl.mechanism']} has no login module lagsched can fill in for Spark's "
+                "Kafka client: set sasl.jaas.config in the Kafka Connection's extra"
+            )
+
+        def quoted(v: Any) -> str:
+            return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+        out["sasl.jaas.config"] = (
+            f"{module} required username={quoted(config['sasl.username'])} "
+            f"password={quoted(config.get('sasl.password', ''))};"
+        )
+    if "ssl.ca.location" in config and "ssl.truststore.location" not in config:
+        out["ssl.truststore.type"] = "PEM"
+        out["ssl.truststore.location"] = str(config["ssl.ca.location"])
+    if "ssl.certificate.location" in config and "ssl.keystore.location" not in config:
+        raise KafkaConfigError(
+            "ssl.certificate.location (a PEM client certificate) cannot be given to Spark's Kafka client: "
+            "add ssl.keystore.location (a PKCS12 or PEM keystore with the key and certificate) and "
+            "ssl.keystore.type to the Kafka Connection's extra"
+        )
+    return out
+
+
 def read_options(env: Mapping[str, str]) -> dict[str, str]:
     """`READ_OPTIONS` with the environment's `READ_OPTIONS_ENV` over them.
 
@@ -123,8 +201,8 @@ def read_offset_ranges(
     reader = spark.read.format("kafka").option("includeHeaders", str(include_headers).lower())
     for key, value in read_options(os.environ).items():
         reader = reader.option(key, value)
-    for key, value in kafka_config.items():
-        reader = reader.option(f"kafka.{key}", str(value))
+    for key, value in java_kafka_config(kafka_config).items():
+        reader = reader.option(f"kafka.{key}", value)
     configured = {str(v) for k, v in kafka_config.items() if k == "isolation.level"}
     configured |= {v for k, v in read_options(os.environ).items() if k == "kafka.isolation.level"}
     if configured - {ISOLATION_LEVEL}:
