@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -54,6 +55,8 @@ def check_page(frame: Any, seed: Seed) -> None:
     expect(row.locator("td").nth(2)).to_have_text("240")  # lag at the newest measurement
     expect(row.locator("td").nth(7)).to_have_text("2")  # linker_workers after both decisions
     expect(row.locator("td").nth(9)).to_have_text("ok")
+    # How old the row's figures are: the seed's measurement is seconds to minutes old (issue 17).
+    expect(row.locator("td.age")).to_have_text(re.compile(r"^(just now|[0-9.]+ (s|min) ago)$"))
 
     card = frame.locator(f'.chart-card[data-topic="{seed.topic}"]')
     expect(card.locator("svg.chart")).to_have_count(2)  # lag and time lag

@@ -151,9 +151,11 @@
         td(t.owners.map((o) => slotLabel(st, o)).join(", ") || "none", undefined, t.owners.join(", ")),
         el("td", { title: t.state_reason || undefined }, badge(t.state)),
         td(ov, undefined, t.override ? t.override.reason : undefined),
+        // Every figure of the row is as old as its measurement: say how old (the monitor runs every minute).
+        el("td", { class: "age", title: t.measured_at || "never measured", text: fmtAgo(t.measured_at) }),
       );
     });
-    fillBody("topics", rows, "no enabled topic in this cluster (is the topic sync DAG running?)", 11);
+    fillBody("topics", rows, "no enabled topic in this cluster (is the topic sync DAG running?)", 12);
   }
 
   function renderStuck(st) {
@@ -207,10 +209,11 @@
 
   function renderAnomalies(st) {
     const rows = [
-      ...st.anomalies.map((a) => el("tr", { "data-kind": a.kind }, td(a.kind), td(a.topic), td(a.partition === null ? "" : a.partition, "num"), td(a.detail))),
-      ...st.notes.map((n) => el("tr", { "data-kind": "note" }, td("note"), td(""), td(""), td(n))),
+      ...st.anomalies.map((a) => el("tr", { "data-kind": a.kind }, td(a.kind), td(a.topic), td(a.partition === null ? "" : a.partition, "num"), td(a.detail),
+        el("td", { class: "age", title: a.seen_at || "", text: a.seen_at ? fmtAgo(a.seen_at) : "now" }))),
+      ...st.notes.map((n) => el("tr", { "data-kind": "note" }, td("note"), td(""), td(""), td(n), td(""))),
     ];
-    fillBody("anomalies", rows, "none", 4);
+    fillBody("anomalies", rows, "none", 5);
   }
 
   // -- charts -------------------------------------------------------------------------------------
