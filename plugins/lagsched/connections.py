@@ -159,6 +159,11 @@ class RedisParams:
     def uses_tls(self) -> bool:
         return bool(dict(self.tls).get("ssl"))
 
+    @property
+    def tls_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments ``redis.Redis`` takes for TLS (none when ``ssl`` is off)."""
+        return dict(self.tls) if self.uses_tls else {}
+
 
 def _env_name(conn_id: str) -> str:
     return f"AIRFLOW_CONN_{conn_id.upper()}"
@@ -431,22 +436,9 @@ def _mysql_tls(conn_id: str, extra: Mapping[str, Any]) -> tuple[tuple[str, str |
     out: dict[str, str | bool] = {}
     for key, value in raw.items():
         if key == "check_hostname":
-            flag = str(value).strip().lower()
-            if flag not in ("true", "false", "1", "0"):
-                raise ConnectionInvalid(
-                    f"Connection {conn_id!r}: extra ssl.check_hostname must be true or false, got {value!r}; "
-                    f"{_fix(conn_id)}",
-                    conn_id=conn_id,
-                )
-            out[key] = flag in ("true", "1")
-        elif not os.path.isfile(str(value)):
-            raise ConnectionInvalid(
-                f"Connection {conn_id!r}: extra ssl.{key} must be {MYSQL_TLS_KEYS[key]}; {str(value)!r} is not a "
-                f"file here; {_fix(conn_id)}",
-                conn_id=conn_id,
-            )
+            out[key] = _tls_flag(conn_id, f"ssl.{key}", value)
         else:
-            out[key] = str(value)
+            out[key] = _tls_file(conn_id, f"ssl.{key}", value, MYSQL_TLS_KEYS[key])
     if "ca" not in out:
         raise ConnectionInvalid(
             f"Connection {conn_id!r}: extra 'ssl' needs 'ca' (the server's certificate is checked against it; "
@@ -497,6 +489,27 @@ REDIS_TLS_EXTRAS = {
 }
 
 
+def _tls_flag(conn_id: str, label: str, value: Any) -> bool:
+    """A TLS switch of a Connection's extra (``true``/``false``/``1``/``0``), or an error naming it."""
+    flag = str(value).strip().lower()
+    if flag not in ("true", "false", "1", "0"):
+        raise ConnectionInvalid(
+            f"Connection {conn_id!r}: extra {label} must be true or false, got {value!r}; {_fix(conn_id)}",
+            conn_id=conn_id,
+        )
+    return flag in ("true", "1")
+
+
+def _tls_file(conn_id: str, label: str, value: Any, what: str) -> str:
+    """A certificate or key path of a Connection's extra that exists here, or an error naming it."""
+    if not os.path.isfile(str(value)):
+        raise ConnectionInvalid(
+            f"Connection {conn_id!r}: extra {label} must be {what}; {str(value)!r} is not a file here; {_fix(conn_id)}",
+            conn_id=conn_id,
+        )
+    return str(value)
+
+
 def _redis_tls(conn_id: str, extra: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     """The TLS extras of a Redis Connection, checked: a typo or a missing file fails here, naming
     the Connection, rather than as a handshake error (or silently as plain TCP) later."""
@@ -506,13 +519,7 @@ def _redis_tls(conn_id: str, extra: Mapping[str, Any]) -> tuple[tuple[str, Any],
             continue
         value = extra[key]
         if key in ("ssl", "ssl_check_hostname"):
-            flag = str(value).strip().lower()
-            if flag not in ("true", "false", "1", "0"):
-                raise ConnectionInvalid(
-                    f"Connection {conn_id!r}: extra {key!r} must be {what}, got {value!r}; {_fix(conn_id)}",
-                    conn_id=conn_id,
-                )
-            out[key] = flag in ("true", "1")
+            out[key] = _tls_flag(conn_id, repr(key), value)
         elif key == "ssl_cert_reqs":
             if str(value).strip().lower() not in ("none", "optional", "required"):
                 raise ConnectionInvalid(
@@ -521,13 +528,7 @@ def _redis_tls(conn_id: str, extra: Mapping[str, Any]) -> tuple[tuple[str, Any],
                 )
             out[key] = str(value).strip().lower()
         else:
-            if not os.path.isfile(str(value)):
-                raise ConnectionInvalid(
-                    f"Connection {conn_id!r}: extra {key!r} must be {what}; {str(value)!r} is not a file "
-                    f"here; {_fix(conn_id)}",
-                    conn_id=conn_id,
-                )
-            out[key] = str(value)
+            out[key] = _tls_file(conn_id, repr(key), value, what)
     others = sorted(set(out) - {"ssl"})
     if others and not out.get("ssl", False):
         raise ConnectionInvalid(

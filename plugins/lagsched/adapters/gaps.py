@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from lagsched.adapters.topics import transaction
+from lagsched.adapters.topics import delete_in_batches, transaction
 
 if TYPE_CHECKING:
     import pymysql
@@ -73,24 +73,15 @@ def lost_records(conn: Connection, topic_ids: Iterable[str]) -> dict[str, dict[i
 def delete_old_gaps(conn: Connection, before: float, *, batch_rows: int = 5000) -> int:
     """Delete the gaps detected before ``before`` (epoch seconds); returns how many went.
 
-    In batches of at most ``batch_rows`` rows, each DELETE its own transaction: under the
-    session's READ COMMITTED, InnoDB keeps locks only on the rows it deletes, so slots recording
-    new gaps meanwhile wait at most one short batch. `lost_records` then counts the gaps of the
-    retained period only.
+    In batches of at most ``batch_rows`` rows (`delete_in_batches`), so slots recording new gaps
+    meanwhile wait at most one short batch. `lost_records` then counts the gaps of the retained
+    period only.
     """
-    if batch_rows < 1:
-        raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
     # Sessions run in UTC and pymysql writes a datetime without its zone: hand it UTC wall time.
     cutoff = datetime.fromtimestamp(before, tz=UTC).replace(tzinfo=None)
-    deleted = 0
-    while True:
-        with transaction(conn) as cur:
-            cur.execute(
-                "DELETE FROM retention_gaps WHERE detected_at < %s"
-                " ORDER BY topic_id, partition_id, from_offset LIMIT %s",
-                (cutoff, int(batch_rows)),
-            )
-            gone = int(cur.rowcount)
-        deleted += gone
-        if gone < batch_rows:
-            return deleted
+    return delete_in_batches(
+        conn,
+        "DELETE FROM retention_gaps WHERE detected_at < %s ORDER BY topic_id, partition_id, from_offset LIMIT %s",
+        (cutoff,),
+        batch_rows,
+    )

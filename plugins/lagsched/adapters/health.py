@@ -73,7 +73,7 @@ def redis_ignores_password(params: RedisParams, *, timeout_s: float = 10.0) -> b
         db=params.db,
         socket_timeout=timeout_s,
         socket_connect_timeout=timeout_s,
-        **(dict(params.tls) if params.uses_tls else {}),
+        **params.tls_kwargs,
     )
     try:
         with naming_connections(redis_target(params)):
@@ -108,7 +108,7 @@ def check_redis(params: RedisParams, *, timeout_s: float = 10.0) -> dict[str, An
         password=params.password,
         socket_timeout=timeout_s,
         socket_connect_timeout=timeout_s,
-        **(dict(params.tls) if params.uses_tls else {}),
+        **params.tls_kwargs,
     )
     try:
         with naming_connections(redis_target(params)):

@@ -183,15 +183,13 @@ def redis_client(params: RedisParams, *, db: int | None = None) -> Any:
     """A ``redis.Redis`` for `params` (``db`` overrides the Connection's DB); no I/O until used."""
     import redis
 
-    # A Connection with "ssl": false has no TLS extra left to pass (connections.redis_params).
-    tls = dict(params.tls) if params.uses_tls else {}
     return redis.Redis(
         host=params.host,
         port=params.port,
         db=params.db if db is None else db,
         username=params.username,
         password=params.password,
-        **tls,
+        **params.tls_kwargs,
         decode_responses=True,
         socket_timeout=10,
         socket_connect_timeout=10,

@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from lagsched.adapters.decisions import insert_decision
-from lagsched.adapters.topics import lock_cluster, set_linker_workers, transaction
+from lagsched.adapters.topics import delete_in_batches, lock_cluster, set_linker_workers, transaction
 from lagsched.core.errors import ConfigError
 from lagsched.core.evaluator import Decision
 from lagsched.core.names import validate_cluster_name
@@ -298,22 +298,15 @@ def delete_ended_overrides(conn: Connection, before: datetime, *, batch_rows: in
 
     An active override (not cancelled, ``expires_at`` in the future) is never matched, whatever
     ``before`` is: ``before`` is a past time and an active override ends after now. In batches of
-    at most ``batch_rows``, each DELETE its own short transaction.
+    at most ``batch_rows`` (`delete_in_batches`).
     """
-    if batch_rows < 1:
-        raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
     cutoff = _to_db(_aware(before))
-    deleted = 0
-    while True:
-        with transaction(conn) as cur:
-            cur.execute(
-                "DELETE FROM scaling_overrides WHERE expires_at < %s OR cancelled_at < %s ORDER BY id LIMIT %s",
-                (cutoff, cutoff, int(batch_rows)),
-            )
-            gone = int(cur.rowcount)
-        deleted += gone
-        if gone < batch_rows:
-            return deleted
+    return delete_in_batches(
+        conn,
+        "DELETE FROM scaling_overrides WHERE expires_at < %s OR cancelled_at < %s ORDER BY id LIMIT %s",
+        (cutoff, cutoff),
+        batch_rows,
+    )
 
 
 def is_overridden(cur: Cursor, topic_id: str, at: datetime) -> bool:

@@ -199,12 +199,13 @@ def read_offset_ranges(
     the LSO (``adapters.kafka_admin.read_offsets``).
     """
     reader = spark.read.format("kafka").option("includeHeaders", str(include_headers).lower())
-    for key, value in read_options(os.environ).items():
+    tuned = read_options(os.environ)
+    for key, value in tuned.items():
         reader = reader.option(key, value)
     for key, value in java_kafka_config(kafka_config).items():
         reader = reader.option(f"kafka.{key}", value)
     configured = {str(v) for k, v in kafka_config.items() if k == "isolation.level"}
-    configured |= {v for k, v in read_options(os.environ).items() if k == "kafka.isolation.level"}
+    configured |= {v for k, v in tuned.items() if k == "kafka.isolation.level"}
     if configured - {ISOLATION_LEVEL}:
         log.warning("ignoring isolation.level=%s: lagsched reads %s only", sorted(configured), ISOLATION_LEVEL)
     reader = reader.option("kafka.isolation.level", ISOLATION_LEVEL)

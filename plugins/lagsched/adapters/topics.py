@@ -29,6 +29,7 @@ __all__ = [
     "PartitionRow",
     "TopicRow",
     "apply_sync",
+    "delete_in_batches",
     "load_partitions",
     "load_topics",
     "set_linker_workers",
@@ -76,6 +77,25 @@ def transaction(conn: Connection) -> Iterator[Cursor]:
         _rollback_quietly(conn)
         raise
     conn.commit()
+
+
+def delete_in_batches(conn: Connection, sql: str, params: Sequence[Any], batch_rows: int) -> int:
+    """Run ``sql`` (a ``DELETE ... LIMIT %s``; ``batch_rows`` is appended to ``params``) until it
+    deletes fewer than ``batch_rows`` rows, each run its own transaction; returns the rows deleted.
+
+    Short transactions: under the session's READ COMMITTED, InnoDB holds locks only on the rows a
+    run deletes, so writers of the same table wait at most one batch.
+    """
+    if batch_rows < 1:
+        raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
+    deleted = 0
+    while True:
+        with transaction(conn) as cur:
+            cur.execute(sql, (*params, int(batch_rows)))
+            gone = int(cur.rowcount)
+        deleted += gone
+        if gone < batch_rows:
+            return deleted
 
 
 def _rollback_quietly(conn: Connection) -> None:

@@ -43,6 +43,7 @@ __all__ = [
     "consumption_rate",
     "estimate_time_lag",
     "ingress_rate",
+    "is_old_open_transaction",
     "measure_lag",
     "measure_partition_lag",
     "offset_rate",
@@ -60,6 +61,15 @@ NoOffsetPolicy = Literal["earliest", "latest"]
 #: ``transaction.timeout.ms`` is one minute and the broker's cap (``transaction.max.timeout.ms``)
 #: 15 minutes, so one open for five is a producer worth a look. Shorter holds are normal traffic.
 OPEN_TRANSACTION_WARN_S = 300.0
+
+
+def is_old_open_transaction(held_offsets: int, open_s: float) -> bool:
+    """Whether a hold behind the last stable offset is one to report (`OPEN_TRANSACTION_WARN_S`).
+
+    >>> is_old_open_transaction(20, 400.0), is_old_open_transaction(20, 60.0), is_old_open_transaction(0, 900.0)
+    (True, False, False)
+    """
+    return held_offsets > 0 and open_s >= OPEN_TRANSACTION_WARN_S
 
 
 @dataclass(frozen=True, slots=True)

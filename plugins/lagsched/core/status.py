@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from lagsched.core.lag import OPEN_TRANSACTION_WARN_S, OffsetSample, estimate_time_lag
+from lagsched.core.lag import OffsetSample, estimate_time_lag, is_old_open_transaction
 
 __all__ = [
     "STATES",
@@ -316,7 +316,7 @@ class ClusterStatus:
                     "open_s": round(t.transaction_open_s, 1),
                 }
                 for t in self.topics
-                if t.held_by_transaction > 0 and t.transaction_open_s >= OPEN_TRANSACTION_WARN_S
+                if is_old_open_transaction(t.held_by_transaction, t.transaction_open_s)
             ],
             "notes": list(self.notes),
         }

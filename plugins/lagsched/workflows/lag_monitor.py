@@ -41,13 +41,13 @@ from lagsched.adapters.topics import TopicRow, load_partitions, load_topics
 from lagsched.core.config import Settings
 from lagsched.core.evaluator import LagPoint
 from lagsched.core.lag import (
-    OPEN_TRANSACTION_WARN_S,
     OffsetSample,
     PartitionLag,
     PartitionOffsets,
     aggregate_by_topic,
     consumption_rate,
     estimate_time_lag,
+    is_old_open_transaction,
     measure_lag,
     topic_ingress_rate,
     topic_time_lag,
@@ -110,7 +110,7 @@ class TopicMeasurement:
     @property
     def open_transaction_warning(self) -> str | None:
         """The warning for a transaction open `OPEN_TRANSACTION_WARN_S` or more, else None."""
-        if self.held_by_transaction <= 0 or self.transaction_open_s < OPEN_TRANSACTION_WARN_S:
+        if not is_old_open_transaction(self.held_by_transaction, self.transaction_open_s):
             return None
         return (
             f"OPEN TRANSACTION {self.topic}: {self.held_by_transaction:,} offset(s) held behind the last stable "

@@ -259,10 +259,10 @@ def maintain(
     if slot_horizon_s < 60:
         raise ValueError(f"slot_horizon_s={slot_horizon_s}: use at least 60 s, far above any slot timeout")
     at = datetime.fromtimestamp(now, tz=UTC)
-    pruned = SlotRegistry(redis).prune(at, slot_horizon_s)
+    registry = SlotRegistry(redis)
+    pruned = registry.prune(at, slot_horizon_s)
     if pruned:
         log.info("pruned %d slot(s) silent for more than %.0f s", pruned, slot_horizon_s)
-    registry = SlotRegistry(redis)
     leftovers = sum(registry.drop_leftovers(f"{registry.namespace}:{name}") for name in SLOT_HASHES)
     if leftovers:
         log.info("deleted %d entry(ies) of dead slots (%s)", leftovers, ", ".join(SLOT_HASHES))
