@@ -9,7 +9,13 @@ from typing import Any
 import pytest
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 
-from lagsched.adapters.kafka_admin import MAX_PARTITIONS_PER_REQUEST, _has_whole_call, _list, read_offsets
+from lagsched.adapters.kafka_admin import (
+    MAX_PARTITIONS_PER_REQUEST,
+    _has_whole_call,
+    _list,
+    mirror_group_offsets,
+    read_offsets,
+)
 from lagsched.core.errors import KafkaOffsetsError
 
 
@@ -149,3 +155,54 @@ def test_a_failing_chunk_fails_the_whole_read_naming_its_partition() -> None:
 
 def test_the_public_list_offsets_is_used_for_anything_but_confluent_kafkas_own_client() -> None:
     assert not _has_whole_call(CountingFake({}))
+
+
+# ------------------------------------------------------------------ mirroring into a consumer group
+
+
+class GroupAdmin:
+    """Answers each alter-offsets request with the next scripted outcome: None (accepted), a Kafka
+    error code for the whole group, or ``("partition", code)`` for the first partition only."""
+
+    def __init__(self, script: list[Any]) -> None:
+        self.script = script
+        self.requests = 0
+
+    def alter_consumer_group_offsets(self, requests: list[Any], **kwargs: Any) -> dict[str, Any]:
+        from types import SimpleNamespace
+
+        self.requests += 1
+        (request,) = requests
+        step = self.script.pop(0)
+        future: Future[Any] = Future()
+        if step is None or isinstance(step, tuple):
+            # The broker's answer: each partition with its error (a TopicPartition's is read-only).
+            parts = [
+                SimpleNamespace(topic=tp.topic, partition=tp.partition, error=None) for tp in request.topic_partitions
+            ]
+            if step is not None:
+                parts[0].error = KafkaError(getattr(KafkaError, step[1]))
+            future.set_result(SimpleNamespace(group_id=request.group_id, topic_partitions=parts))
+        else:
+            future.set_exception(KafkaException(KafkaError(getattr(KafkaError, step))))
+        return {request.group_id: future}
+
+
+def test_a_mirror_asks_again_while_the_group_coordinator_is_loading() -> None:
+    admin = GroupAdmin(["COORDINATOR_LOAD_IN_PROGRESS", ("partition", "NOT_COORDINATOR"), None])
+    slept: list[float] = []
+    mirror_group_offsets(admin, "g", {("t", 0): 5, ("t", 1): 7}, backoffs_s=(0.1, 0.2, 0.3), sleep=slept.append)
+    assert admin.requests == 3 and slept == [0.1, 0.2]
+
+
+def test_a_mirror_refused_for_good_fails_at_once_naming_the_group() -> None:
+    admin = GroupAdmin(["GROUP_AUTHORIZATION_FAILED"])
+    with pytest.raises(KafkaOffsetsError, match=r"consumer group 'g' \(after 1 attempt"):
+        mirror_group_offsets(admin, "g", {("t", 0): 5}, backoffs_s=(0.1,), sleep=lambda _: None)
+    assert admin.requests == 1
+
+
+def test_a_mirror_still_loading_after_every_attempt_fails_naming_the_attempts() -> None:
+    admin = GroupAdmin(["COORDINATOR_LOAD_IN_PROGRESS"] * 3)
+    with pytest.raises(KafkaOffsetsError, match=r"after 3 attempt\(s\).*Coordinator load"):
+        mirror_group_offsets(admin, "g", {("t", 0): 5}, backoffs_s=(0.0, 0.0), sleep=lambda _: None)

@@ -410,6 +410,10 @@ def _is_retriable(exc: BaseException) -> bool:
             KafkaError.FENCED_LEADER_EPOCH,
             KafkaError.REQUEST_TIMED_OUT,
             KafkaError._TIMED_OUT,
+            # A group coordinator loading its log (a broker just started) or moving: for group requests.
+            KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+            KafkaError.COORDINATOR_NOT_AVAILABLE,
+            KafkaError.NOT_COORDINATOR,
         }
     )
 
@@ -497,33 +501,62 @@ def _retention(value: Any) -> int:
         return -1
 
 
+#: Waits between attempts of a mirror the broker answered with a retriable error: a group
+#: coordinator still loading (a broker just started or restarted) answers so for a few seconds.
+MIRROR_BACKOFFS_S = (0.5, 1.0, 2.0, 4.0)
+
+
 def mirror_group_offsets(
-    admin: Any, group: str, offsets: Mapping[tuple[str, int], int], timeout_s: float = 10.0
+    admin: Any,
+    group: str,
+    offsets: Mapping[tuple[str, int], int],
+    timeout_s: float = 10.0,
+    *,
+    backoffs_s: Sequence[float] = MIRROR_BACKOFFS_S,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> None:
     """Store ``offsets`` (topic, partition -> next offset) in Kafka consumer group ``group``.
 
     A copy for the Kafka ecosystem (``kafka-consumer-groups``, lag exporters); the claim table stays
     the source of truth. The broker accepts it only while the group has no active members, which
-    holds because Spark's consumers ``assign`` partitions and never join a group.
+    holds because Spark's consumers ``assign`` partitions and never join a group. Retriable answers
+    (a coordinator loading or moving) are asked again after ``backoffs_s``.
 
     Raises:
         KafkaOffsetsError: the broker refused the group or one of the partitions.
     """
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-
     if not offsets:
         return
+    # Asking again is for a coordinator that answers "not yet"; a broker that does not answer at
+    # all has had its chance once the first request's timeout is spent.
+    give_up_at = time.monotonic() + timeout_s
+    for attempt in range(len(backoffs_s) + 1):
+        exc = _mirror_once(admin, group, offsets, timeout_s)
+        if exc is None:
+            return
+        if attempt == len(backoffs_s) or not _is_retriable(exc) or time.monotonic() >= give_up_at:
+            raise KafkaOffsetsError(
+                f"could not mirror offsets into consumer group {group!r} (after {attempt + 1} attempt(s)): {exc}"
+            ) from exc
+        sleep(backoffs_s[attempt])
+
+
+def _mirror_once(admin: Any, group: str, offsets: Mapping[tuple[str, int], int], timeout_s: float) -> Exception | None:
+    """One alter-offsets request: None on success, else the first error (the group's or a partition's)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+
     parts = [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
     try:
         futures = admin.alter_consumer_group_offsets(
             [ConsumerGroupTopicPartitions(group, parts)], request_timeout=timeout_s
         )
         result = futures[group].result(timeout=timeout_s)
-    except Exception as exc:  # KafkaException, a timeout: reported as one error type
-        raise KafkaOffsetsError(f"could not mirror offsets into consumer group {group!r}: {exc}") from exc
-    failed = [f"{tp.topic}[{tp.partition}]: {tp.error}" for tp in result.topic_partitions if tp.error is not None]
-    if failed:
-        raise KafkaOffsetsError(f"consumer group {group!r} refused offsets for {', '.join(failed)}")
+    except Exception as exc:  # noqa: BLE001 - KafkaException, a timeout: returned to be judged and reported
+        return exc
+    for tp in result.topic_partitions:
+        if tp.error is not None:
+            return KafkaException(tp.error) if not isinstance(tp.error, Exception) else tp.error
+    return None
 
 
 def kafka_topic_ids(admin: Any, names: Iterable[str], timeout_s: float = 10.0) -> dict[str, str]:

@@ -42,7 +42,13 @@ from typing import IO, Any, Protocol
 from lagsched.adapters.claims import ClaimStore
 from lagsched.adapters.failures import Kind, classify, short_reason
 from lagsched.adapters.gaps import RetentionGap, record_gap
-from lagsched.adapters.kafka_admin import kafka_topic_ids, leader_racks, mirror_group_offsets, read_offsets
+from lagsched.adapters.kafka_admin import (
+    MIRROR_BACKOFFS_S,
+    kafka_topic_ids,
+    leader_racks,
+    mirror_group_offsets,
+    read_offsets,
+)
 from lagsched.adapters.mysql import reconnect
 from lagsched.adapters.ownership import OwnershipView, current_assignment, wants_for
 from lagsched.adapters.sink import BatchRead, SinkConflictError, SinkWrite
@@ -475,6 +481,10 @@ class SlotRun:
         #: A step went through in this run: a service that fails from the start is misconfigured or
         #: down, and the run fails fast; one that fails later is ridden through (`ride_through`).
         self._answered = False
+        #: Committed offsets the consumer group has not been told yet (a mirror failed): sent with
+        #: the next batch's, when idle, and at the end of the run, since a partition that gets no
+        #: more records would otherwise keep a stale mirror for good.
+        self._unmirrored: dict[tuple[str, int], int] = {}
 
     # ------------------------------------------------------------------ the loop
 
@@ -511,6 +521,7 @@ class SlotRun:
             raise
         finally:
             self._emit({"event": "stopped", "reason": self.outcome.reason.value, "records": self.outcome.records})
+        self._mirror({}, retry=False)  # the run is ending: one try, not a wait
         self._release_all()
         return self.outcome
 
@@ -600,6 +611,7 @@ class SlotRun:
             log.info("claimed %s", _keys(result.new, topics))
         batch = self._plan(held, topics)
         if not batch.plans:
+            self._mirror({})
             if self.s.exit_when_idle and not result.short and not batch.skipped:
                 log.info("every claimed partition is caught up; exiting (--exit-when-idle)")
                 return StopReason.IDLE
@@ -805,14 +817,21 @@ class SlotRun:
         log.error("%s", exc)
         self.outcome.lost_claims.append(str(exc))
 
-    def _mirror(self, committed: Mapping[tuple[str, int], int]) -> None:
-        if self.s.group is None or not committed:
+    def _mirror(self, committed: Mapping[tuple[str, int], int], *, retry: bool = True) -> None:
+        """Copy ``committed`` and whatever an earlier mirror failed to send into the consumer group."""
+        if self.s.group is None:
+            return
+        self._unmirrored.update(committed)  # a later commit of a partition replaces an unsent one
+        if not self._unmirrored:
             return
         try:
-            mirror_group_offsets(self.admin, self.s.group, committed)
+            backoffs = MIRROR_BACKOFFS_S if retry else ()
+            mirror_group_offsets(self.admin, self.s.group, self._unmirrored, backoffs_s=backoffs)
         except KafkaOffsetsError as exc:
             # The claim table is the source of truth; a stale mirror only misleads outside tools.
-            log.warning("%s (the claim table has the offsets; the mirror catches up next batch)", exc)
+            log.warning("%s (the claim table has the offsets; the mirror is tried again)", exc)
+            return
+        self._unmirrored.clear()
 
     def _release_all(self) -> None:
         self.keeper.hold([])  # released rows are not to be renewed (nor warned about) any more
