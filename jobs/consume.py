@@ -191,7 +191,7 @@ def _consume(
         return EXIT_OK
     # The keeper holds the lock from now on; heartbeats start once Spark is up (run_slot).
     keeper = SlotKeeper(
-        SlotRegistry(redis_client(redis_conf)),
+        SlotRegistry(redis_client(redis_conf), cluster=settings.cluster),
         open_claim_store(mysql),
         slot_id,
         heartbeat_s=settings.heartbeat_s,
@@ -256,7 +256,7 @@ def _run_slot(
         )
         stats.flush()
     wake = threading.Event()
-    registry = SlotRegistry(redis)
+    registry = SlotRegistry(redis, cluster=cluster)
     # The reads fetch from a same-rack replica where the brokers allow it (KIP-392).
     read_config = spark.with_client_rack(kafka, settings.rack)
     table = sink.IcebergSink(

@@ -246,7 +246,7 @@ def run_evaluation(
     at = time.time() if now is None else now
     mysql_p, redis_p = mysql_params(), redis_params()
     with mysql_and_redis(mysql_p, redis_p) as (mysql, redis):
-        live = count_live_slots(redis, at, slot_timeout_s)
+        live = count_live_slots(redis, name, at, slot_timeout_s)
         if live is None:
             log.info("no worker slot has registered a heartbeat: live slots unknown, no live-slot cap")
         # The consume DAG starts slots on demand, up to the cluster's max_slots, so that is

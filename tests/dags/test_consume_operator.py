@@ -84,7 +84,7 @@ def test_slot_consumes_then_stops_gracefully_on_kill(
         assert worker.is_alive(), f"the slot ended before consuming: {outcome.get('error')!r}"
         assert time.monotonic() < deadline, "the slot did not commit the topic's 2000 records in 240 s"
         time.sleep(1)
-    assert SlotRegistry(redis_client).last_seen(slot_id_for(name)) is not None  # heartbeating
+    assert SlotRegistry(redis_client, cluster=cluster).last_seen(slot_id_for(name)) is not None  # heartbeating
 
     op.on_kill()
     worker.join(timeout=150)
@@ -93,7 +93,7 @@ def test_slot_consumes_then_stops_gracefully_on_kill(
     assert outcome["error"] is None, outcome["error"]  # exit 0: it stopped, it did not die
     assert op._hook is not None and op._hook._submit_sp is not None
     assert op._hook._submit_sp.returncode == 0
-    assert SlotRegistry(redis_client).last_seen(slot_id_for(name)) is None  # it left the live set
+    assert SlotRegistry(redis_client, cluster=cluster).last_seen(slot_id_for(name)) is None  # it left the live set
     with env.cursor() as cur:
         cur.execute("SELECT claimed_by FROM topic_partitions WHERE topic_id = %s", (topic_id,))
         assert cur.fetchall() == ((None,),)  # its row was released

@@ -212,7 +212,7 @@ def test_scale_up_counts_on_the_slots_the_consume_dag_can_start(
     store = LagStore(redis_client, cluster)
     for i in range(6):
         store.add_lag_records({"orders": LagRecord(now - 60 * (5 - i), lag=200_000 + 10_000 * i)})
-    SlotRegistry(redis_client).heartbeat(slot_id_for(f"{cluster}-slot-1"), datetime.now(UTC), 60)
+    SlotRegistry(redis_client, cluster=cluster).heartbeat(slot_id_for(f"{cluster}-slot-1"), datetime.now(UTC), 60)
     monkeypatch.setenv(
         "AIRFLOW_VAR_LAGSCHED_SETTINGS", json.dumps({"defaults": {"evaluate_every": 1, "cooldown_s": 0}})
     )

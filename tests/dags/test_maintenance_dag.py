@@ -50,7 +50,7 @@ def test_maintenance_prunes_trims_and_reports(
         store.mark_evaluated(name, now - 30)
     other = LagStore(redis_client, "other-cluster")
     other.add_lag_records({"gone": LagRecord(now - 30, lag=1)})
-    registry = SlotRegistry(redis_client)
+    registry = SlotRegistry(redis_client, cluster=cluster)
     registry.heartbeat(slot, datetime.fromtimestamp(now - 7200, tz=UTC), 15)  # dead for two hours
     live = slot_id_for("worker-2")
     registry.heartbeat(live, datetime.fromtimestamp(now, tz=UTC), 15)

@@ -134,7 +134,7 @@ def seed_cluster(kafka_config: dict[str, Any], new_topic: Callable[..., str]) ->
         )
         seed.reasons.append(reason)
 
-    registry = SlotRegistry(redis)
+    registry = SlotRegistry(redis, cluster=cluster)
     claims = ClaimStore(conn, server_lock_mode(conn))
     held: dict[str, list[Any]] = {}
     for slot, wants in zip(seed.slots, (2, 1), strict=True):

@@ -1,4 +1,5 @@
-"""Fixtures of the integration tier: the consumer harness (consumer_support.py)."""
+"""Fixtures of the integration tier: the consumer harness (consumer_support.py) and the 3-broker rack
+cluster (shared by test_rack.py and test_two_clusters.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Any
 import pytest
 from consumer_support import ConsumerHarness
 
+from lagsched.stack.config import StackConfig
+
 
 @pytest.fixture
 def consumer(
@@ -19,3 +22,20 @@ def consumer(
     harness = ConsumerHarness(mysql_db, kafka_config, db, cluster, tmp_path)
     yield harness
     harness.stop_all()
+
+
+@pytest.fixture(scope="session")
+def rack_cluster(stack: StackConfig) -> Iterator[StackConfig]:
+    from lagsched.stack import kafka_cluster
+    from lagsched.stack.process import ServiceError
+
+    was_up = all(s.healthy for s in kafka_cluster.status(stack))
+    try:
+        kafka_cluster.up(stack)
+    except ServiceError as exc:
+        if not was_up:
+            kafka_cluster.down(stack)
+        pytest.fail(f"the 3-broker rack cluster could not start: {exc}", pytrace=False)
+    yield stack
+    if not was_up and not os.environ.get("LAGSCHED_KEEP_STACK"):
+        kafka_cluster.down(stack)

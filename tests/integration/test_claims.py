@@ -320,7 +320,7 @@ def test_killed_slot_rows_are_reclaimed_after_its_lease(mysql_db: MySQLParams, c
     lease_s = 2.0  # the victim's; the survivors hold theirs for a minute, so nothing else expires
     topic = add_topic(mysql_db, 7, linker_workers=3)
     a, b, c = new_slot(), new_slot(), new_slot()
-    view = current_assignment(conn, [a, b, c])
+    view = current_assignment(conn, "bench", [a, b, c])
     wants = {s: wants_for(s, view) for s in (a, b, c)}
     assert sorted(w[topic] for w in wants.values()) == [2, 2, 3]  # fair share: floor/ceil of 7/3
 
@@ -339,7 +339,7 @@ def test_killed_slot_rows_are_reclaimed_after_its_lease(mysql_db: MySQLParams, c
     os.kill(victim.pid or 0, signal.SIGKILL)
     victim.join(timeout=10)
     a_lease = {p: r[3] for p, r in rows(mysql_db, topic).items() if (topic, p) in a_rows}
-    view = current_assignment(conn, [b, c])  # the live set without the dead slot
+    view = current_assignment(conn, "bench", [b, c])  # the live set without the dead slot
     assert view.recomputed
     new_wants = {s: wants_for(s, view) for s in (b, c)}
     assert sorted(w[topic] for w in new_wants.values()) == [3, 4]
@@ -500,7 +500,7 @@ def test_rebalance_hands_rows_above_the_share_to_the_new_owner(mysql_db: MySQLPa
 
     topic = add_topic(mysql_db, 8, linker_workers=1)
     slots = [slot_id_for(f"rebalance-{i}") for i in range(2)]
-    view = current_assignment(conn, slots)
+    view = current_assignment(conn, "bench", slots)
     [hot] = [s for s in slots if wants_for(s, view).get(topic) == 8]
     [cold] = [s for s in slots if s != hot]
     store = ClaimStore(conn, LockMode(mode))
@@ -509,7 +509,7 @@ def test_rebalance_hands_rows_above_the_share_to_the_new_owner(mysql_db: MySQLPa
     assert store.rebalance(hot, wants_for(hot, view)) == []  # at its share: nothing to hand over
 
     set_linker_workers(mysql_db, topic, 2)  # the evaluator scales the hot topic up
-    view = current_assignment(conn, slots)
+    view = current_assignment(conn, "bench", slots)
     assert view.recomputed and wants_for(hot, view) == {topic: 4} and wants_for(cold, view) == {topic: 4}
     handed = store.rebalance(hot, wants_for(hot, view))
     assert [c.partition_id for c in handed] == [4, 5, 6, 7]  # keeps its lowest partitions
@@ -791,13 +791,13 @@ def test_stored_assignment_is_reused_and_sticky(mysql_db: MySQLParams, conn: Any
         add_topic(mysql_db, p, linker_workers=2)
     # Fixed ids: placements are then the same on every run.
     slots = [slot_id_for(f"sticky-{i}") for i in range(4)]
-    first = current_assignment(conn, slots)
+    first = current_assignment(conn, "bench", slots)
     assert first.recomputed and first.generation == 1
     assert first.assignment == balanced_assign(first.topics, slots)
-    again = current_assignment(conn, slots)
+    again = current_assignment(conn, "bench", slots)
     assert not again.recomputed and again.assignment == first.assignment
     gone = slots[0]
-    after = current_assignment(conn, slots[1:])
+    after = current_assignment(conn, "bench", slots[1:])
     assert after.recomputed and after.generation == 2
     for topic, _ in first.assignment:
         now = after.assignment.owners_of(topic)
@@ -807,7 +807,7 @@ def test_stored_assignment_is_reused_and_sticky(mysql_db: MySQLParams, conn: Any
     # And it survives a reconnect: another process reads the same stored assignment.
     other = connect(mysql_db)
     try:
-        assert current_assignment(other, slots[1:]).assignment == after.assignment
+        assert current_assignment(other, "bench", slots[1:]).assignment == after.assignment
     finally:
         other.close()
 

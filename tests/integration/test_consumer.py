@@ -33,7 +33,7 @@ def test_sigterm_finishes_the_batch_in_flight_commits_releases_and_exits_0(
     assert_exactly_once(consumer.sink_table(), topic, {p: committed[p] or 0 for p in range(2)})
     assert consumer.holders(topic_id) == {0: None, 1: None}  # released
     assert consumer.pending(topic_id) == {}
-    assert redis_client.zscore("lagsched:slots", slot_id_for("w1")) is None  # left the slot set
+    assert redis_client.zscore(f"lagsched:slots:{consumer.cluster}", slot_id_for("w1")) is None  # left the slot set
 
 
 def test_a_topic_recreated_since_the_last_sync_is_not_read_with_the_old_offsets(

@@ -157,7 +157,7 @@ def test_raising_linker_workers_spreads_partitions_within_a_batch_interval_and_n
         all_w1 = {p: s1 for p in range(12)}
         wait_until(lambda: live(consumer.holders(topic_id)) == all_w1, 180, "w1 to claim all 12 partitions")
         w2 = consumer.start("w2", *args)
-        registry = SlotRegistry(redis_client)
+        registry = SlotRegistry(redis_client, cluster=consumer.cluster)
         wait_until(lambda: s2 in registry.live_slots(datetime.now(UTC), 3.0), 180, "w2 to heartbeat")
         # Past w1's first batch (JIT warm-up), so the rescale meets w1 in its steady state.
         wait_until(lambda: len(w1.batches()) >= 2, 180, "w1's second batch")

@@ -190,7 +190,7 @@ def test_dead_slots_leftovers_go_while_live_and_starting_slots_keep_theirs(
     db: Any, redis_client: Any, cluster: str
 ) -> None:
     now = time.time()
-    registry, racks, lock = SlotRegistry(redis_client), SlotRacks(redis_client), SlotLock(redis_client)
+    registry, racks, lock = SlotRegistry(redis_client, cluster=cluster), SlotRacks(redis_client), SlotLock(redis_client)
     live, starting, silent, dead, left = (slot_id_for(f"{cluster}-{n}") for n in range(5))
     for slot in (live, starting, silent, dead, left):
         racks.announce(slot, f"rack-{slot[:4]}")

@@ -1,7 +1,8 @@
 """The stored assignment on the real MariaDB: computed outside the row lock, one generation for all.
 
 ``current_assignment`` computes the balanced assignment holding no lock, then locks
-``assignment_state``, checks nobody stored in the meantime and writes the changed topics. These
+the cluster's ``cluster_assignment_state`` row, checks nobody stored in the meantime and writes
+the changed topics. These
 tests pin the three things that make that safe: the lock is free while computing, concurrent
 callers end on one stored generation, and a caller that lost the race recomputes from the winner's
 assignment instead of overwriting it.
@@ -56,20 +57,23 @@ def test_the_row_lock_is_free_while_the_assignment_is_computed(
     _topics(mysql_db, [3, 5, 8, 13, 21])
     seen: list[int] = []
     probe = connect(mysql_db)
+    with probe.cursor() as cur:  # the cluster's state row exists (its first writer makes it otherwise)
+        cur.execute("INSERT INTO cluster_assignment_state (cluster) VALUES ('bench')")
+    probe.commit()
     real = ownership.balanced_assign
 
     def computing(topics: Sequence[TopicSpec], slots: Sequence[str], previous: Assignment | None) -> Assignment:
         # Another slot tries to lock the state row while this one computes: NOWAIT fails at once
         # (error 1205/3572) if the row is held, rather than waiting.
         with probe.cursor() as cur:
-            cur.execute("SELECT generation FROM assignment_state WHERE id = 1 FOR UPDATE NOWAIT")
+            cur.execute("SELECT generation FROM cluster_assignment_state WHERE cluster = 'bench' FOR UPDATE NOWAIT")
             seen.append(int(cur.fetchone()[0]))
         probe.rollback()
         return real(topics, slots, previous)
 
     monkeypatch.setattr(ownership, "balanced_assign", computing)
     try:
-        view = current_assignment(conn, _slots("lockfree", 4))
+        view = current_assignment(conn, "bench", _slots("lockfree", 4))
     finally:
         probe.close()
     assert view.recomputed and view.generation == 1 and seen == [0]
@@ -86,7 +90,7 @@ def test_concurrent_callers_agree_on_one_stored_generation(mysql_db: MySQLParams
         c = connect(mysql_db)
         try:
             barrier.wait(timeout=60)  # all start together, so their computations overlap
-            return current_assignment(c, slots)
+            return current_assignment(c, "bench", slots)
         finally:
             c.close()
 
@@ -99,7 +103,7 @@ def test_concurrent_callers_agree_on_one_stored_generation(mysql_db: MySQLParams
     assert all(v.assignment == views[0].assignment for v in views)
     check = connect(mysql_db)
     try:
-        stored, generation, _ = load_stored(check)
+        stored, generation, _ = load_stored(check, "bench")
     finally:
         check.close()
     assert generation == 1 and stored == views[0].assignment
@@ -111,7 +115,7 @@ def test_a_caller_that_lost_the_race_recomputes_from_the_winners_assignment(
 ) -> None:
     _topics(mysql_db, [4, 6, 8, 10, 12, 14, 16], linker_workers=2)
     slots = _slots("race", 5)
-    first = current_assignment(conn, slots)
+    first = current_assignment(conn, "bench", slots)
     assert first.generation == 1
 
     # While this caller computes for "one slot left", another stores "one slot joined".
@@ -124,13 +128,13 @@ def test_a_caller_that_lost_the_race_recomputes_from_the_winners_assignment(
     def racing(topics: Sequence[TopicSpec], live: Sequence[str], previous: Assignment | None) -> Assignment:
         if not rival_views:
             monkeypatch.setattr(ownership, "balanced_assign", real)
-            rival_views.append(current_assignment(rival, joined))
+            rival_views.append(current_assignment(rival, "bench", joined))
             monkeypatch.setattr(ownership, "balanced_assign", racing)
         return real(topics, live, previous)
 
     monkeypatch.setattr(ownership, "balanced_assign", racing)
     try:
-        view = current_assignment(conn, left)
+        view = current_assignment(conn, "bench", left)
     finally:
         rival.close()
     [rival_view] = rival_views
@@ -138,15 +142,15 @@ def test_a_caller_that_lost_the_race_recomputes_from_the_winners_assignment(
     # The loser noticed generation 2, and computed generation 3 from it, sticky.
     assert view.recomputed and view.generation == 3 and view.attempts == 2
     assert view.assignment == balanced_assign(view.topics, left, rival_view.assignment)
-    stored, generation, _ = load_stored(conn)
+    stored, generation, _ = load_stored(conn, "bench")
     assert (stored, generation) == (view.assignment, 3)
 
 
 def test_only_changed_topics_are_rewritten(mysql_db: MySQLParams, conn: Any) -> None:
     _topics(mysql_db, list(range(1, 41)), linker_workers=2)
     slots = _slots("diff", 8)
-    first = current_assignment(conn, slots)
-    after = current_assignment(conn, [*slots, slot_id_for("diff-new")])
+    first = current_assignment(conn, "bench", slots)
+    after = current_assignment(conn, "bench", [*slots, slot_id_for("diff-new")])
     changed = {t for t, owners in after.assignment if first.assignment.owners_of(t) != owners}
     assert changed  # the new slot took something
     with conn.cursor() as cur:
@@ -161,12 +165,12 @@ def test_only_changed_topics_are_rewritten(mysql_db: MySQLParams, conn: Any) -> 
 def test_unchanged_inputs_read_without_locking_or_writing(mysql_db: MySQLParams, conn: Any) -> None:
     _topics(mysql_db, [5, 7, 9])
     slots = _slots("read", 3)
-    first = current_assignment(conn, slots)
+    first = current_assignment(conn, "bench", slots)
     blocker = connect(mysql_db)
     try:
         with blocker.cursor() as cur:  # somebody holds the state row lock for a while
-            cur.execute("SELECT generation FROM assignment_state WHERE id = 1 FOR UPDATE")
-        again = current_assignment(conn, list(reversed(slots)))
+            cur.execute("SELECT generation FROM cluster_assignment_state WHERE cluster = 'bench' FOR UPDATE")
+        again = current_assignment(conn, "bench", list(reversed(slots)))
     finally:
         blocker.rollback()
         blocker.close()
@@ -184,6 +188,6 @@ def test_a_database_error_falls_back_to_plain_hrw(
         raise pymysql.err.OperationalError(1290, "read only")
 
     monkeypatch.setattr(ownership, "_store_changes", broken)
-    view = current_assignment(conn, slots)
+    view = current_assignment(conn, "bench", slots)
     assert view.generation == -1 and not view.recomputed
     assert view.assignment == ownership.assign(view.topics, slots)

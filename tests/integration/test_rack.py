@@ -23,23 +23,6 @@ from lagsched.stack.config import StackConfig
 # ------------------------------------------------------------------------------------- fixtures
 
 
-@pytest.fixture(scope="session")
-def rack_cluster(stack: StackConfig) -> Iterator[StackConfig]:
-    from lagsched.stack import kafka_cluster
-    from lagsched.stack.process import ServiceError
-
-    was_up = all(s.healthy for s in kafka_cluster.status(stack))
-    try:
-        kafka_cluster.up(stack)
-    except ServiceError as exc:
-        if not was_up:
-            kafka_cluster.down(stack)
-        pytest.fail(f"the 3-broker rack cluster could not start: {exc}", pytrace=False)
-    yield stack
-    if not was_up and not os.environ.get("LAGSCHED_KEEP_STACK"):
-        kafka_cluster.down(stack)
-
-
 @pytest.fixture
 def bootstrap(rack_cluster: StackConfig) -> str:
     return rack_cluster.kafka_rack_bootstrap

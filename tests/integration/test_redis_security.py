@@ -139,7 +139,7 @@ def test_the_acl_user_and_tls_of_the_connection_are_used(
     assert client.acl_whoami() == USER
     assert client.connection_pool.connection_kwargs["ssl_ca_certs"] == secure_redis["extra"]["ssl_ca_certs"]
     # lagsched's own Redis code through it: heartbeats, the live set, a Lua script, pub/sub.
-    registry = SlotRegistry(client)
+    registry = SlotRegistry(client, cluster="tls")
     now = datetime.datetime.now(datetime.UTC)
     slot = slot_id_for("slot-tls")
     registry.heartbeat(slot, now, 30)

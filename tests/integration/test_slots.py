@@ -20,7 +20,7 @@ def at(seconds: float) -> datetime:
 
 @pytest.fixture
 def registry(redis_client: Any) -> SlotRegistry:
-    return SlotRegistry(redis_client, namespace="lagsched_test")
+    return SlotRegistry(redis_client, namespace="lagsched_test", cluster="c1")
 
 
 def test_heartbeat_timeout_and_leave(registry: SlotRegistry, redis_client: Any) -> None:
@@ -60,10 +60,22 @@ def test_prune_drops_only_long_silent_slots(registry: SlotRegistry) -> None:
 
 
 def test_namespaces_do_not_mix(redis_client: Any) -> None:
-    one, two = SlotRegistry(redis_client, "ns1"), SlotRegistry(redis_client, "ns2")
+    one, two = SlotRegistry(redis_client, "ns1", cluster="c1"), SlotRegistry(redis_client, "ns2", cluster="c1")
     s = new_slot_id()
     one.heartbeat(s, at(0), TIMEOUT)
     assert two.live_slots(at(0), TIMEOUT) == []
+
+
+def test_clusters_have_their_own_live_sets(redis_client: Any) -> None:
+    one, two = (SlotRegistry(redis_client, "ns_clusters", cluster=c) for c in ("east", "west"))
+    a, b = new_slot_id(), new_slot_id()
+    one.heartbeat(a, at(0), TIMEOUT)
+    two.heartbeat(b, at(1), TIMEOUT)
+    assert one.live_slots(at(2), TIMEOUT) == [a] and two.live_slots(at(2), TIMEOUT) == [b]
+    assert one.last_seen(b) is None and one.prune(at(500), 10 * TIMEOUT) == 1
+    assert two.live_slots(at(2), TIMEOUT) == [b]  # the other cluster's prune left it alone
+    with pytest.raises(ValueError, match="cluster name 'no/such' is not usable"):
+        SlotRegistry(redis_client, cluster="no/such")
 
 
 def test_slot_ids_are_stable_uuids_and_validated(registry: SlotRegistry) -> None:

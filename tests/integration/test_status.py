@@ -52,7 +52,7 @@ def seeded(db: Any, redis_client: Any, cluster: str) -> Seeded:
     orders = applied.topic_ids["orders"]
     slot_a, slot_b, slot_dead = (slot_id_for(f"{cluster}-slot-{n}") for n in range(3))
 
-    registry = SlotRegistry(redis_client)
+    registry = SlotRegistry(redis_client, cluster=cluster)
     registry.heartbeat(slot_a, at(now - 5), 15)  # live
     registry.heartbeat(slot_dead, at(now - 500), 15)  # silent for long: dead, holds nothing
     # slot_b never beats: it holds a row whose lease is live, so the row is blocked.
@@ -170,7 +170,7 @@ def test_metrics_per_partition_and_per_topic(db: Any, redis_client: Any, seeded:
     assert value(f'lagsched_topic_linker_workers{{cluster="{c}",topic="orders"}}') == 3
     assert value(f'lagsched_topic_consume_rate_records_per_second{{cluster="{c}",topic="orders"}}') == 1.5
     assert value(f'lagsched_topic_state{{cluster="{c}",state="stalled",topic="orders"}}') == 1
-    assert value("lagsched_live_slots") == 1
+    assert value(f'lagsched_live_slots{{cluster="{c}"}}') == 1
     assert value(f'lagsched_slot_claimed_partitions{{slot="{seeded.slot_a}"}}') == 2
     # Never measured: listed with its workers, but no made-up lag of 0.
     assert f'lagsched_topic_linker_workers{{cluster="{c}",topic="idle"}} 1' in text

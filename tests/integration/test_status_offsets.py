@@ -110,7 +110,7 @@ def running(
 ) -> Iterator[Pipeline]:
     topic = new_topic(PARTITIONS)
     slot_id = slot_id_for(f"{cluster}-slot-0")
-    SlotRegistry(redis_client).heartbeat(slot_id, datetime.now(UTC), 600)
+    SlotRegistry(redis_client, cluster=cluster).heartbeat(slot_id, datetime.now(UTC), 600)
     pipe = Pipeline(kafka_config, mysql_db, topic, register(db, cluster, topic, PARTITIONS), slot_id)
     threads = [threading.Thread(target=pipe.produce), threading.Thread(target=pipe.consume)]
     for t in threads:

@@ -42,7 +42,7 @@ TABLE_HOMES = {
     "topic_partitions": "topics.py",
     "scaling_decisions": "decisions.py",
     "topic_owners": "ownership.py",
-    "assignment_state": "ownership.py",
+    "cluster_assignment_state": "ownership.py",
     "retention_gaps": "gaps.py",
     "scaling_overrides": "overrides.py",
 }

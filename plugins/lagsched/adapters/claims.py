@@ -221,7 +221,7 @@ class ClaimStore:
 
         with open_claim_store(params) as store:
             while running:
-                wants = wants_for(slot, current_assignment(conn, live_slots))
+                wants = wants_for(slot, current_assignment(conn, cluster, live_slots))
                 store.rebalance(slot, wants)              # at a batch boundary: hand over the excess
                 held = store.claim(slot, wants, lease_s)  # everything it holds now, new rows flagged
                 for c in held.claims:

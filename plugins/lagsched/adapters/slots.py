@@ -2,10 +2,12 @@
 
 Two keys per namespace (default ``lagsched``):
 
-* ``<ns>:slots``: a sorted set, member = slot id, score = last heartbeat (Unix seconds). The source
-  of truth for liveness: a slot is live when its score is within ``timeout_s`` of the ``now`` the
-  reader passes in. Readers pass their own clock (injected), so tests drive time by hand and a
-  DAG evaluates liveness at its logical time if it wants.
+* ``<ns>:slots:<cluster>``: a sorted set per Kafka cluster, member = slot id, score = last heartbeat
+  (Unix seconds). The source of truth for liveness: a slot is live when its score is within
+  ``timeout_s`` of the ``now`` the reader passes in. Each cluster has its own set, so the slots of
+  one are never counted, nor handed topics, by another sharing the Redis DB. Readers pass their
+  own clock (injected), so tests drive time by hand and a DAG evaluates liveness at its logical
+  time if it wants.
 * ``<ns>:slot:<id>``: a string with the last heartbeat (ISO 8601) and a TTL of the timeout, so an
   operator's ``KEYS lagsched:slot:*`` shows who is alive and a crashed slot's key cleans itself up.
   Its TTL runs on Redis's clock, which is why liveness is never read from it.
@@ -34,12 +36,14 @@ import os
 import socket
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import cast
 
 import redis
+
+from lagsched.core.names import validate_cluster_name
 
 __all__ = ["SLOT_NAMESPACE", "SlotLock", "SlotRegistry", "holder_is_gone", "lock_token", "new_slot_id", "slot_id_for"]
 
@@ -75,6 +79,14 @@ def _check_slot_id(slot_id: str) -> None:
         raise ValueError(f"slot_id={slot_id!r} is not a UUID; use new_slot_id() or slot_id_for(name)") from None
 
 
+def _is_cluster_name(name: str) -> bool:
+    try:
+        validate_cluster_name(name)
+    except ValueError:
+        return False  # not a set of ours (lagsched never writes such a key)
+    return True
+
+
 def _epoch_s(now: datetime) -> float:
     if now.tzinfo is None or now.utcoffset() is None:
         raise ValueError(f"now={now!r} is naive; pass a timezone-aware datetime")
@@ -88,14 +100,27 @@ class SlotRegistry:
     Attributes:
         client: a ``redis.Redis`` (``decode_responses=True`` or not; both are handled).
         namespace: key prefix, so several deployments (or tests) can share one Redis.
+        cluster: the Kafka cluster whose slots these are (`lagsched.core.clusters`).
     """
 
     client: redis.Redis
     namespace: str = "lagsched"
+    cluster: str = field(kw_only=True)
+
+    def __post_init__(self) -> None:
+        validate_cluster_name(self.cluster)
+
+    @classmethod
+    def every_cluster(cls, client: redis.Redis, namespace: str = "lagsched") -> list[SlotRegistry]:
+        """A registry for each cluster that has a live set in Redis, configured still or not."""
+        prefix = f"{namespace}:slots:"
+        names = {_text(k)[len(prefix) :] for k in client.scan_iter(match=f"{prefix}*", count=500)}
+        return [cls(client, namespace, cluster=n) for n in sorted(names) if _is_cluster_name(n)]
 
     @property
-    def _set_key(self) -> str:
-        return f"{self.namespace}:slots"
+    def set_key(self) -> str:
+        """The cluster's live set (``<ns>:slots:<cluster>``)."""
+        return f"{self.namespace}:slots:{self.cluster}"
 
     def _slot_key(self, slot_id: str) -> str:
         return f"{self.namespace}:slot:{slot_id}"
@@ -108,7 +133,7 @@ class SlotRegistry:
         pipe = self.client.pipeline(transaction=True)
         # GT: a beat delayed in flight (a process frozen mid-call, then thawed) never moves a
         # fresher beat of the same slot back in time.
-        pipe.zadd(self._set_key, {slot_id: _epoch_s(now)}, gt=True)
+        pipe.zadd(self.set_key, {slot_id: _epoch_s(now)}, gt=True)
         pipe.set(self._slot_key(slot_id), now.isoformat(), ex=max(1, math.ceil(timeout_s)))
         pipe.execute()
 
@@ -116,7 +141,7 @@ class SlotRegistry:
         """Remove the slot at once (graceful shutdown): others stop counting it immediately."""
         _check_slot_id(slot_id)
         pipe = self.client.pipeline(transaction=True)
-        pipe.zrem(self._set_key, slot_id)
+        pipe.zrem(self.set_key, slot_id)
         pipe.delete(self._slot_key(slot_id))
         pipe.execute()
         log.info("slot %s left", slot_id)
@@ -131,13 +156,13 @@ class SlotRegistry:
             raise ValueError(f"timeout_s={timeout_s}; must be > 0")
         members = cast(
             "Sequence[str | bytes]",
-            self.client.zrangebyscore(self._set_key, f"({_epoch_s(now) - timeout_s!r}", "+inf"),
+            self.client.zrangebyscore(self.set_key, f"({_epoch_s(now) - timeout_s!r}", "+inf"),
         )
         return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
 
     def last_seen(self, slot_id: str) -> float | None:
         """The slot's last heartbeat as Unix seconds, or ``None`` if it never beat or left."""
-        score = self.client.zscore(self._set_key, slot_id)
+        score = self.client.zscore(self.set_key, slot_id)
         return None if score is None else float(score)
 
     @property
@@ -145,17 +170,17 @@ class SlotRegistry:
         """The pub/sub channel where slots say they joined (``<ns>:slot_events``)."""
         return f"{self.namespace}:slot_events"
 
-    def announce_joined(self, cluster: str, slot_id: str) -> int:
+    def announce_joined(self, slot_id: str) -> int:
         """Tell the cluster's running slots that ``slot_id`` is live, so they hand it its share at
         once rather than at their next look; returns how many subscribers heard it."""
-        message = json.dumps({"cluster": cluster, "slot": slot_id, "event": "joined"}, sort_keys=True)
+        message = json.dumps({"cluster": self.cluster, "slot": slot_id, "event": "joined"}, sort_keys=True)
         return int(self.client.publish(self.events_channel, message))
 
     def drop_leftovers(self, hash_key: str) -> int:
         """Delete the fields of ``hash_key`` (a hash keyed by slot id) whose slot is gone; returns how many.
 
-        A slot is gone when it is not in the live set (left, or pruned), has no heartbeat key and
-        no lock (`SlotLock`): a slot takes its lock before it writes per-slot entries, and keeps
+        A slot is gone when it is not in this cluster's live set (left, or pruned), has no
+        heartbeat key and no lock (`SlotLock`): a slot takes its lock before it writes per-slot entries, and keeps
         it, or its heartbeat, for as long as it runs. Each field is checked and deleted in one
         Lua step, so a slot that starts meanwhile never loses its entry.
         """
@@ -163,7 +188,7 @@ class SlotRegistry:
         dropped = 0
         for i in range(0, len(fields), 500):  # one short script per 500 fields: Redis runs a script alone
             chunk = fields[i : i + 500]
-            dropped += int(self.client.eval(_DROP_GONE, 1, hash_key, f"{self.namespace}:", *chunk))
+            dropped += int(self.client.eval(_DROP_GONE, 2, hash_key, self.set_key, f"{self.namespace}:", *chunk))
         return dropped
 
     def prune(self, now: datetime, older_than_s: float) -> int:
@@ -174,17 +199,19 @@ class SlotRegistry:
         """
         if not older_than_s > 0:
             raise ValueError(f"older_than_s={older_than_s}; must be > 0")
-        return int(self.client.zremrangebyscore(self._set_key, "-inf", f"({_epoch_s(now) - older_than_s!r}"))
+        return int(self.client.zremrangebyscore(self.set_key, "-inf", f"({_epoch_s(now) - older_than_s!r}"))
 
 
-# ARGV[1] is the namespace with its colon; the others are slot ids, fields of KEYS[1]. The slot
-# keys are built in the script, which a single Redis (lagsched's) allows; Redis Cluster would not.
+# KEYS[2] is the cluster's live set; ARGV[1] is the namespace with its colon; the others are slot
+# ids, fields of KEYS[1]. A slot of another cluster is not in KEYS[2] but, while it runs, has its
+# heartbeat key or its lock, so its entry stays. The slot keys are built in the script, which a
+# single Redis (lagsched's) allows; Redis Cluster would not.
 _DROP_GONE = """
 local ns = ARGV[1]
 local dropped = 0
 for i = 2, #ARGV do
   local id = ARGV[i]
-  if redis.call('ZSCORE', ns .. 'slots', id) == false
+  if redis.call('ZSCORE', KEYS[2], id) == false
      and redis.call('EXISTS', ns .. 'slot:' .. id, ns .. 'slot_lock:' .. id) == 0 then
     dropped = dropped + redis.call('HDEL', KEYS[1], id)
   end

@@ -55,7 +55,7 @@ neighbour on the shared machine shows up rather than hides):
   ``balanced_peak_mb``: peak resident memory of a fresh process that builds
   those inputs and runs the three calls (interpreter and inputs included).
 * ``ownership_lock_hold_s``: how long ``adapters.ownership.current_assignment``
-  holds the ``assignment_state`` row lock on the running stack's MariaDB, at
+  holds a cluster's ``cluster_assignment_state`` row lock on the running stack's MariaDB, at
   10,000 topics x 1,000 slots, worst over from-scratch, join and leave
   recomputes in several rounds (a throwaway database, dropped afterwards).
 """
@@ -436,7 +436,7 @@ def time_balanced_fresh(n_topics: int, n_slots: int, seed: int) -> dict[str, flo
 
 
 def measure_lock_hold(n_topics: int = 10_000, n_slots: int = 1_000, rounds: int = 3, seed: int = 5) -> dict[str, float]:
-    """Worst seconds ``current_assignment`` holds the ``assignment_state`` lock, on the real MariaDB.
+    """Worst seconds ``current_assignment`` holds the cluster's ``cluster_assignment_state`` lock, on the real MariaDB.
 
     A throwaway database with every migration applied; per round, one recompute from scratch
     (the owners table emptied first), one after a slot joins and one after a slot leaves.
@@ -465,14 +465,14 @@ def measure_lock_hold(n_topics: int = 10_000, n_slots: int = 1_000, rounds: int 
             rng = random.Random(seed)
             for _ in range(rounds):
                 with conn.cursor() as cur:
-                    cur.execute("DELETE FROM topic_owners")
-                    cur.execute("UPDATE assignment_state SET inputs_hash = '' WHERE id = 1")
+                    cur.execute("DELETE FROM topic_owners WHERE cluster = 'bench'")
+                    cur.execute("UPDATE cluster_assignment_state SET inputs_hash = '' WHERE cluster = 'bench'")
                 conn.commit()
                 live = list(slots)
                 steps = [("full", live), ("join", [*live, _uuid(rng)]), ("leave", live[1:])]
                 for name, step in steps:
                     t0 = time.perf_counter()
-                    view = current_assignment(conn, step)
+                    view = current_assignment(conn, "bench", step)
                     elapsed = time.perf_counter() - t0
                     if not view.recomputed:
                         raise AssertionError(f"{name}: expected a recompute, got {view}")

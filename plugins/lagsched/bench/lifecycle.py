@@ -107,7 +107,7 @@ class Producer(threading.Thread):
 class JoinWatch(threading.Thread):
     """When each slot went live: the ``joined`` messages on `SlotRegistry.events_channel`."""
 
-    def __init__(self) -> None:
+    def __init__(self, cluster: str) -> None:
         super().__init__(daemon=True, name="bench-joins")
         from lagsched.adapters.lag_store import redis_client
         from lagsched.adapters.slots import SlotRegistry
@@ -115,7 +115,7 @@ class JoinWatch(threading.Thread):
 
         client = redis_client(redis_params())
         self.pubsub = client.pubsub(ignore_subscribe_messages=True)
-        self.pubsub.subscribe(SlotRegistry(client).events_channel)
+        self.pubsub.subscribe(SlotRegistry(client, cluster=cluster).events_channel)
         self.joined: list[tuple[str, float]] = []
         self.stop = threading.Event()
 
@@ -140,8 +140,8 @@ class Bench:
         from lagsched.core.lake import LakeTable
 
         self.api, self.tag = api, tag
-        self.joins = JoinWatch()
         self.cluster, self.topic = f"bench_lc_{tag}", f"bench-lc-{tag}"
+        self.joins = JoinWatch(self.cluster)
         self.warehouse = ROOT / f"lagsched-bench-lifecycle-{tag}"
         self.sink = {"warehouse": self.warehouse.as_uri()}
         self.lake = LakeTable.of(self.cluster, self.sink, default_warehouse=self.sink["warehouse"])

@@ -475,7 +475,6 @@ class SlotRun:
         # and one early batch an hour is no tiny-file problem. Later ones keep min_interval_s.
         self._last_batch = float("-inf")
         self._owned = False  # owned some topic at some point of the run
-        self._warned_foreign = False
         self._said: set[tuple[str, str | None, str]] = set()  # topic id mismatches already logged
         self._outage = Outage(settings.outage_bound_s)
         #: A step went through in this run: a service that fails from the start is misconfigured or
@@ -580,18 +579,8 @@ class SlotRun:
             # not yet written): beat now (which also confirms the lock) and count itself.
             self.keeper.beat()
             live = sorted([*live, self.s.slot_id])
-        view = current_assignment(self.conn, live)
+        view = current_assignment(self.conn, self.s.cluster, live)
         owned = wants_for(self.s.slot_id, view)
-        foreign = [t for t, n in owned.items() if n and t not in topics]
-        if foreign and not self._warned_foreign:
-            # Ownership is computed per database over every enabled topic; lanes of another
-            # cluster's topics given to this slot are never claimed by anyone.
-            log.warning(
-                "this slot was given %d topic(s) of other clusters: ownership spans the whole registry "
-                "database, so run one lagsched database (and Redis DB) per Kafka cluster",
-                len(foreign),
-            )
-            self._warned_foreign = True
         wants = {t: n for t, n in owned.items() if t in topics}
         if any(wants.values()):
             self._owned = True
@@ -864,7 +853,7 @@ def run_slot(settings: ConsumerSettings, run: SlotRun) -> RunOutcome:
     run.keeper.start()
     if run.announce_joined:
         try:
-            run.registry.announce_joined(settings.cluster, settings.slot_id)
+            run.registry.announce_joined(settings.slot_id)
         except Exception as exc:  # noqa: BLE001 - the others find this slot at their next look anyway
             log.warning("could not announce the slot on %s: %s", run.registry.events_channel, exc)
     try:

@@ -259,11 +259,14 @@ def maintain(
     if slot_horizon_s < 60:
         raise ValueError(f"slot_horizon_s={slot_horizon_s}: use at least 60 s, far above any slot timeout")
     at = datetime.fromtimestamp(now, tz=UTC)
-    registry = SlotRegistry(redis)
-    pruned = registry.prune(at, slot_horizon_s)
+    # Every cluster with slots in Redis: one taken out of lagsched_clusters still has its set pruned.
+    registries = SlotRegistry.every_cluster(redis)
+    pruned = sum(registry.prune(at, slot_horizon_s) for registry in registries)
     if pruned:
         log.info("pruned %d slot(s) silent for more than %.0f s", pruned, slot_horizon_s)
-    leftovers = sum(registry.drop_leftovers(f"{registry.namespace}:{name}") for name in SLOT_HASHES)
+    leftovers = sum(
+        registry.drop_leftovers(f"{registry.namespace}:{name}") for registry in registries for name in SLOT_HASHES
+    )
     if leftovers:
         log.info("deleted %d entry(ies) of dead slots (%s)", leftovers, ", ".join(SLOT_HASHES))
     rows_deleted = apply_retention(mysql, retention, now)

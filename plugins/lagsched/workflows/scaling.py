@@ -399,16 +399,15 @@ def _finish_retry(conn: Any, redis: Any, topic: TopicRow, row: DecisionRow, now:
     return Outcome(topic.topic_id, topic.name, "already_applied", None, row.decision_id)
 
 
-def count_live_slots(client: Any, now: float, timeout_s: float) -> int | None:
-    """Live worker slots per `lagsched.adapters.slots.SlotRegistry`, None when none ever registered.
+def count_live_slots(client: Any, cluster: str, now: float, timeout_s: float) -> int | None:
+    """Live worker slots of ``cluster`` (`lagsched.adapters.slots.SlotRegistry`), None when none ever registered.
 
     An empty slot set means the workers do not heartbeat (not deployed yet, or an older version),
     so the count is unknown rather than zero: treating it as zero would block every scale-up.
     """
     from lagsched.adapters.slots import SlotRegistry
 
-    registry = SlotRegistry(client)
-    # The registry's own key name (read-only use), so a namespace change there follows here.
-    if not client.exists(registry._set_key):
+    registry = SlotRegistry(client, cluster=cluster)
+    if not client.exists(registry.set_key):
         return None
     return len(registry.live_slots(datetime.fromtimestamp(now, tz=UTC), timeout_s))

@@ -126,7 +126,7 @@ def cluster_status(
     records = store.read_lag_records(names)
     measured = _measured(store, [(p.topic, p.partition) for p in parts])
 
-    registry = SlotRegistry(redis)
+    registry = SlotRegistry(redis, cluster=cluster)
     live = registry.live_slots(datetime.fromtimestamp(now, tz=UTC), slot_timeout_s)
     claims_by_slot: dict[str, list[ClaimView]] = {}
     owners: dict[str, set[str]] = {}
@@ -285,10 +285,10 @@ def metrics(
     t_held: list[tuple[dict[str, str], float]] = []
     t_open: list[tuple[dict[str, str], float]] = []
     slot_claims: dict[str, int] = {}
-    # Slots are shared by every cluster (one heartbeat set), so they are counted once.
-    live = len(SlotRegistry(redis).live_slots(datetime.fromtimestamp(now, tz=UTC), slot_timeout_s))
+    live: list[tuple[dict[str, str], float]] = []
     for cluster in names:
         st = cluster_status(mysql, redis, cluster, now, slot_timeout_s=slot_timeout_s, decisions_limit=1, gaps_limit=1)
+        live.append(({"cluster": cluster}, float(len(st.live_slots))))
         for s in st.slots:
             slot_claims[s.slot_id] = slot_claims.get(s.slot_id, 0) + len(s.claims)
         for t in st.topics:
@@ -334,7 +334,7 @@ def metrics(
             "How long an open transaction has held the topic's last stable offset (0: none).",
             t_open,
         ),
-        ("lagsched_live_slots", "Worker slots with a heartbeat within the timeout.", [({}, float(live))]),
+        ("lagsched_live_slots", "The cluster's worker slots with a heartbeat within the timeout.", live),
         ("lagsched_slot_claimed_partitions", "Partitions each slot holds with a live lease.", per_slot),
     ]
     return [Metric(name, text, "gauge", tuple(samples)) for name, text, samples in families]
