@@ -54,6 +54,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--max-records", type=int, default=100_000, help="max records per partition per batch")
     p.add_argument("--min-interval-s", type=float, default=5.0, help="a batch waits this long since the last ...")
     p.add_argument("--min-records", type=int, default=10_000, help="... unless this many records are waiting")
+    p.add_argument(
+        "--max-rate",
+        type=float,
+        help="records/s this slot reads at most (the cluster's slot_max_rate in lagsched_clusters; default: no cap)",
+    )
     add_job_arguments(p)
     p.add_argument("--lease-s", type=float, default=60.0, help="claim lease (default: %(default)s)")
     p.add_argument("--heartbeat-s", type=float, default=5.0, help="heartbeat period (default: %(default)s)")
@@ -132,6 +137,7 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
         rack=args.rack,
         slot_number=args.slot_number,
         max_slots=args.max_slots,
+        max_rate=args.max_rate,
     )
     kafka = kafka_config()
     mysql = mysql_params()

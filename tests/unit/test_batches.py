@@ -12,7 +12,9 @@ from lagsched.core.batches import (
     PartitionPlan,
     StartFrom,
     batch_is_due,
+    next_batch_at,
     plan_partition,
+    rate_capped_max_records,
 )
 
 
@@ -153,3 +155,30 @@ def test_a_batch_waits_for_the_interval_or_enough_records() -> None:
 )
 def test_redos_and_commit_only_plans_run_at_once(p: PartitionPlan) -> None:
     assert batch_is_due([p], since_last_s=0, min_interval_s=60, min_records=10**9)
+
+
+@given(
+    rate=st.floats(min_value=1, max_value=100_000),
+    window=st.floats(min_value=1, max_value=30),
+    partitions=st.integers(min_value=1, max_value=64),
+    backlog=st.integers(min_value=1, max_value=2_000_000),
+    batch_wall_s=st.floats(min_value=0.01, max_value=20),
+)
+def test_a_rate_capped_slot_never_reads_faster_than_its_cap(
+    rate: float, window: float, partitions: int, backlog: int, batch_wall_s: float
+) -> None:
+    """A slot draining a backlog in capped, paced batches: over every stretch from the first batch's
+    start to a later batch's start, it read at most rate x elapsed records (plus the batch in hand)."""
+    per_partition = rate_capped_max_records(100_000, max_rate=rate, window_s=window, partitions=partitions)
+    batch_cap = per_partition * partitions
+    assert batch_cap <= max(partitions, rate * window) + 1e-9
+    now, read, starts = 0.0, 0, []
+    while read < backlog and len(starts) < 200:
+        records = min(batch_cap, backlog - read)
+        starts.append((now, read))
+        ready = next_batch_at(now, records, max_rate=rate)
+        read += records
+        now = max(now + batch_wall_s, ready)  # the next batch waits for the cap, or for this batch to end
+    t0 = starts[0][0]
+    for t, before in starts[1:]:
+        assert before <= rate * (t - t0) + 1e-6 * before

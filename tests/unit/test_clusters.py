@@ -182,6 +182,19 @@ def test_slot_budget_is_validated_per_cluster() -> None:
     assert again.slot_budget_s == 900
 
 
+def test_slot_max_rate_is_validated_and_reaches_each_slot_of_its_cluster_only() -> None:
+    assert parse_clusters({"eu": {}})[0].slot_max_rate is None
+    (eu, us) = parse_clusters({"eu": {"slot_max_rate": 1000}, "us": {"slot_max_rate": 2.5}})
+    assert (eu.slot_max_rate, us.slot_max_rate) == (1000.0, 2.5)
+    assert ClusterConfig.from_dict(eu.as_dict()).slot_max_rate == 1000.0
+    for bad in (0, -1, "1000", True, 10_000_001, float("nan")):
+        with pytest.raises(ConfigError, match=r"eu\.slot_max_rate"):
+            parse_clusters({"eu": {"slot_max_rate": bad}})
+    plan = ConsumePlan.of({"eu": 2, "us": 1}, {"eu": 4, "us": 4}, SlotOptions(), rates={"eu": 1000.0, "us": None})
+    rates = {s.name: s.args[s.args.index("--max-rate") + 1] if "--max-rate" in s.args else None for s in plan.slots}
+    assert rates == {"eu-slot-1": "1000", "eu-slot-2": "1000", "us-slot-1": None}
+
+
 @pytest.mark.parametrize(("kwargs", "fragment"), [({"budget_s": 5}, "budget_s=5"), ({"budget_s": 90_000}, "budget_s=")])
 def test_slot_options_refuse_what_the_job_would(kwargs: dict[str, object], fragment: str) -> None:
     with pytest.raises(ValueError, match=fragment):

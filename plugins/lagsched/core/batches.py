@@ -26,6 +26,7 @@ as lost and reading continues from the log start. The read never relies on Spark
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -35,7 +36,9 @@ __all__ = [
     "PartitionPlan",
     "StartFrom",
     "batch_is_due",
+    "next_batch_at",
     "plan_partition",
+    "rate_capped_max_records",
 ]
 
 
@@ -185,3 +188,35 @@ def batch_is_due(
         return True
     waiting = sum(p.records for p in plans)
     return since_last_s >= min_interval_s or waiting >= min_records
+
+
+def rate_capped_max_records(max_records: int, *, max_rate: float | None, window_s: float, partitions: int) -> int:
+    """Records per partition a batch reads at most, so that one batch over ``partitions`` partitions
+    holds no more than ``max_rate`` records/s over ``window_s`` seconds (a slot's rate cap, paced
+    by `next_batch_at`). Without a cap, ``max_records``.
+
+    >>> rate_capped_max_records(100_000, max_rate=1_000, window_s=5, partitions=8)
+    625
+    >>> rate_capped_max_records(100, max_rate=1_000, window_s=5, partitions=8), rate_capped_max_records(
+    ...     100_000, max_rate=None, window_s=5, partitions=8)
+    (100, 100000)
+    """
+    if max_rate is None or partitions < 1:
+        return max_records
+    if not max_rate > 0 or not window_s > 0:
+        raise ValueError(f"max_rate={max_rate}, window_s={window_s}; both must be > 0")
+    return max(1, min(max_records, math.floor(max_rate * window_s / partitions)))
+
+
+def next_batch_at(started_at: float, records: int, *, max_rate: float | None) -> float:
+    """When the next batch may start, so that a slot averages at most ``max_rate`` records/s: a batch
+    of ``records`` that started at ``started_at`` takes ``records / max_rate`` seconds of the budget.
+
+    >>> next_batch_at(100.0, 5_000, max_rate=1_000), next_batch_at(100.0, 5_000, max_rate=None)
+    (105.0, 100.0)
+    """
+    if max_rate is None:
+        return started_at
+    if not max_rate > 0:
+        raise ValueError(f"max_rate={max_rate}; must be > 0")
+    return started_at + records / max_rate

@@ -22,6 +22,9 @@ Fields of a cluster (all optional):
 * ``slot_budget_s``: how long one consumer slot runs before it hands its rows back and the
   consume DAG starts it again (60 to 86,400 seconds; default 3,600, Hevo's hour). Slots live
   long: a start costs the Spark application's start, so the longer, the smaller that share.
+* ``slot_max_rate``: records/s one consumer slot reads at most (a positive number up to
+  10,000,000; default null, no cap). For a cluster shared with other work, a rate-limited source,
+  or a demonstration: a topic then needs as many workers as its ingress rate over this cap.
 * ``sink``: the Iceberg table the cluster's records land in (`lagsched.core.lake.LakeTable`):
   ``warehouse`` (``file://``, ``s3a://``, ``hdfs://``; default ``$LAGSCHED_WAREHOUSE``, else
   ``.local/warehouse``), ``catalog`` (default ``lagsched``), ``namespace`` (default ``kafka``),
@@ -74,8 +77,9 @@ MAX_SLOTS = 1000
 #: A slot's life (seconds): an hour, Hevo's figure; a start costs ~10-15 s of Spark start-up.
 DEFAULT_SLOT_BUDGET_S = 3600
 SLOT_BUDGET_RANGE_S = (60, 86_400)
+MAX_SLOT_RATE = 10_000_000
 _CONN_ID = re.compile(r"[A-Za-z0-9_.-]{1,250}")
-_FIELDS = ("kafka_conn_id", "topics", "topic_pattern", "max_slots", "slot_budget_s", "sink")
+_FIELDS = ("kafka_conn_id", "topics", "topic_pattern", "max_slots", "slot_budget_s", "slot_max_rate", "sink")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +93,7 @@ class ClusterConfig:
         topic_pattern: regular expression a managed topic name matches in full, or None.
         max_slots: consumer slots the consume DAG runs at most for this cluster.
         slot_budget_s: seconds one slot runs before it leaves and is started again.
+        slot_max_rate: records/s one slot reads at most; None: no cap.
         sink: the validated ``sink`` object as sorted ``(field, value)`` pairs; `sink_settings` as a dict.
     """
 
@@ -99,6 +104,7 @@ class ClusterConfig:
     max_slots: int = DEFAULT_MAX_SLOTS
     sink: tuple[tuple[str, str], ...] = ()
     slot_budget_s: int = DEFAULT_SLOT_BUDGET_S
+    slot_max_rate: float | None = None
 
     def sink_settings(self) -> dict[str, str]:
         """The ``sink`` object (`lagsched.core.lake.LakeTable.of` fills in the defaults)."""
@@ -123,6 +129,7 @@ class ClusterConfig:
             "topic_pattern": self.topic_pattern,
             "max_slots": self.max_slots,
             "slot_budget_s": self.slot_budget_s,
+            "slot_max_rate": self.slot_max_rate,
             "sink": self.sink_settings(),
         }
 
@@ -198,12 +205,26 @@ def _check_cluster(name: str, body: Any, problems: list[tuple[str, object, str]]
     low, high = SLOT_BUDGET_RANGE_S
     if isinstance(budget, bool) or not isinstance(budget, int) or not low <= budget <= high:
         problems.append((f"{name}.slot_budget_s", budget, f"an integer number of seconds from {low} to {high}"))
+    rate = body.get("slot_max_rate")
+    if rate is not None and (
+        isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate <= MAX_SLOT_RATE
+    ):
+        problems.append((f"{name}.slot_max_rate", rate, f"records/s above 0 and at most {MAX_SLOT_RATE:,}, or null"))
     sink = body.get("sink") or {}
     problems.extend(sink_problems(name, sink))
     if len(problems) > before:
         return None
     settings = tuple(sorted((k, v) for k, v in sink.items() if v is not None))
-    return ClusterConfig(name, conn_id, tuple(dict.fromkeys(topics)), pattern, max_slots, settings, budget)
+    return ClusterConfig(
+        name,
+        conn_id,
+        tuple(dict.fromkeys(topics)),
+        pattern,
+        max_slots,
+        settings,
+        budget,
+        None if rate is None else float(rate),
+    )
 
 
 def parse_clusters(raw: str | bytes | Mapping[str, Any] | None) -> tuple[ClusterConfig, ...]:

@@ -54,7 +54,15 @@ from lagsched.adapters.ownership import OwnershipView, current_assignment, wants
 from lagsched.adapters.sink import BatchRead, SinkConflictError, SinkWrite
 from lagsched.adapters.slots import SlotLock, SlotRegistry
 from lagsched.adapters.topics import load_topics
-from lagsched.core.batches import OffsetAheadError, PartitionPlan, StartFrom, batch_is_due, plan_partition
+from lagsched.core.batches import (
+    OffsetAheadError,
+    PartitionPlan,
+    StartFrom,
+    batch_is_due,
+    next_batch_at,
+    plan_partition,
+    rate_capped_max_records,
+)
 from lagsched.core.claims import Claim, ClaimLostError
 from lagsched.core.errors import KafkaOffsetsError, LagschedError
 from lagsched.core.outage import Outage, Wait
@@ -118,6 +126,10 @@ class ConsumerSettings:
     #: before it ends the run with exit 1 (`lagsched.core.outage`); None: ``lease_s``, past which
     #: its rows may have failed over to other slots anyway.
     outage_s: float | None = None
+    #: Records/s the slot reads at most (the cluster's ``slot_max_rate``); None: as fast as it can.
+    #: Batches then hold at most ``max_rate x max(min_interval_s, 1)`` records and start no sooner
+    #: than their predecessor's records allow at that rate (`lagsched.core.batches.next_batch_at`).
+    max_rate: float | None = None
 
     def __post_init__(self) -> None:
         checks = {
@@ -133,6 +145,7 @@ class ConsumerSettings:
             "slot_number": self.slot_number is None or self.slot_number >= 1,
             "max_slots": self.max_slots is None or self.max_slots >= 1,
             "outage_s": self.outage_s is None or self.outage_s >= 0,
+            "max_rate": self.max_rate is None or self.max_rate > 0,
         }
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
@@ -474,6 +487,8 @@ class SlotRun:
         # A new slot's first batch goes as soon as it holds rows: a scale-up's slot is waited for,
         # and one early batch an hour is no tiny-file problem. Later ones keep min_interval_s.
         self._last_batch = float("-inf")
+        #: When the rate cap (``max_rate``) lets the next batch start.
+        self._rate_ready_at = float("-inf")
         self._owned = False  # owned some topic at some point of the run
         self._said: set[tuple[str, str | None, str]] = set()  # topic id mismatches already logged
         self._outage = Outage(settings.outage_bound_s)
@@ -615,6 +630,10 @@ class SlotRun:
         ):
             self._wait(min(self.s.poll_s, max(0.0, self.s.min_interval_s - since)))
             return None
+        paced = self._rate_ready_at - self.clock()
+        if paced > 0 and not any(p.redo for p in batch.plans.values()):
+            self._wait(min(self.s.poll_s, paced))  # the rate cap: a redo still goes, it fixes state
+            return None
         self._run_batch(batch, topics)
         return None
 
@@ -681,6 +700,9 @@ class SlotRun:
         offsets = {(o.topic, o.partition): o for per_topic in broker.values() for o in per_topic}
         plans: dict[tuple[str, int], PartitionPlan] = {}
         skipped = 0
+        max_records = rate_capped_max_records(
+            self.s.max_records, max_rate=self.s.max_rate, window_s=max(self.s.min_interval_s, 1.0), partitions=len(held)
+        )
         for c in held:
             name = topics[c.topic_id].name
             if name not in counts:
@@ -697,7 +719,7 @@ class SlotRun:
                     pending=pending.get(c.key),
                     log_start=o.log_start,
                     latest=o.latest,
-                    max_records=self.s.max_records,
+                    max_records=max_records,
                     start_from=self.s.start_from,
                     high_watermark=o.high_watermark,
                 )
@@ -761,6 +783,7 @@ class SlotRun:
             committed[(topics[key[0]].name, key[1])] = plan.commit_to
             offsets += plan.records
         t_committed = self.clock()
+        self._rate_ready_at = next_batch_at(t0, offsets, max_rate=self.s.max_rate)
         self._mirror(committed)
         self._last_batch = self.clock()
         self.outcome.batches += 1

@@ -132,10 +132,12 @@ class ConsumePlan:
         sinks: Mapping[str, Mapping[str, str]] | None = None,
         *,
         budgets: Mapping[str, int] | None = None,
+        rates: Mapping[str, float | None] | None = None,
         running: Collection[str] = (),
     ) -> ConsumePlan:
         """``sinks``: each cluster's ``sink`` settings (``lagsched_clusters``), passed on as job options;
-        ``budgets``: each cluster's ``slot_budget_s``; ``running``: slot names already running."""
+        ``budgets``: each cluster's ``slot_budget_s``; ``rates``: each cluster's ``slot_max_rate``;
+        ``running``: slot names already running."""
         slots: list[SlotPlan] = []
         skipped: list[str] = []
         for cluster in sorted(wanted):
@@ -149,7 +151,9 @@ class ConsumePlan:
                     continue
                 sink = job_args((sinks or {}).get(cluster, {}))
                 numbers = ("--slot-number", str(n), "--max-slots", str(max_slots[cluster]))
-                args = ("--slot", name, "--cluster", cluster, *numbers, *options.args(budget), *sink)
+                rate = (rates or {}).get(cluster)
+                capped = () if rate is None else ("--max-rate", _number(rate))
+                args = ("--slot", name, "--cluster", cluster, *numbers, *options.args(budget), *capped, *sink)
                 slots.append(SlotPlan(cluster, name, conn_id, args))
         return cls(dict(wanted), tuple(slots), tuple(skipped))
 
@@ -198,6 +202,7 @@ def plan_consume(
         {c.name: c.kafka_conn_id for c in clusters},
         {c.name: c.sink_settings() for c in clusters},
         budgets={c.name: c.slot_budget_s for c in clusters},
+        rates={c.name: c.slot_max_rate for c in clusters},
         running=running,
     )
     log.info("consume plan: %s", plan.as_dict())
