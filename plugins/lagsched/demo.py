@@ -68,13 +68,25 @@ REQUIRED_DAGS = (
 )
 OPTIONAL_DAGS = ("lagsched_maintenance", "lagsched_override", "lagsched_table_care")
 TABLE_CARE_DAG = "lagsched_table_care"
-#: The demo topics' settings: the keda policy (workers = ceil(lag / 10,000)) decides from three
-#: one-minute measurements, scales up a minute after a change and down two minutes after, so a
-#: ten-minute run shows a full cycle. Merged into lagsched_settings under "topics".
+#: Records/s one demo slot reads at most (``slot_max_rate`` of the demo cluster). Uncapped, one
+#: slot reads the demo's peak of 3,000 records/s many times over and nothing needs scaling; at
+#: 1,200 the peak needs three slots, as a heavier topic would on a real cluster.
+DEMO_SLOT_MAX_RATE = 1_200
+#: The demo topics' settings: lagsched's own evaluator (the hevo policy, the default) with
+#: thresholds sized for the demo's traffic. Above max_lag and rising steadily (the regression's
+#: slope > 0 with r² >= 0.5), a topic gets one more worker (one, as its retention is a week: a
+#: week-long retention can afford to drain slowly); below min_lag it steps down, never below the
+#: workers its ingress needs at per_worker_rate (the slot cap). It decides from three one-minute
+#: measurements since the last change, scales up a minute after a change and down two minutes
+#: after, so a ten-minute run shows a full cycle: 1 -> 2 -> 3 workers on the ramp, back down
+#: after it (`python -m lagsched.sim --trace demo` plays the same profile through the same
+#: evaluator). Merged into lagsched_settings under "topics".
 DEMO_TOPIC_SETTINGS: dict[str, Any] = {
-    "policy": "keda",
-    "keda_lag_threshold": 10_000,
-    "hysteresis": 0.0,
+    "policy": "hevo",
+    "min_lag": 2_000,
+    "max_lag": 20_000,
+    "per_worker_rate": DEMO_SLOT_MAX_RATE,
+    "drain_target_s": 120,
     "min_samples": 3,
     "window": 5,
     "evaluate_every": 1,
@@ -119,7 +131,7 @@ def merge_clusters(current: str | None) -> str:
 
     clusters: dict[str, Any] = json.loads(current) if current and current.strip() else {}
     entry = clusters.setdefault(DEMO_CLUSTER, {})
-    entry.update({"topic_pattern": r"demo\..*", "max_slots": DEMO_MAX_SLOTS})
+    entry.update({"topic_pattern": r"demo\..*", "max_slots": DEMO_MAX_SLOTS, "slot_max_rate": DEMO_SLOT_MAX_RATE})
     parse_clusters(clusters)
     return json.dumps(clusters, indent=2)
 
@@ -129,8 +141,9 @@ def _demo_variables_in_place(api: AirflowAPI, topics: Sequence[str]) -> bool:
     settings = json.loads(api.get_variable("lagsched_settings") or "{}")
     clusters = json.loads(api.get_variable("lagsched_clusters") or "{}")
     ours = settings.get("topics", {})
+    demo_cluster = clusters.get(DEMO_CLUSTER, {})
     return all(ours.get(t, {}).get("policy") == DEMO_TOPIC_SETTINGS["policy"] for t in topics) and (
-        clusters.get(DEMO_CLUSTER, {}).get("topic_pattern") == r"demo\..*"
+        demo_cluster.get("topic_pattern") == r"demo\..*" and demo_cluster.get("slot_max_rate") == DEMO_SLOT_MAX_RATE
     )
 
 
@@ -145,6 +158,30 @@ def apply_variables(api: AirflowAPI, topics: Sequence[str]) -> None:
         merge_clusters(api.get_variable("lagsched_clusters")),
         "Kafka clusters lagsched watches (lagsched.core.clusters); lagsched_kafka = make demo's demo.* topics",
     )
+
+
+def reset_workers(conn: Any, topics: Sequence[str], now: float) -> list[tuple[str, int]]:
+    """Set the demo topics' ``linker_workers`` back to 1, each with a ``demo_reset`` decision, so a
+    second demo on the same stack shows the scale-up again; returns (topic, workers before) of each
+    topic that was above 1."""
+    from lagsched.adapters.decisions import apply_change
+    from lagsched.adapters.topics import load_topics
+    from lagsched.core.evaluator import Decision
+
+    reset = []
+    for row in load_topics(conn, DEMO_CLUSTER):
+        if row.name not in topics or row.linker_workers <= 1:
+            continue
+        decision = Decision(
+            row.name, row.linker_workers, 1, 0, 0.0, 0.0, 0.0, "manual", "demo_reset",
+            f"make demo starts every run from 1 worker (was {row.linker_workers})", now,
+        )  # fmt: skip
+        status, _ = apply_change(
+            conn, cluster=DEMO_CLUSTER, evaluation_id=f"demo-reset-{now:.0f}", topic_id=row.topic_id, d=decision
+        )
+        if status == "applied":
+            reset.append((row.name, row.linker_workers))
+    return reset
 
 
 # -- what the stack holds --------------------------------------------------------------------------
@@ -564,7 +601,12 @@ def _prepare(api: DemoAPI, cfg: StackConfig, loads: Sequence[TopicLoad]) -> str 
             p.advance(detail=dag_id)
     topics = [lt.topic for lt in loads]
     apply_variables(api, topics)
-    print(f"==> Variables: lagsched_settings (keda, {len(topics)} demo topics), lagsched_clusters", flush=True)
+    print(
+        f"==> Variables: lagsched_settings (hevo: scale up above {DEMO_TOPIC_SETTINGS['max_lag']:,} records of lag "
+        f"and rising, down below {DEMO_TOPIC_SETTINGS['min_lag']:,}; {len(topics)} demo topics), lagsched_clusters "
+        f"(slots capped at {DEMO_SLOT_MAX_RATE:,} records/s)",
+        flush=True,
+    )
     created = create_topics(kafka_config(), loads)
     print(f"==> topics: {', '.join(created) if created else 'all present'}", flush=True)
     for dag_id in ("lagsched_setup",):
@@ -577,6 +619,17 @@ def _prepare(api: DemoAPI, cfg: StackConfig, loads: Sequence[TopicLoad]) -> str 
     # Registers the demo topics now rather than at the sync's next 10-minute mark.
     if _run_dag(api, "lagsched_topic_sync") != "success":
         return "lagsched_topic_sync"
+    from lagsched.adapters.mysql import connect
+    from lagsched.connections import mysql_params
+
+    conn = connect(mysql_params())
+    try:
+        reset = reset_workers(conn, topics, time.time())
+    finally:
+        conn.close()
+    if reset:
+        was = ", ".join(f"{_short(t)} {n}" for t, n in reset)
+        print(f"==> linker_workers back to 1 (a demo starts where the first one did): {was} before", flush=True)
     # The consume DAG runs on scaling changes, slot ends and every 15 minutes: start the slots the
     # topics need now (a run with nothing to start ends at once).
     api.trigger(CONSUME_DAG, {})
@@ -824,11 +877,13 @@ def _summary(demo: Demo) -> dict[str, Any]:
                 else "NO: the table and the committed offsets differ"
             )
         )
-    lines.append(f"scaling decisions ({len(decisions)}):")
+    lines.append(f"scaling decisions ({len(decisions)}), each with the evidence its policy saw:")
     for d in decisions:
         at = datetime.fromtimestamp(d.decided_at, tz=UTC).strftime("%H:%M:%S")
         change = f"{_short(d.topic):<10} {d.old_workers} -> {d.new_workers}"
-        lines.append(f"  {at} +{format_duration(d.decided_at - started):>10}  {change}  {d.rule}: {d.reason}")
+        lines.append(f"  {at} +{format_duration(d.decided_at - started):>10}  {change}  {d.policy} {d.rule}")
+        lines.append(f"      {evidence(d)}")
+        lines.append(f"      {d.reason}")
     lines.append("=" * 78)
     data = {
         "started_at": datetime.fromtimestamp(started, tz=UTC).isoformat(),
@@ -859,13 +914,37 @@ def _summary(demo: Demo) -> dict[str, Any]:
                 "topic": d.topic,
                 "old": d.old_workers,
                 "new": d.new_workers,
+                "policy": d.policy,
                 "rule": d.rule,
                 "reason": d.reason,
+                "lag": d.lag,
+                "time_lag_s": d.time_lag_s,
+                "slope": d.slope,
+                "fit_r2": d.fit_r2,
+                "drain_s": d.drain_s,
             }
             for d in decisions
         ],
     }
     return {"text": "\n".join(lines), "data": data}
+
+
+def evidence(d: Any) -> str:
+    """A decision's figures in words: lag, time lag, the regression and the drain it implies.
+
+    >>> from lagsched.core.status import DecisionView
+    >>> print(evidence(DecisionView(1, 0.0, "t", 1, 2, "scale_up_rising", "hevo", "", 114_942, 41.5, 1790.4, 0.93)))
+    lag 114,942 records (41.5 s behind); slope +1,790 records/s, r² 0.93: not draining at this trend
+    >>> print(evidence(DecisionView(1, 0.0, "t", 3, 1, "scale_down_low", "hevo", "", 600, 0.4, -20.0, 0.7)))
+    lag 600 records (0.4 s behind); slope -20 records/s, r² 0.70: drains in 30 s at this trend
+    """
+    head = f"lag {d.lag:,} records ({d.time_lag_s:.1f} s behind)"
+    if d.policy == "manual":
+        return head + "; a manual change (no regression)"
+    drain = (
+        "not draining at this trend" if d.drain_s is None else f"drains in {format_duration(d.drain_s)} at this trend"
+    )
+    return f"{head}; slope {d.slope:+,.0f} records/s, r² {d.fit_r2:.2f}: {drain}"
 
 
 def _workers_over_time(topic: str, decisions: Sequence[Any], history: Sequence[Snapshot], started: float) -> str:

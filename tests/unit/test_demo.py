@@ -3,6 +3,7 @@ exactly-once verdict, the profile and the load generator's arguments, the status
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -51,7 +52,7 @@ def test_merge_settings_refuses_a_result_the_dags_would_reject() -> None:
 def test_merge_clusters_restricts_the_demo_cluster_and_keeps_the_others() -> None:
     merged = json.loads(merge_clusters(json.dumps({"eu": {"kafka_conn_id": "kafka_eu"}, "lagsched_kafka": {}})))
     assert merged["eu"] == {"kafka_conn_id": "kafka_eu"}
-    assert merged["lagsched_kafka"] == {"topic_pattern": r"demo\..*", "max_slots": 3}
+    assert merged["lagsched_kafka"] == {"topic_pattern": r"demo\..*", "max_slots": 3, "slot_max_rate": 1200}
     assert set(json.loads(merge_clusters(None))) == {"lagsched_kafka"}
 
 
@@ -123,3 +124,25 @@ def test_the_load_generator_gets_exactly_the_demos_profile(duration: float | Non
 def test_status_line_marks_stuck_topics() -> None:
     snap = Snapshot(0.0, {"demo.orders": 1200}, {"demo.orders": 2}, {}, 1, {"demo.orders": "stalled"})
     assert status_line(61, snap, None) == "[ 1:01] orders lag 1,200 w2 STALLED | 1 live slot"
+
+
+def test_the_demo_settings_scale_the_demo_profile_up_step_by_step_and_back_in_the_simulator() -> None:
+    """The simulator check of the demo's settings: `make demo`'s hot topic, slots capped at the
+    demo cluster's slot_max_rate, through the real evaluator with DEMO_TOPIC_SETTINGS. One slot
+    cannot carry the peak, so the hevo policy steps 1 -> 2 -> 3 on the ramp (one worker a step: the
+    topic keeps a week), drains, and comes back to 1 after it; nothing is lost."""
+    from lagsched.core.config import TopicPolicyConfig
+    from lagsched.demo import DEMO_SLOT_MAX_RATE, DEMO_TOPIC_SETTINGS
+    from lagsched.sim.engine import simulate
+    from lagsched.sim.traces import TRACES
+
+    trace = TRACES["demo"]
+    assert trace.worker_rate == DEMO_SLOT_MAX_RATE
+    assert max(trace.ingress()[1]) / trace.tick_s > 2 * DEMO_SLOT_MAX_RATE  # the peak needs 3 slots
+    run = simulate(trace, TopicPolicyConfig(**DEMO_TOPIC_SETTINGS))
+    workers = [int(w) for w in run.workers]
+    changes = [(a, b) for a, b in itertools.pairwise(workers) if a != b]
+    assert changes[:2] == [(1, 2), (2, 3)], workers
+    assert workers[-1] == 1 and run.figures.records_lost == 0 and run.figures.final_lag == 0, run.figures
+    # It reached 3 workers within the ramp's hold (the hot phase ends at 300 s).
+    assert run.times[workers.index(3)] <= 360, workers

@@ -146,7 +146,7 @@ def recent_decisions(
     params.append(limit)
     sql = (
         "SELECT decision_id, decided_at, topic, old_workers, new_workers, rule, policy, reason, lag_records,"  # noqa: S608 - fixed clauses, values as parameters
-        f" time_lag_s FROM scaling_decisions WHERE {' AND '.join(where)}"
+        f" time_lag_s, slope, fit_r2 FROM scaling_decisions WHERE {' AND '.join(where)}"
         " ORDER BY decided_at DESC, decision_id DESC LIMIT %s"
     )
     with transaction(conn) as cur:
@@ -164,6 +164,8 @@ def recent_decisions(
             reason=str(r[7]),
             lag=int(r[8]),
             time_lag_s=float(r[9]),
+            slope=float(r[10]),
+            fit_r2=float(r[11]),
         )
         for r in rows
     ]

@@ -141,6 +141,18 @@ class DecisionView:
     reason: str
     lag: int
     time_lag_s: float
+    #: The regression the policy saw: lag slope (records/s) and its r² (0 for manual changes).
+    slope: float = 0.0
+    fit_r2: float = 0.0
+
+    @property
+    def drain_s(self) -> float | None:
+        """Seconds the lag would take to drain at the fitted slope; None when it was not falling.
+
+        >>> DecisionView(1, 0.0, "t", 3, 2, "r", "hevo", "", 12_000, 5.0, slope=-100.0).drain_s
+        120.0
+        """
+        return self.lag / -self.slope if self.slope < 0 else None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -154,6 +166,9 @@ class DecisionView:
             "reason": self.reason,
             "lag": self.lag,
             "time_lag_s": round(self.time_lag_s, 3),
+            "slope": round(self.slope, 3),
+            "fit_r2": round(self.fit_r2, 4),
+            "drain_s": None if self.drain_s is None else round(self.drain_s, 1),
         }
 
 

@@ -100,6 +100,20 @@ def _diurnal(times: Rates, rng: np.random.Generator) -> Rates:
     return 80.0 * (1.0 + 0.75 * np.sin(phase)) * _noise(rng, times.size, 0.08)
 
 
+#: The demo's slot cap (``slot_max_rate`` of its cluster, `lagsched.demo`): one slot's records/s.
+DEMO_WORKER_RATE = 1_200.0
+
+
+def _demo(times: Rates, rng: np.random.Generator) -> Rates:
+    # `make demo`'s hot topic (demo.orders): 20 rec/s, ramping from 30 s to 3,000 rec/s by 90 s,
+    # held to 300 s, back to 20 by 330 s; 3% noise, as a real producer's pace varies a little.
+    from lagsched.core.load_profile import demo_profile
+
+    points = demo_profile()[0].points
+    at, rate = [p[0] for p in points], [p[1] for p in points]
+    return np.interp(times, at, rate) * _noise(rng, times.size, 0.03)
+
+
 def _noisy_idle(times: Rates, rng: np.random.Generator) -> Rates:
     # Nearly idle (0.5 rec/s, very noisy) with a few bursts a day of 5k-60k records in one minute.
     tick = float(times[1] - times[0]) if times.size > 1 else 60.0
@@ -159,6 +173,18 @@ TRACES: Mapping[str, Trace] = {
             initial_workers=1,
             seed=7,
             rates=_noisy_idle,
+        ),
+        Trace(
+            "demo",
+            "make demo's demo.orders: a ramp to 3,000 rec/s held 3.5 min, slots capped at 1,200 rec/s, 15 min",
+            duration_s=900.0,
+            tick_s=60.0,
+            partitions=8,
+            retention_s=7 * DAY,
+            worker_rate=DEMO_WORKER_RATE,
+            initial_workers=1,
+            seed=13,
+            rates=_demo,
         ),
     )
 }
