@@ -31,7 +31,7 @@ from lagsched.sim.report import (
     results_json,
     run_grid,
 )
-from lagsched.sim.traces import TRACES
+from lagsched.sim.traces import TRACES, trace_names
 
 __all__ = ["DEFAULT_OUT", "DEFAULT_PLOT", "add_arguments", "plot_path", "run"]
 
@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--trace",
         action="append",
         choices=list(TRACES),
-        help="trace to run (repeatable; default: all of them)",
+        help="trace to run (repeatable; default: all but demo, which runs with --settings of make demo)",
     )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON instead of a table")
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"write the figures JSON here (default {DEFAULT_OUT})")
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.keda_lag_threshold is not None:
         config = config.model_copy(update={"keda_lag_threshold": args.keda_lag_threshold})
-    traces = args.trace or list(TRACES)
+    traces = args.trace or trace_names()
     runs = run_grid(
         traces, POLICY_NAMES, config, rebalance_pause_s=args.rebalance_pause_s, pause_model=args.pause_model
     )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["DAY", "HOUR", "TRACES", "WORKER_RATE", "Trace", "trace_names"]
+__all__ = ["DAY", "HOUR", "ON_REQUEST", "TRACES", "WORKER_RATE", "Trace", "trace_names"]
 
 HOUR = 3600.0
 DAY = 86400.0
@@ -190,7 +190,11 @@ TRACES: Mapping[str, Trace] = {
 }
 """The traces by name, in the order they are reported."""
 
+#: Traces run only when asked for (``--trace demo``): the demo's, at its own settings (the demo
+#: topics' entries of `lagsched.demo.DEMO_TOPIC_SETTINGS`), not the defaults the report compares.
+ON_REQUEST = frozenset({"demo"})
+
 
 def trace_names() -> list[str]:
-    """Names of all traces, in report order."""
-    return list(TRACES)
+    """Names of the traces a default run simulates, in report order (every trace but `ON_REQUEST`)."""
+    return [name for name in TRACES if name not in ON_REQUEST]
