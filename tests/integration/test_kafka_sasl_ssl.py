@@ -12,94 +12,28 @@ failing at once naming the Connection, and no secret in the slot's log.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from consumer_support import ConsumerHarness, assert_exactly_once, produce
-from test_redis_security import _certificates, _free_port
 
 from lagsched.adapters.health import check_kafka
 from lagsched.adapters.kafka_admin import admin_client, read_offsets
 from lagsched.core.errors import ConnectionFailure
 from lagsched.stack.config import StackConfig
-from lagsched.stack.services import Kafka
+from secure_services import KAFKA_PASSWORD, sasl_ssl_kafka
 
-USER, PASSWORD = "lagsched-app", "k4fka-SCRAM-pw"
-
-
-class SaslSslKafka(Kafka):
-    """The stack's Kafka node plus a SASL_SSL listener (SCRAM-SHA-512) on ``secure_port``."""
-
-    name = "kafka-sasl-ssl"
-
-    def __init__(self, cfg: StackConfig, secure_port: int, keystore: Path) -> None:
-        super().__init__(cfg)
-        self.secure_port, self.keystore = secure_port, keystore
-
-    def _write_config(self) -> Path:
-        path = super()._write_config()
-        props = dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
-        c, port = self.cfg, self.secure_port
-        props.update(
-            {
-                "listeners": f"PLAINTEXT://127.0.0.1:{c.kafka_port},SASL_SSL://127.0.0.1:{port},"
-                f"CONTROLLER://127.0.0.1:{c.kafka_controller_port}",
-                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{c.kafka_port},SASL_SSL://127.0.0.1:{port}",
-                "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL",
-                "sasl.enabled.mechanisms": "SCRAM-SHA-512",
-                "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": (
-                    "org.apache.kafka.common.security.scram.ScramLoginModule required;"
-                ),
-                "listener.name.sasl_ssl.ssl.keystore.type": "PEM",
-                "listener.name.sasl_ssl.ssl.keystore.location": str(self.keystore),
-            }
-        )
-        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-        return path
-
-    def prepare(self) -> None:
-        config = self._write_config()
-        if (self.dir / "data" / "meta.properties").exists():
-            return
-        scram = f"SCRAM-SHA-512=[name={USER},password={PASSWORD}]"
-        self._format_storage(config, "lagsched-sasl-ssl-test", "--standalone", "--add-scram", scram)
+PASSWORD = KAFKA_PASSWORD
 
 
 @pytest.fixture(scope="module")
 def secure_kafka(stack: StackConfig) -> Iterator[dict[str, Any]]:
     """The SASL_SSL node's Kafka Connection extra (confluent-kafka's words); stopped at the end."""
-    home = Path(tempfile.mkdtemp(prefix="lagsched-kafka-sasl-", dir="/tmp"))
-    ca, cert, key = _certificates(home)
-    keystore = home / "server-keystore.pem"
-    keystore.write_text(key.read_text() + cert.read_text())  # Kafka's PEM keystore: key, then chain
-    secure_port = _free_port()
-    cfg = dataclasses.replace(
-        stack,
-        home=home,
-        kafka_port=_free_port(),
-        kafka_controller_port=_free_port(),
-        kafka_jars_override=stack.kafka_jars,
-    )
-    broker = SaslSslKafka(cfg, secure_port, keystore)
-    broker.start()
-    try:
-        yield {
-            "bootstrap.servers": f"127.0.0.1:{secure_port}",
-            "security.protocol": "SASL_SSL",
-            "sasl.mechanisms": "SCRAM-SHA-512",
-            "sasl.username": USER,
-            "sasl.password": PASSWORD,
-            "ssl.ca.location": str(ca),
-        }
-    finally:
-        broker.stop()
-        shutil.rmtree(home, ignore_errors=True)
+    with sasl_ssl_kafka(stack) as extra:
+        yield extra
 
 
 def test_lag_reads_and_a_slot_consume_a_sasl_ssl_cluster(

@@ -12,17 +12,13 @@ certificate (its "preferred" mode).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_redis_security import _certificates, _free_port
 
 from lagsched.adapters.failures import mysql_target, naming_connections
 from lagsched.adapters.lake_reader import open_catalog
@@ -32,62 +28,17 @@ from lagsched.adapters.sink import catalog_conf, ensure_catalog_tables, ensure_t
 from lagsched.connections import mysql_params, where_mysql
 from lagsched.core.errors import ConnectionFailure, ConnectionInvalid
 from lagsched.core.lake import LakeTable
-from lagsched.stack.config import StackConfig, stack_secrets
-from lagsched.stack.services import MYSQL_USER, MariaDB
+from lagsched.stack.config import StackConfig
+from secure_services import certificates, tls_mariadb
 
 CONN_ID = "secure_mysql"
-
-
-class TlsMariaDB(MariaDB):
-    """The stack's MariaDB with TLS required on TCP, and the lagsched user REQUIRE SSL."""
-
-    name = "mariadb-tls"
-
-    def __init__(self, cfg: StackConfig, certs: tuple[Path, Path, Path]) -> None:
-        super().__init__(cfg)
-        self.certs = certs
-
-    def command(self) -> list[str]:
-        ca, cert, key = self.certs
-        return [
-            *super().command(),
-            f"--ssl-ca={ca}",
-            f"--ssl-cert={cert}",
-            f"--ssl-key={key}",
-            "--require-secure-transport=ON",
-        ]
-
-    def after_start(self) -> None:
-        super().after_start()
-        result = self._sql(f"ALTER USER '{MYSQL_USER}'@'127.0.0.1' REQUIRE SSL;")
-        assert result.returncode == 0, result.stderr
 
 
 @pytest.fixture(scope="module")
 def tls_mysql(stack: StackConfig) -> Iterator[dict[str, Any]]:
     """The TLS MariaDB's Connection (Airflow's JSON form); the server stops at the end."""
-    # MariaDB runs as the mysql user: its folder must be reachable, not under pytest's 0700 tmp.
-    home = Path(tempfile.mkdtemp(prefix="lagsched-mysql-tls-", dir="/tmp"))
-    home.chmod(0o755)
-    certs = _certificates(home)
-    for path in certs:
-        path.chmod(0o644)  # the key too: a throwaway key for a throwaway server, read by the mysql user
-    cfg = dataclasses.replace(stack, home=home, mysql_port=_free_port())
-    server = TlsMariaDB(cfg, certs)
-    server.start()
-    try:
-        yield {
-            "conn_type": "mysql",
-            "host": "127.0.0.1",
-            "port": cfg.mysql_port,
-            "login": MYSQL_USER,
-            "password": stack_secrets(cfg)["LAGSCHED_MYSQL_PASSWORD"],
-            "schema": "lagsched",
-            "extra": {"ssl": {"ca": str(certs[0])}},
-        }
-    finally:
-        server.stop()
-        shutil.rmtree(home, ignore_errors=True)
+    with tls_mariadb(stack) as conn:
+        yield conn
 
 
 def use(monkeypatch: pytest.MonkeyPatch, conn: dict[str, Any]) -> None:
@@ -130,7 +81,7 @@ def test_a_server_certificate_not_signed_by_the_ca_is_refused(
 ) -> None:
     """The CA is checked, not just TLS spoken: PyMySQL alone would encrypt without checking
     (its "preferred" mode), which a server in the middle could answer."""
-    other_ca = _certificates(tmp_path)[0]  # a CA of its own, which never signed the server's certificate
+    other_ca = certificates(tmp_path)[0]  # a CA of its own, which never signed the server's certificate
     use(monkeypatch, {**tls_mysql, "extra": {"ssl": {"ca": str(other_ca)}}})
     params = mysql_params(CONN_ID)
     with pytest.raises(ConnectionFailure) as refused:

@@ -9,14 +9,8 @@ and TLS extras were silently dropped and nothing connected.
 from __future__ import annotations
 
 import datetime
-import ipaddress
 import json
-import shutil
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,100 +21,20 @@ from lagsched.adapters.lag_store import redis_client
 from lagsched.adapters.slots import SlotRegistry, slot_id_for
 from lagsched.connections import redis_params, where_redis
 from lagsched.core.errors import ConnectionFailure, ConnectionInvalid
+from secure_services import REDIS_PASSWORD, REDIS_USER, tls_acl_redis
 
-USER, PASSWORD = "lagsched-app", "s3cret-Redis-pw"
+USER, PASSWORD = REDIS_USER, REDIS_PASSWORD
 CONN_ID = "secure_redis"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _certificates(folder: Path) -> tuple[Path, Path, Path]:
-    """A CA, and a server certificate for 127.0.0.1 signed by it: (ca.pem, server.pem, server.key)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = datetime.datetime.now(datetime.UTC)
-
-    def name(cn: str) -> x509.Name:
-        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(name("lagsched test CA"))
-        .issuer_name(name("lagsched test CA"))
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name("127.0.0.1"))
-        .issuer_name(ca.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    paths = folder / "ca.pem", folder / "server.pem", folder / "server.key"
-    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    paths[2].write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return paths
 
 
 @pytest.fixture(scope="module")
 def secure_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A TLS-only redis-server with the ACL user USER; yields the Connection (Airflow's JSON form)."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail("redis-server is missing: apt-get install redis-server", pytrace=False)
-    folder = tmp_path_factory.mktemp("secure-redis")
-    ca, cert, key = _certificates(folder)
-    port = _free_port()
-    argv = [
-        binary, "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1",
-        "--tls-cert-file", str(cert), "--tls-key-file", str(key), "--tls-ca-cert-file", str(ca),
-        "--tls-auth-clients", "no", "--save", "", "--appendonly", "no", "--dir", str(folder),
-        "--user", "default", "off",
-        "--user", USER, "on", f">{PASSWORD}", "~*", "&*", "+@all",
-    ]  # fmt: skip
-    log = (folder / "redis.log").open("wb")
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 30
-    while True:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"the TLS redis-server did not start: {(folder / 'redis.log').read_text()}", pytrace=False)
-        time.sleep(0.1)
-    yield {
-        "conn_type": "redis",
-        "host": "127.0.0.1",
-        "port": port,
-        "login": USER,
-        "password": PASSWORD,
-        "extra": {"db": 3, "ssl": True, "ssl_ca_certs": str(ca), "ssl_cert_reqs": "required"},
-    }
-    proc.terminate()
-    proc.wait(timeout=30)
-    log.close()
+    try:
+        with tls_acl_redis(tmp_path_factory.mktemp("secure-redis")) as conn:
+            yield conn
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 def use(monkeypatch: pytest.MonkeyPatch, conn: dict[str, Any]) -> None:

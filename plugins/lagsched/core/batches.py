@@ -26,20 +26,23 @@ as lost and reading continues from the log start. The read never relies on Spark
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TypeVar
 
 __all__ = [
     "Gap",
     "PartitionPlan",
     "StartFrom",
     "batch_is_due",
+    "fair_shares",
     "next_batch_at",
     "plan_partition",
-    "rate_capped_max_records",
 ]
+
+#: A partition key (any hashable: a (topic, partition) pair in the consumer).
+K = TypeVar("K")
 
 
 class StartFrom(StrEnum):
@@ -190,22 +193,26 @@ def batch_is_due(
     return since_last_s >= min_interval_s or waiting >= min_records
 
 
-def rate_capped_max_records(max_records: int, *, max_rate: float | None, window_s: float, partitions: int) -> int:
-    """Records per partition a batch reads at most, so that one batch over ``partitions`` partitions
-    holds no more than ``max_rate`` records/s over ``window_s`` seconds (a slot's rate cap, paced
-    by `next_batch_at`). Without a cap, ``max_records``.
+def fair_shares(waiting: Mapping[K, int], budget: int) -> dict[K, int]:
+    """Records each partition may read so that together they read at most ``budget`` (at least one
+    each): max-min fair, so a partition with little waiting takes only that and leaves the rest to
+    the busy ones (a slot's rate cap, paced by `next_batch_at`). Partitions within budget keep
+    what they have waiting.
 
-    >>> rate_capped_max_records(100_000, max_rate=1_000, window_s=5, partitions=8)
-    625
-    >>> rate_capped_max_records(100, max_rate=1_000, window_s=5, partitions=8), rate_capped_max_records(
-    ...     100_000, max_rate=None, window_s=5, partitions=8)
-    (100, 100000)
+    >>> fair_shares({"hot-0": 9_000, "hot-1": 9_000, "trickle": 40}, 6_000)
+    {'hot-0': 2980, 'hot-1': 2980, 'trickle': 40}
+    >>> fair_shares({"a": 10, "b": 20}, 100)
+    {'a': 10, 'b': 20}
     """
-    if max_rate is None or partitions < 1:
-        return max_records
-    if not max_rate > 0 or not window_s > 0:
-        raise ValueError(f"max_rate={max_rate}, window_s={window_s}; both must be > 0")
-    return max(1, min(max_records, math.floor(max_rate * window_s / partitions)))
+    if budget < 0:
+        raise ValueError(f"budget={budget}; must be >= 0")
+    shares: dict[K, int] = {}
+    left, count = budget, len(waiting)
+    for key, wants in sorted(waiting.items(), key=lambda kv: kv[1]):
+        share = max(1, min(wants, left // count)) if wants > 0 else 0
+        shares[key] = share
+        left, count = max(0, left - share), count - 1
+    return {key: shares[key] for key in waiting}
 
 
 def next_batch_at(started_at: float, records: int, *, max_rate: float | None) -> float:

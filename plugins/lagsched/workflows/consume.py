@@ -29,8 +29,10 @@ when it lost a claim (a stale holder); it then commits what it wrote, releases i
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -59,9 +61,9 @@ from lagsched.core.batches import (
     PartitionPlan,
     StartFrom,
     batch_is_due,
+    fair_shares,
     next_batch_at,
     plan_partition,
-    rate_capped_max_records,
 )
 from lagsched.core.claims import Claim, ClaimLostError
 from lagsched.core.errors import KafkaOffsetsError, LagschedError
@@ -699,10 +701,8 @@ class SlotRun:
             raise LagschedError(f"Kafka did not report the claimed partitions' offsets: {exc}") from exc
         offsets = {(o.topic, o.partition): o for per_topic in broker.values() for o in per_topic}
         plans: dict[tuple[str, int], PartitionPlan] = {}
+        replan: dict[tuple[str, int], Callable[..., Any]] = {}
         skipped = 0
-        max_records = rate_capped_max_records(
-            self.s.max_records, max_rate=self.s.max_rate, window_s=max(self.s.min_interval_s, 1.0), partitions=len(held)
-        )
         for c in held:
             name = topics[c.topic_id].name
             if name not in counts:
@@ -713,23 +713,41 @@ class SlotRun:
                 log.warning("%s[%d] is claimed but the broker does not report it; skipped", name, c.partition_id)
                 skipped += 1
                 continue
+            plan_for = functools.partial(
+                plan_partition,
+                committed=c.committed_offset,
+                pending=pending.get(c.key),
+                log_start=o.log_start,
+                latest=o.latest,
+                start_from=self.s.start_from,
+                high_watermark=o.high_watermark,
+            )
             try:
-                plan = plan_partition(
-                    committed=c.committed_offset,
-                    pending=pending.get(c.key),
-                    log_start=o.log_start,
-                    latest=o.latest,
-                    max_records=max_records,
-                    start_from=self.s.start_from,
-                    high_watermark=o.high_watermark,
-                )
+                plan = plan_for(max_records=self.s.max_records)
             except OffsetAheadError as exc:
                 log.error("%s[%d] skipped: %s", name, c.partition_id, exc)
                 skipped += 1
                 continue
             if plan is not None:
                 plans[c.key] = plan
-        return _Batch(plans, {c.key: c for c in held}, skipped)
+                replan[c.key] = plan_for
+        return _Batch(self._capped(plans, replan), {c.key: c for c in held}, skipped)
+
+    def _capped(
+        self, plans: dict[tuple[str, int], PartitionPlan], replan: Mapping[tuple[str, int], Callable[..., Any]]
+    ) -> dict[tuple[str, int], PartitionPlan]:
+        """``plans`` within the rate cap: new reads of at most ``max_rate x max(min_interval_s, 1)``
+        records together, shared fairly (`fair_shares`); redos keep their recorded ranges."""
+        if self.s.max_rate is None:
+            return plans
+        budget = math.floor(self.s.max_rate * max(self.s.min_interval_s, 1.0))
+        waiting = {k: p.records for k, p in plans.items() if p.reads and not p.redo}
+        if sum(waiting.values()) <= budget:
+            return plans
+        for key, share in fair_shares(waiting, budget).items():
+            if share < waiting[key]:
+                plans[key] = replan[key](max_records=share)
+        return plans
 
     # ------------------------------------------------------------------ one batch
 
