@@ -40,7 +40,7 @@ from types import FrameType
 from typing import Any
 
 from lagsched.adapters.airflow_api import PASSWORDS_FILE, AirflowAPI, AirflowAPIError
-from lagsched.core.load_profile import TopicLoad, demo_profile
+from lagsched.core.load_profile import DEMO_PEAK_RATE, DEMO_SLOT_MAX_RATE, TopicLoad, demo_profile
 from lagsched.progress import Progress, format_duration
 from lagsched.stack.config import StackConfig, load
 from lagsched.stack.process import ServiceError
@@ -68,10 +68,6 @@ REQUIRED_DAGS = (
 )
 OPTIONAL_DAGS = ("lagsched_maintenance", "lagsched_override", "lagsched_table_care")
 TABLE_CARE_DAG = "lagsched_table_care"
-#: Records/s one demo slot reads at most (``slot_max_rate`` of the demo cluster). Uncapped, one
-#: slot reads the demo's peak of 3,000 records/s many times over and nothing needs scaling; at
-#: 1,200 the peak needs three slots, as a heavier topic would on a real cluster.
-DEMO_SLOT_MAX_RATE = 1_200
 #: The demo topics' settings: lagsched's own evaluator (the hevo policy, the default) with
 #: thresholds sized for the demo's traffic. Above max_lag and rising steadily (the regression's
 #: slope > 0 with r² >= 0.5), a topic gets one more worker (one, as its retention is a week: a
@@ -83,8 +79,8 @@ DEMO_SLOT_MAX_RATE = 1_200
 #: evaluator). Merged into lagsched_settings under "topics".
 DEMO_TOPIC_SETTINGS: dict[str, Any] = {
     "policy": "hevo",
-    "min_lag": 2_000,
-    "max_lag": 20_000,
+    "min_lag": 1_000,
+    "max_lag": 10_000,
     "per_worker_rate": DEMO_SLOT_MAX_RATE,
     "drain_target_s": 120,
     "min_samples": 3,
@@ -131,7 +127,7 @@ def merge_clusters(current: str | None) -> str:
 
     clusters: dict[str, Any] = json.loads(current) if current and current.strip() else {}
     entry = clusters.setdefault(DEMO_CLUSTER, {})
-    entry.update({"topic_pattern": r"demo\..*", "max_slots": DEMO_MAX_SLOTS, "slot_max_rate": DEMO_SLOT_MAX_RATE})
+    entry.update({"topic_pattern": r"demo\..*", "max_slots": DEMO_MAX_SLOTS, "slot_max_rate": int(DEMO_SLOT_MAX_RATE)})
     parse_clusters(clusters)
     return json.dumps(clusters, indent=2)
 
@@ -143,7 +139,8 @@ def _demo_variables_in_place(api: AirflowAPI, topics: Sequence[str]) -> bool:
     ours = settings.get("topics", {})
     demo_cluster = clusters.get(DEMO_CLUSTER, {})
     return all(ours.get(t, {}).get("policy") == DEMO_TOPIC_SETTINGS["policy"] for t in topics) and (
-        demo_cluster.get("topic_pattern") == r"demo\..*" and demo_cluster.get("slot_max_rate") == DEMO_SLOT_MAX_RATE
+        demo_cluster.get("topic_pattern") == r"demo\..*"
+        and demo_cluster.get("slot_max_rate") == int(DEMO_SLOT_MAX_RATE)
     )
 
 
@@ -604,7 +601,7 @@ def _prepare(api: DemoAPI, cfg: StackConfig, loads: Sequence[TopicLoad]) -> str 
     print(
         f"==> Variables: lagsched_settings (hevo: scale up above {DEMO_TOPIC_SETTINGS['max_lag']:,} records of lag "
         f"and rising, down below {DEMO_TOPIC_SETTINGS['min_lag']:,}; {len(topics)} demo topics), lagsched_clusters "
-        f"(slots capped at {DEMO_SLOT_MAX_RATE:,} records/s)",
+        f"(slots capped at {DEMO_SLOT_MAX_RATE:,.0f} records/s)",
         flush=True,
     )
     created = create_topics(kafka_config(), loads)
@@ -966,7 +963,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=float(os.environ.get("DURATION") or 0) or None,
         help="seconds of traffic before the demo winds down (default: $DURATION, else until Ctrl-C)",
     )
-    parser.add_argument("--peak-rate", type=float, default=3000.0, help="the hot topic's peak, records/s")
+    parser.add_argument(
+        "--peak-rate",
+        type=float,
+        default=DEMO_PEAK_RATE,
+        help=f"the hot topic's peak, records/s (default {DEMO_PEAK_RATE:,.0f}; slots read at most "
+        f"{DEMO_SLOT_MAX_RATE:,.0f} each)",
+    )
     parser.add_argument(
         "--budget-wait",
         action="store_true",

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from lagsched.core.load_profile import DEMO_SLOT_MAX_RATE
+
 __all__ = ["DAY", "HOUR", "ON_REQUEST", "TRACES", "WORKER_RATE", "Trace", "trace_names"]
 
 HOUR = 3600.0
@@ -100,13 +102,9 @@ def _diurnal(times: Rates, rng: np.random.Generator) -> Rates:
     return 80.0 * (1.0 + 0.75 * np.sin(phase)) * _noise(rng, times.size, 0.08)
 
 
-#: The demo's slot cap (``slot_max_rate`` of its cluster, `lagsched.demo`): one slot's records/s.
-DEMO_WORKER_RATE = 1_200.0
-
-
 def _demo(times: Rates, rng: np.random.Generator) -> Rates:
-    # `make demo`'s hot topic (demo.orders): 20 rec/s, ramping from 30 s to 3,000 rec/s by 90 s,
-    # held to 300 s, back to 20 by 330 s; 3% noise, as a real producer's pace varies a little.
+    # `make demo`'s hot topic (demo.orders): 20 rec/s, ramping from 30 s to its peak (1,200 rec/s)
+    # by 90 s, held to 300 s, back to 20 by 330 s; 3% noise, as a real producer's pace varies.
     from lagsched.core.load_profile import demo_profile
 
     points = demo_profile()[0].points
@@ -176,12 +174,12 @@ TRACES: Mapping[str, Trace] = {
         ),
         Trace(
             "demo",
-            "make demo's demo.orders: a ramp to 3,000 rec/s held 3.5 min, slots capped at 1,200 rec/s, 15 min",
+            "make demo's demo.orders: a ramp to 1,200 rec/s held 3.5 min, slots capped at 500 rec/s, 15 min",
             duration_s=900.0,
             tick_s=60.0,
             partitions=8,
             retention_s=7 * DAY,
-            worker_rate=DEMO_WORKER_RATE,
+            worker_rate=DEMO_SLOT_MAX_RATE,
             initial_workers=1,
             seed=13,
             rates=_demo,
