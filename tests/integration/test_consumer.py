@@ -80,23 +80,29 @@ def test_a_slot_whose_topics_all_went_away_ends_its_run(
     assert consumer.holders(topic_id) == {0: None}
 
 
-def test_a_rate_capped_slot_reads_no_faster_than_its_cap_and_lands_every_record_once(
+def test_a_rate_capped_slot_reads_at_its_cap_no_faster_and_lands_every_record_once(
     consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any]
 ) -> None:
-    rate, total = 1_000, 6_000
+    rate, window, total = 1_000, 4, 12_000
     topic = new_topic(3)
     produce(kafka_config, topic, total, partitions=3)
     topic_id = consumer.register(topic)
-    # A batch window of 1 s: batches of at most 1,000 records (333 per partition), one a second.
-    slot = consumer.run("w1", "--max-rate", str(rate), "--min-interval-s", "1", "--exit-when-idle", timeout=300)
+    # Batches of at most rate x window records; min_records out of reach, so only the cap's own
+    # "full" rule can start a batch before the interval has passed since the previous one ended.
+    args = ("--max-rate", str(rate), "--min-interval-s", str(window), "--min-records", "100000", "--exit-when-idle")
+    slot = consumer.run("w1", *args, timeout=300)
     batches = slot.batches()
     assert sum(b["records"] for b in batches) == total
-    assert all(b["offsets"] <= rate for b in batches), [b["offsets"] for b in batches]
+    assert all(b["offsets"] <= rate * window for b in batches), [b["offsets"] for b in batches]
     starts = [b["t_end"] - b["wall_s"] for b in batches]
-    # Every batch started no sooner than the records before it allow at the cap (uncapped, the
-    # whole backlog is one batch of well under a second).
+    ends = [b["t_end"] for b in batches]
     for i in range(1, len(batches)):
         before = sum(b["offsets"] for b in batches[:i])
+        # Never faster than the cap (uncapped, the backlog is one batch of well under a second) ...
         assert starts[i] - starts[0] >= before / rate - 0.05, (i, before, starts[i] - starts[0])
+        # ... and no slower than it lets: a full batch starts as soon as the cap allows (within a
+        # poll), not an interval after the previous batch ended.
+        allowed = max(ends[i - 1], starts[i - 1] + batches[i - 1]["offsets"] / rate)
+        assert starts[i] - allowed < 1.5, (i, starts[i] - allowed)
     assert consumer.committed(topic_id) == {p: total // 3 for p in range(3)}
     assert_exactly_once(consumer.sink_table(), topic, {p: total // 3 for p in range(3)})

@@ -456,6 +456,9 @@ class _Batch:
     claims: dict[tuple[str, int], Claim]
     #: Held partitions not planned because something is wrong with them (never "caught up").
     skipped: int = 0
+    #: The rate cap cut the reads short: the batch is as large as the cap lets it be, so it is due
+    #: by size whatever ``min_records`` says (the cap's pacing decides when it starts).
+    full: bool = False
 
 
 class SlotRun:
@@ -624,7 +627,7 @@ class SlotRun:
             self._wait(self.s.poll_s)
             return None
         since = self.clock() - self._last_batch
-        if not batch_is_due(
+        if not batch.full and not batch_is_due(
             batch.plans.values(),
             since_last_s=since,
             min_interval_s=self.s.min_interval_s,
@@ -731,23 +734,25 @@ class SlotRun:
             if plan is not None:
                 plans[c.key] = plan
                 replan[c.key] = plan_for
-        return _Batch(self._capped(plans, replan), {c.key: c for c in held}, skipped)
+        full = self._cap(plans, replan)
+        return _Batch(plans, {c.key: c for c in held}, skipped, full)
 
-    def _capped(
+    def _cap(
         self, plans: dict[tuple[str, int], PartitionPlan], replan: Mapping[tuple[str, int], Callable[..., Any]]
-    ) -> dict[tuple[str, int], PartitionPlan]:
-        """``plans`` within the rate cap: new reads of at most ``max_rate x max(min_interval_s, 1)``
-        records together, shared fairly (`fair_shares`); redos keep their recorded ranges."""
+    ) -> bool:
+        """Cut ``plans`` to the rate cap: new reads of at most ``max_rate x max(min_interval_s, 1)``
+        records together, shared fairly (`fair_shares`); redos keep their recorded ranges. True if
+        the cap cut anything."""
         if self.s.max_rate is None:
-            return plans
+            return False
         budget = math.floor(self.s.max_rate * max(self.s.min_interval_s, 1.0))
         waiting = {k: p.records for k, p in plans.items() if p.reads and not p.redo}
         if sum(waiting.values()) <= budget:
-            return plans
+            return False
         for key, share in fair_shares(waiting, budget).items():
             if share < waiting[key]:
                 plans[key] = replan[key](max_records=share)
-        return plans
+        return True
 
     # ------------------------------------------------------------------ one batch
 
