@@ -934,13 +934,18 @@ def evidence(d: Any) -> str:
     lag 114,942 records (41.5 s behind); slope +1,790 records/s, r² 0.93: not draining at this trend
     >>> print(evidence(DecisionView(1, 0.0, "t", 3, 1, "scale_down_low", "hevo", "", 600, 0.4, -20.0, 0.7)))
     lag 600 records (0.4 s behind); slope -20 records/s, r² 0.70: drains in 30 s at this trend
+    >>> print(evidence(DecisionView(1, 0.0, "t", 3, 2, "scale_down_low", "hevo", "", 0, 0.0, -184.0, 0.5)))
+    lag 0 records (0.0 s behind); slope -184 records/s, r² 0.50: nothing to drain
     """
     head = f"lag {d.lag:,} records ({d.time_lag_s:.1f} s behind)"
     if d.policy == "manual":
         return head + "; a manual change (no regression)"
-    drain = (
-        "not draining at this trend" if d.drain_s is None else f"drains in {format_duration(d.drain_s)} at this trend"
-    )
+    if d.lag == 0:
+        drain = "nothing to drain"
+    elif d.drain_s is None:
+        drain = "not draining at this trend"
+    else:
+        drain = f"drains in {format_duration(d.drain_s)} at this trend"
     return f"{head}; slope {d.slope:+,.0f} records/s, r² {d.fit_r2:.2f}: {drain}"
 
 
