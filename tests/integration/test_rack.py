@@ -55,6 +55,15 @@ def rack_topic(bootstrap: str) -> Iterator[Callable[..., str]]:
         delete_topic(bootstrap, name)
 
 
+def settled_leaders(bootstrap: str, topic: str, partitions: int) -> dict[int, str | None]:
+    """The rack of every partition's leader, once the broker asked knows them all: a new topic's
+    metadata reaches the three brokers one after the other, and a broker that has not caught up
+    answers with no leaders (seen in CI right after the cluster started)."""
+    return wait_for_leaders(
+        bootstrap, topic, timeout_s=60, accept=lambda r: len(r) == partitions and None not in r.values()
+    )
+
+
 class Deliveries:
     """Delivery reports of one producer: partitions written, errors."""
 
@@ -89,10 +98,9 @@ def test_a_producer_in_rack_a_writes_only_to_partitions_led_in_a(
     bootstrap: str, rack_topic: Callable[..., str]
 ) -> None:
     from lagsched.adapters.rack_producer import RackAwareProducer
-    from lagsched.bench.rack import current_leader_racks
 
     topic = rack_topic(12)
-    leaders = current_leader_racks(bootstrap, topic)
+    leaders = settled_leaders(bootstrap, topic, 12)
     local = {p for p, r in leaders.items() if r == "a"}
     assert 0 < len(local) < 12, leaders  # the cluster spreads leaders over the racks
 
@@ -115,7 +123,7 @@ def test_slots_read_from_same_rack_replicas(bootstrap: str, rack_topic: Callable
     from confluent_kafka import Producer
 
     from lagsched.adapters.spark import read_offset_ranges, with_client_rack
-    from lagsched.bench.rack import current_leader_racks, fetch, spark_fetch_bytes
+    from lagsched.bench.rack import fetch, spark_fetch_bytes
     from lagsched.core.offsets import OffsetRange
 
     topic = rack_topic(6)
@@ -125,7 +133,7 @@ def test_slots_read_from_same_rack_replicas(bootstrap: str, rack_topic: Callable
         producer.produce(topic, f"v{i}".encode().ljust(200, b"."), partition=i % 6)
     assert producer.flush(60) == 0
     latest = latest_offsets({"bootstrap.servers": bootstrap}, topic, 6)
-    leaders = current_leader_racks(bootstrap, topic)
+    leaders = settled_leaders(bootstrap, topic, 6)
     ranges = [OffsetRange(topic, p, 0, latest[p]) for p in range(6)]
 
     def spark_read(rack: str | None) -> tuple[int, float]:
@@ -206,13 +214,12 @@ def test_rack_slots_consume_exactly_once_and_hold_their_racks_partitions(
     tmp_path: Path,
 ) -> None:
     from lagsched.adapters.slots import slot_id_for
-    from lagsched.bench.rack import current_leader_racks
 
     kafka = {"bootstrap.servers": bootstrap}
     db = int(os.environ.get("LAGSCHED_TEST_REDIS_DB", "15"))
     harness = RackHarness(mysql_db, kafka, db, cluster, tmp_path)
     topic = rack_topic(12)
-    leaders = current_leader_racks(bootstrap, topic)
+    leaders = settled_leaders(bootstrap, topic, 12)
     produce(kafka, topic, 3000, partitions=12)
     topic_id = harness.register(topic, linker_workers=3)
     rack_of = {slot_id_for(f"w-{r}"): r for r in "abc"}
@@ -253,11 +260,10 @@ def test_the_producer_falls_back_when_rack_a_has_no_leader(
     rack_cluster: StackConfig, bootstrap: str, rack_topic: Callable[..., str]
 ) -> None:
     from lagsched.adapters.rack_producer import RackAwareProducer
-    from lagsched.bench.rack import current_leader_racks
     from lagsched.stack import kafka_cluster
 
     topic = rack_topic(12)
-    assert "a" in current_leader_racks(bootstrap, topic).values()
+    assert "a" in settled_leaders(bootstrap, topic, 12).values()
     producer = RackAwareProducer(
         {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True}, "a", metadata_interval_s=1.0
     )
