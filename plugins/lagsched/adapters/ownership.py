@@ -230,12 +230,16 @@ def current_assignment(
     digest = inputs_hash(topics, live_slots)
     held_s = 0.0
     try:
-        _ensure_state_row(conn, cluster)
         for attempt in range(1, max_attempts + 1):
             stored, generation, stored_digest = load_stored(conn, cluster)
             conn.commit()
             if stored_digest == digest:
                 return OwnershipView(stored, topics, generation, False, held_s, attempt - 1)
+            if stored_digest == "":
+                # No assignment stored for the cluster yet: its state row may not exist either,
+                # and the compare-and-write below locks it. (The common case, a current stored
+                # assignment, returned above without this write.)
+                _ensure_state_row(conn, cluster)
             last = attempt == max_attempts
             if last:
                 # Lost every race so far: compute under the lock, so this one cannot be lost.
