@@ -29,37 +29,33 @@ SINGLE_PARTITIONS, RACK_PARTITIONS = 4, 6
 RECORDS = 6_000
 
 
-def _rows_by_holder(mysql: Any) -> dict[str, set[str]]:
-    """Claim-table rows with a live holder: slot id -> the clusters of its rows."""
+def _grouped(mysql: Any, sql: str) -> dict[str, set[str]]:
+    """The rows of a two-column ``sql`` as first column -> the set of its second column's values."""
     conn = connect(mysql)
     try:
         with conn.cursor() as cur:
-            cur.execute(
-                "SELECT p.claimed_by, t.cluster FROM topic_partitions p JOIN topics t ON t.topic_id = p.topic_id"
-                " WHERE p.claimed_by IS NOT NULL AND p.lease_expires_at > UTC_TIMESTAMP(6)"
-            )
+            cur.execute(sql)
             out: dict[str, set[str]] = {}
-            for slot, owner_cluster in cur.fetchall():
-                out.setdefault(str(slot), set()).add(str(owner_cluster))
+            for key, value in cur.fetchall():
+                out.setdefault(str(key), set()).add(str(value))
         conn.commit()
     finally:
         conn.close()
     return out
+
+
+def _rows_by_holder(mysql: Any) -> dict[str, set[str]]:
+    """Claim-table rows with a live holder: slot id -> the clusters of its rows."""
+    return _grouped(
+        mysql,
+        "SELECT p.claimed_by, t.cluster FROM topic_partitions p JOIN topics t ON t.topic_id = p.topic_id"
+        " WHERE p.claimed_by IS NOT NULL AND p.lease_expires_at > UTC_TIMESTAMP(6)",
+    )
 
 
 def _stored_owners(mysql: Any) -> dict[str, set[str]]:
     """Slot ids named in each cluster's stored assignment (topic_owners)."""
-    conn = connect(mysql)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT cluster, slot_id FROM topic_owners")
-            out: dict[str, set[str]] = {}
-            for cluster, slot in cur.fetchall():
-                out.setdefault(str(cluster), set()).add(str(slot))
-        conn.commit()
-    finally:
-        conn.close()
-    return out
+    return _grouped(mysql, "SELECT cluster, slot_id FROM topic_owners")
 
 
 def test_two_clusters_in_one_database_and_redis_db_each_land_every_record_once_with_their_own_slots(
