@@ -16,7 +16,7 @@ point: a filter is how an operator says "not this topic any more".
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -115,8 +115,8 @@ def sync_registry(
     if plan.insert or plan.disable or plan.update:
         log.info(
             "registry %s: added %s, disabled %s, re-enabled %s, re-created %s, new partitions %s",
-            cluster, list(report.added), list(report.disabled), list(report.reenabled), list(report.recreated),
-            {k: len(v) for k, v in report.partitions_added.items()},
+            cluster, _few(report.added), _few(report.disabled), _few(report.reenabled), _few(report.recreated),
+            _few([f"{k}+{len(v)}" for k, v in report.partitions_added.items()]),
         )  # fmt: skip
     for name in report.recreated:
         log.warning(
@@ -125,3 +125,19 @@ def sync_registry(
             name,
         )
     return report
+
+
+#: Names a log line lists before it only counts the rest: a first sync of a large cluster adds
+#: thousands of topics, and one line naming them all is unreadable in the task log.
+LOGGED_NAMES = 10
+
+
+def _few(names: Sequence[str]) -> str:
+    """``names`` for a log line: all of a short list, the first `LOGGED_NAMES` and a count of a long one.
+
+    >>> _few(["a", "b"]), _few([]), _few([str(i) for i in range(12)])
+    ("['a', 'b']", '[]', "12: ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', ...]")
+    """
+    if len(names) <= LOGGED_NAMES:
+        return str(list(names))
+    return f"{len(names):,}: {list(names[:LOGGED_NAMES])}"[:-1] + ", ...]"
