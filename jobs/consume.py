@@ -51,6 +51,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "leaves once the cluster's topics need fewer than n slots (the consume DAG passes both)",
     )  # fmt: skip
     p.add_argument("--max-slots", type=int, help="the cluster's max_slots (lagsched_clusters), with --slot-number")
+    p.add_argument(
+        "--standby-slots", type=int, default=0,
+        help="the cluster's standby_slots (lagsched_clusters), with --slot-number: a slot numbered up to that many "
+        "above the need stands by warm, without claiming, and joins when the need reaches it (default: 0)",
+    )  # fmt: skip
     p.add_argument("--max-records", type=int, default=100_000, help="max records per partition per batch")
     p.add_argument("--min-interval-s", type=float, default=5.0, help="a batch waits this long since the last ...")
     p.add_argument("--min-records", type=int, default=10_000, help="... unless this many records are waiting")
@@ -137,6 +142,7 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
         rack=args.rack,
         slot_number=args.slot_number,
         max_slots=args.max_slots,
+        standby_slots=args.standby_slots,
         max_rate=args.max_rate,
     )
     kafka = kafka_config()

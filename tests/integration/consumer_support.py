@@ -267,6 +267,26 @@ class ConsumerHarness:
             topic_id,
         )
 
+    def slot_id(self, name: str) -> str:
+        """The id a slot started as ``--slot name`` runs under."""
+        from lagsched.adapters.slots import slot_id_for
+
+        return slot_id_for(name)
+
+    def live_slots(self) -> list[str]:
+        """The cluster's live set in the test's Redis DB, as the slots see it."""
+        from datetime import UTC, datetime
+
+        from lagsched.adapters.lag_store import redis_client
+        from lagsched.adapters.slots import SlotRegistry
+        from lagsched.connections import redis_params
+
+        client = redis_client(redis_params(), db=self.redis_db)
+        try:
+            return SlotRegistry(client, cluster=self.cluster).live_slots(datetime.now(UTC), 3.0)
+        finally:
+            client.close()
+
     def pending(self, topic_id: str) -> dict[int, tuple[int, int]]:
         """Partition -> batch recorded but not committed."""
         return self._by_partition(

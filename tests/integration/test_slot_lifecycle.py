@@ -126,3 +126,42 @@ def test_a_slot_numbered_above_the_clusters_need_leaves_at_a_batch_boundary(
     one.terminate()
     assert one.wait(120) == 0, one.tail()
     assert_exactly_once(consumer.sink_table(), topic, latest)
+
+
+def test_a_standby_slot_holds_nothing_joins_warm_on_a_scale_up_and_stands_by_again_on_a_scale_down(
+    consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any]
+) -> None:
+    topic = new_topic(2)
+    produce(kafka_config, topic, 20_000, partitions=2)
+    topic_id = consumer.register(topic, linker_workers=1)
+    numbered = ("--max-records", "500", "--min-interval-s", "0.5", "--max-slots", "4", "--standby-slots", "1")
+    one = consumer.start(f"{consumer.cluster}-slot-1", *numbered, "--slot-number", "1")
+    two = consumer.start(f"{consumer.cluster}-slot-2", *numbered, "--slot-number", "2")
+    one_id, two_id = (consumer.slot_id(f"{consumer.cluster}-slot-{n}") for n in (1, 2))
+
+    def standbys() -> list[dict[str, Any]]:
+        return [e for e in events(two) if e.get("event") == "standby"]
+
+    # Slot 2 stands by: Spark up, no row held, not in the live set, while slot 1 reads both partitions.
+    wait_until(lambda: standbys() and len(one.batches()) >= 2, 240, "slot 2 standing by, slot 1 reading")
+    assert set(consumer.holders(topic_id).values()) == {one_id}
+    assert two_id not in consumer.live_slots()
+    assert not two.batches(), two.tail()
+
+    set_workers(consumer, topic_id, 2)  # the evaluator's scale-up: slot 2 joins without a restart
+    wait_until(two.batches, 120, "slot 2's first batch after the scale-up")
+    assert "joining, warm" in two.log.read_text(), two.tail()
+    wait_until(lambda: set(consumer.holders(topic_id).values()) == {one_id, two_id}, 120, "one partition each")
+
+    set_workers(consumer, topic_id, 1)  # the scale-down: slot 2 hands its row back and stands by again
+    wait_until(lambda: len(standbys()) == 2, 120, "slot 2 standing by again")
+    assert two.proc.poll() is None, two.tail()
+    wait_until(lambda: set(consumer.holders(topic_id).values()) == {one_id}, 120, "slot 1 holding both rows")
+    assert two_id not in consumer.live_slots()
+    produce(kafka_config, topic, 4_000, start=20_000, partitions=2)
+    latest = latest_offsets(kafka_config, topic, 2)
+    wait_until(lambda: consumer.committed(topic_id) == latest, 180, "slot 1 consuming both partitions")
+    for slot in (one, two):
+        slot.terminate()
+        assert slot.wait(120) == 0, slot.tail()
+    assert_exactly_once(consumer.sink_table(), topic, latest)

@@ -195,6 +195,27 @@ def test_slot_max_rate_is_validated_and_reaches_each_slot_of_its_cluster_only() 
     assert rates == {"eu-slot-1": "1000", "eu-slot-2": "1000", "us-slot-1": None}
 
 
+def test_standby_slots_are_validated_and_add_warm_slots_within_max_slots() -> None:
+    assert parse_clusters({"eu": {}})[0].standby_slots == 0
+    (eu,) = parse_clusters({"eu": {"standby_slots": 1, "max_slots": 3}})
+    assert ClusterConfig.from_dict(eu.as_dict()).standby_slots == 1
+    for bad in (-1, 11, "1", True, 1.5):
+        with pytest.raises(ConfigError, match=r"eu\.standby_slots"):
+            parse_clusters({"eu": {"standby_slots": bad}})
+    plan = ConsumePlan.of(
+        {"eu": 1, "us": 3, "idle": 0},
+        {"eu": 3, "us": 3, "idle": 3},
+        SlotOptions(),
+        standbys={"eu": 1, "us": 1, "idle": 1},
+        running={"eu-slot-1"},
+    )
+    # eu: slot 1 runs, slot 2 starts as its standby; us: at max_slots, no room for one; idle: none.
+    assert [s.name for s in plan.slots] == ["eu-slot-2", "us-slot-1", "us-slot-2", "us-slot-3"]
+    two = next(s for s in plan.slots if s.name == "eu-slot-2")
+    assert two.args[two.args.index("--standby-slots") + 1] == "1"
+    assert "--standby-slots" not in ConsumePlan.of({"eu": 1}, {"eu": 3}, SlotOptions()).slots[0].args
+
+
 @pytest.mark.parametrize(("kwargs", "fragment"), [({"budget_s": 5}, "budget_s=5"), ({"budget_s": 90_000}, "budget_s=")])
 def test_slot_options_refuse_what_the_job_would(kwargs: dict[str, object], fragment: str) -> None:
     with pytest.raises(ValueError, match=fragment):

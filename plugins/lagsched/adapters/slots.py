@@ -12,8 +12,9 @@ Two keys per namespace (default ``lagsched``):
   operator's ``KEYS lagsched:slot:*`` shows who is alive and a crashed slot's key cleans itself up.
   Its TTL runs on Redis's clock, which is why liveness is never read from it.
 
-``announce_joined`` publishes on ``<ns>:slot_events`` that a slot went live, so the running slots
-of its cluster rebalance without waiting for their next look.
+``announce_joined`` publishes on ``<ns>:slot_events`` that a slot went live, and
+``announce_standby`` that one left the live set to stand by warm, so the running slots of its
+cluster rebalance without waiting for their next look.
 
 ``leave`` removes both at once (graceful shutdown), so the others fail over without waiting for the
 timeout. ``prune`` drops members silent for much longer than any timeout, to keep the set small.
@@ -173,7 +174,15 @@ class SlotRegistry:
     def announce_joined(self, slot_id: str) -> int:
         """Tell the cluster's running slots that ``slot_id`` is live, so they hand it its share at
         once rather than at their next look; returns how many subscribers heard it."""
-        message = json.dumps({"cluster": self.cluster, "slot": slot_id, "event": "joined"}, sort_keys=True)
+        return self._announce(slot_id, "joined")
+
+    def announce_standby(self, slot_id: str) -> int:
+        """Tell the cluster's running slots that ``slot_id`` left the live set to stand by (its rows
+        are free), so they take its share at once; returns how many subscribers heard it."""
+        return self._announce(slot_id, "standby")
+
+    def _announce(self, slot_id: str, event: str) -> int:
+        message = json.dumps({"cluster": self.cluster, "slot": slot_id, "event": event}, sort_keys=True)
         return int(self.client.publish(self.events_channel, message))
 
     def drop_leftovers(self, hash_key: str) -> int:

@@ -15,6 +15,11 @@ DAG and real Spark slots writing the cluster's Iceberg table, with records arriv
   consumer benchmark reports that batch's rate apart. ``startup_share`` is their sum over a
   default-budget slot (an hour: the cluster's ``slot_budget_s``), the worst of every slot started
   here;
+* ``standby_slots``: the cluster's ``standby_slots`` (``LAGSCHED_BENCH_LIFECYCLE_STANDBY``, default 1):
+  with 1, slot 2 starts with slot 1 and stands by warm; a scale-up makes it join (reported as
+  ``decision_to_join_s`` and ``join_to_first_commit_s``), a scale-down makes it stand by again
+  (``scale_down_s``: decision -> slot 2 out of the live set holding no row), and its start-up is
+  task start -> standing by. With 0, slot 2 is started by the consume run the decision triggers;
 * ``scale_up_reaction_s``: ``LAGSCHED_BENCH_LIFECYCLE_TRIALS`` times (default 5), an override raises
   the topic from 1 to 2 workers (the override DAG, which updates the asset the consume DAG runs on,
   as the evaluator does); from the decision's ``decided_at`` to the first table commit of slot 2
@@ -105,7 +110,8 @@ class Producer(threading.Thread):
 
 
 class JoinWatch(threading.Thread):
-    """When each slot went live: the ``joined`` messages on `SlotRegistry.events_channel`."""
+    """When each slot went live or stood by: the ``joined`` and ``standby`` messages on
+    `SlotRegistry.events_channel`."""
 
     def __init__(self, cluster: str) -> None:
         super().__init__(daemon=True, name="bench-joins")
@@ -116,7 +122,7 @@ class JoinWatch(threading.Thread):
         client = redis_client(redis_params())
         self.pubsub = client.pubsub(ignore_subscribe_messages=True)
         self.pubsub.subscribe(SlotRegistry(client, cluster=cluster).events_channel)
-        self.joined: list[tuple[str, float]] = []
+        self.events: list[tuple[str, str, float]] = []
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -124,22 +130,26 @@ class JoinWatch(threading.Thread):
             message = self.pubsub.get_message(timeout=0.5)
             if message and message.get("type") == "message":
                 detail = json.loads(message["data"])
-                self.joined.append((str(detail.get("slot")), time.time()))
+                self.events.append((str(detail.get("slot")), str(detail.get("event")), time.time()))
 
-    def first_after(self, slot_id: str, since: float) -> float | None:
-        return next((t for s, t in self.joined if s == slot_id and t > since), None)
+    def first_after(self, slot_id: str, since: float, event: str = "joined") -> float | None:
+        return next((t for s, e, t in self.events if s == slot_id and e == event and t > since), None)
+
+    def ready_after(self, slot_id: str, since: float) -> float | None:
+        """When the slot was first ready after ``since``: live, or standing by warm."""
+        return next((t for s, e, t in self.events if s == slot_id and e in ("joined", "standby") and t > since), None)
 
 
 class Bench:
     """One benchmark's cluster, topic, Airflow and table (see the module doc)."""
 
-    def __init__(self, api: Any, tag: str) -> None:
+    def __init__(self, api: Any, tag: str, standby: int = 0) -> None:
         from lagsched.adapters.lake_reader import load_table
         from lagsched.adapters.slots import slot_id_for
         from lagsched.connections import mysql_params
         from lagsched.core.lake import LakeTable
 
-        self.api, self.tag = api, tag
+        self.api, self.tag, self.standby = api, tag, standby
         self.cluster, self.topic = f"bench_lc_{tag}", f"bench-lc-{tag}"
         self.joins = JoinWatch(self.cluster)
         self.warehouse = ROOT / f"lagsched-bench-lifecycle-{tag}"
@@ -231,6 +241,23 @@ class Bench:
         finally:
             client.close()
 
+    def live(self, slot: int) -> bool:
+        """Whether slot ``slot`` heartbeats in the cluster's live set."""
+        from lagsched.adapters.lag_store import redis_client
+        from lagsched.adapters.slots import SlotRegistry
+        from lagsched.connections import redis_params
+
+        client = redis_client(redis_params())
+        try:
+            return self.slot_ids[slot] in SlotRegistry(client, cluster=self.cluster).live_slots(datetime.now(UTC), 15)
+        finally:
+            client.close()
+
+    def standing_by(self, slot: int) -> bool:
+        """Running (its lock held), not live, holding no row: a warm standby."""
+        held = any(h == self.slot_ids[slot] for h, _ in self.claims().values())
+        return self.running(slot) and not self.live(slot) and not held
+
     # -- Airflow --------------------------------------------------------------------------------
 
     def override(self, workers: int, *, decided: bool = True) -> float:
@@ -282,6 +309,8 @@ def wait(predicate: Callable[[], bool], timeout_s: float, what: str, poll: float
 
 
 def scale_up_trial(bench: Bench, n: int) -> dict[str, Any]:
+    if bench.standby:
+        return standby_trial(bench, n)
     wait(lambda: not bench.running(2), 180, "slot 2 to be gone before the trial")
     decided = bench.override(2)
     first = bench.first_commit_after(2, decided, 240)
@@ -313,6 +342,25 @@ def scale_up_trial(bench: Bench, n: int) -> dict[str, Any]:
     return trial
 
 
+def standby_trial(bench: Bench, n: int) -> dict[str, Any]:
+    """With ``standby_slots`` 1: slot 2 already runs, warm and standing by; the scale-up makes it
+    join (no Spark start), the scale-down makes it stand by again (no exit)."""
+    wait(lambda: bench.standing_by(2), 240, "slot 2 to stand by before the trial")
+    decided = bench.override(2)
+    first = bench.first_commit_after(2, decided, 240)
+    trial: dict[str, Any] = {"trial": n, "reaction_s": round(first - decided, 3)}
+    joined = bench.joins.first_after(bench.slot_ids[2], decided)
+    if joined is not None:
+        trial["decision_to_join_s"] = round(joined - decided, 3)
+        trial["join_to_first_commit_s"] = round(first - joined, 3)
+    print(f"   trial {n}: scale-up reaction {trial['reaction_s']:.1f} s {trial}", flush=True)
+    down = bench.override(1)
+    wait(lambda: bench.standing_by(2), 180, "slot 2 to stand by after the scale-down", poll=0.5)
+    trial["scale_down_s"] = round(time.time() - down, 3)
+    trial["slot_2_restarted"] = bool(bench.slot_task(2, decided))
+    return trial
+
+
 def duplicate_start(bench: Bench, env: Mapping[str, str]) -> dict[str, Any]:
     """``jobs/consume.py`` for slot 1 by hand while slot 1 runs (as a second Airflow start would)."""
     from lagsched.adapters.spark import submit_command
@@ -341,7 +389,7 @@ def duplicate_start(bench: Bench, env: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
-def measure(api: Any, trials: int, steady_s: float, rate: float) -> dict[str, Any]:
+def measure(api: Any, trials: int, steady_s: float, rate: float, standby: int = 0) -> dict[str, Any]:
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     from lagsched.adapters.mysql import connect
@@ -349,7 +397,7 @@ def measure(api: Any, trials: int, steady_s: float, rate: float) -> dict[str, An
     from lagsched.workflows.topic_sync import sync_registry
 
     tag = uuid.uuid4().hex[:6]
-    bench = Bench(api, tag)
+    bench = Bench(api, tag, standby)
     kafka = kafka_config()
     admin = AdminClient(kafka)
     admin.create_topics([NewTopic(bench.topic, PARTITIONS, 1)])[bench.topic].result(60)
@@ -357,11 +405,14 @@ def measure(api: Any, trials: int, steady_s: float, rate: float) -> dict[str, An
     paused = {d: bool((api.get_dag(d) or {}).get("is_paused", True)) for d in (CONSUME, OVERRIDE)}
     producer = Producer(kafka, bench.topic, rate)
     bench.joins.start()
-    result: dict[str, Any] = {"cluster": bench.cluster, "rate_records_per_s": rate, "partitions": PARTITIONS}
+    result: dict[str, Any] = {
+        "cluster": bench.cluster, "rate_records_per_s": rate, "partitions": PARTITIONS, "standby_slots": standby,
+    }  # fmt: skip
     try:
+        settings = {"topic_pattern": bench.topic, "max_slots": 2, "standby_slots": standby, "sink": bench.sink}
         api.set_variable(
             "lagsched_clusters",
-            json.dumps({bench.cluster: {"topic_pattern": bench.topic, "max_slots": 2, "sink": bench.sink}}),
+            json.dumps({bench.cluster: settings}),
         )
         conn = connect(mysql_params())
         try:
@@ -386,7 +437,15 @@ def measure(api: Any, trials: int, steady_s: float, rate: float) -> dict[str, An
             "task_start_to_first_commit_s": round(first - start1, 3) if start1 is not None else None,
             "startup_s": round(live1 - start1, 3) if start1 is not None and live1 is not None else None,
         }
-        print(f"   {result['first_slot']}", flush=True)
+        if standby:
+            # Slot 2 started with slot 1, as its standby: task start -> standing by warm.
+            found2 = bench.slot_task(2, triggered)
+            start2 = _ts(found2[1].get("start_date")) if found2 else None
+            ready2 = bench.joins.ready_after(bench.slot_ids[2], triggered)
+            result["standby_slot"] = {
+                "startup_s": round(ready2 - start2, 3) if start2 is not None and ready2 is not None else None,
+            }
+        print(f"   {result['first_slot']} {result.get('standby_slot', '')}", flush=True)
 
         print(f"-- {trials} scale-up trials (1 -> 2 workers, then back)", flush=True)
         runs = [scale_up_trial(bench, n) for n in range(1, trials + 1)]
@@ -418,6 +477,8 @@ def measure(api: Any, trials: int, steady_s: float, rate: float) -> dict[str, An
         startups = [r["startup_s"] for r in runs if r.get("startup_s") is not None]
         if result["first_slot"]["startup_s"] is not None:
             startups.append(result["first_slot"]["startup_s"])
+        if (result.get("standby_slot") or {}).get("startup_s") is not None:
+            startups.append(result["standby_slot"]["startup_s"])
         winddowns = [r["winddown_s"] for r in runs if r.get("winddown_s") is not None]
         result["startup_s"] = summarize(startups)
         result["winddown_s"] = summarize(winddowns) if winddowns else None
@@ -492,6 +553,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     trials = int(env_number("LAGSCHED_BENCH_LIFECYCLE_TRIALS", 5, 1))
     steady_s = env_number("LAGSCHED_BENCH_LIFECYCLE_STEADY_S", 600, 30)
     rate = env_number("LAGSCHED_BENCH_LIFECYCLE_RATE", 1500, 10)
+    standby = int(env_number("LAGSCHED_BENCH_LIFECYCLE_STANDBY", 1, 0))
     cfg = load()
     local_stack.up(cfg, airflow=True)
     api = AirflowAPI.for_simple_auth(f"http://127.0.0.1:{cfg.airflow_port}", cfg.airflow_home)
@@ -505,7 +567,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     load_start = os.getloadavg()
-    result = measure(api, trials, steady_s, rate)
+    result = measure(api, trials, steady_s, rate, standby)
     doc = {
         "started_at": started_at,
         "machine": {

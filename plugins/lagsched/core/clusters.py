@@ -25,6 +25,11 @@ Fields of a cluster (all optional):
 * ``slot_max_rate``: records/s one consumer slot reads at most (a positive number up to
   10,000,000; default null, no cap). For a cluster shared with other work, a rate-limited source,
   or a demonstration: a topic then needs as many workers as its ingress rate over this cap.
+* ``standby_slots``: slots kept warm beyond the need (0 to 10; default 0). Such a slot has
+  started Spark and waits without claiming anything; when the cluster needs one more slot it joins
+  within a second of the scaling decision instead of after a Spark start (tens of seconds on YARN or
+  Kubernetes), and on a scale-down the surplus slot stands by again rather than exiting. Each
+  costs one idle Spark driver (and its pool slot in ``lagsched_consume``).
 * ``sink``: the Iceberg table the cluster's records land in (`lagsched.core.lake.LakeTable`):
   ``warehouse`` (``file://``, ``s3a://``, ``hdfs://``; default ``$LAGSCHED_WAREHOUSE``, else
   ``.local/warehouse``), ``catalog`` (default ``lagsched``), ``namespace`` (default ``kafka``),
@@ -78,8 +83,12 @@ MAX_SLOTS = 1000
 DEFAULT_SLOT_BUDGET_S = 3600
 SLOT_BUDGET_RANGE_S = (60, 86_400)
 MAX_SLOT_RATE = 10_000_000
+#: Warm slots a cluster may keep beyond its need: each is an idle Spark driver.
+MAX_STANDBY_SLOTS = 10
 _CONN_ID = re.compile(r"[A-Za-z0-9_.-]{1,250}")
-_FIELDS = ("kafka_conn_id", "topics", "topic_pattern", "max_slots", "slot_budget_s", "slot_max_rate", "sink")
+_FIELDS = (
+    "kafka_conn_id", "topics", "topic_pattern", "max_slots", "slot_budget_s", "slot_max_rate", "standby_slots", "sink",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +103,7 @@ class ClusterConfig:
         max_slots: consumer slots the consume DAG runs at most for this cluster.
         slot_budget_s: seconds one slot runs before it leaves and is started again.
         slot_max_rate: records/s one slot reads at most; None: no cap.
+        standby_slots: warm slots kept beyond the need, ready to join on a scale-up.
         sink: the validated ``sink`` object as sorted ``(field, value)`` pairs; `sink_settings` as a dict.
     """
 
@@ -105,6 +115,7 @@ class ClusterConfig:
     sink: tuple[tuple[str, str], ...] = ()
     slot_budget_s: int = DEFAULT_SLOT_BUDGET_S
     slot_max_rate: float | None = None
+    standby_slots: int = 0
 
     def sink_settings(self) -> dict[str, str]:
         """The ``sink`` object (`lagsched.core.lake.LakeTable.of` fills in the defaults)."""
@@ -130,6 +141,7 @@ class ClusterConfig:
             "max_slots": self.max_slots,
             "slot_budget_s": self.slot_budget_s,
             "slot_max_rate": self.slot_max_rate,
+            "standby_slots": self.standby_slots,
             "sink": self.sink_settings(),
         }
 
@@ -210,6 +222,9 @@ def _check_cluster(name: str, body: Any, problems: list[tuple[str, object, str]]
         isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate <= MAX_SLOT_RATE
     ):
         problems.append((f"{name}.slot_max_rate", rate, f"records/s above 0 and at most {MAX_SLOT_RATE:,}, or null"))
+    standby = body.get("standby_slots", 0)
+    if isinstance(standby, bool) or not isinstance(standby, int) or not 0 <= standby <= MAX_STANDBY_SLOTS:
+        problems.append((f"{name}.standby_slots", standby, f"an integer from 0 to {MAX_STANDBY_SLOTS}"))
     sink = body.get("sink") or {}
     problems.extend(sink_problems(name, sink))
     if len(problems) > before:
@@ -224,6 +239,7 @@ def _check_cluster(name: str, body: Any, problems: list[tuple[str, object, str]]
         settings,
         budget,
         None if rate is None else float(rate),
+        standby,
     )
 
 

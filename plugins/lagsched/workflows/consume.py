@@ -124,6 +124,10 @@ class ConsumerSettings:
     #: (a scale-down). None (a slot started by hand): it leaves only when it owns nothing.
     slot_number: int | None = None
     max_slots: int | None = None
+    #: With ``slot_number``: a slot numbered at most this many above the need (and within
+    #: ``max_slots``) stands by instead of leaving: Spark up, nothing claimed, not in the live set,
+    #: and it joins as soon as the need reaches its number (the cluster's ``standby_slots``).
+    standby_slots: int = 0
     #: How long a slot rides through an outage of Kafka, MySQL or Redis (waiting with backoff)
     #: before it ends the run with exit 1 (`lagsched.core.outage`); None: ``lease_s``, past which
     #: its rows may have failed over to other slots anyway.
@@ -146,6 +150,7 @@ class ConsumerSettings:
             "rack": self.rack is None or bool(self.rack.strip()),
             "slot_number": self.slot_number is None or self.slot_number >= 1,
             "max_slots": self.max_slots is None or self.max_slots >= 1,
+            "standby_slots": self.standby_slots >= 0,
             "outage_s": self.outage_s is None or self.outage_s >= 0,
             "max_rate": self.max_rate is None or self.max_rate > 0,
         }
@@ -224,6 +229,9 @@ class SlotKeeper:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._live = False
+        #: Guards ``_live`` and the heartbeat write together, so a beat racing `stand_by` cannot put
+        #: the slot back into the live set after it left.
+        self._live_lock = threading.Lock()
         self._error: BaseException | None = None
         self.taken_by: str | None = None
         self._thread = threading.Thread(target=self._run, name=f"slot-keeper-{slot_id[:8]}", daemon=True)
@@ -241,15 +249,28 @@ class SlotKeeper:
         if not self._thread.is_alive():
             self._thread.start()
 
+    @property
+    def live(self) -> bool:
+        """Whether the slot heartbeats in the live set (it does from `go_live` until `stand_by`)."""
+        return self._live
+
     def go_live(self) -> None:
         """Heartbeat from now on: live before the first claim, so ownership counts this slot at once."""
-        self._live = True
+        with self._live_lock:
+            self._live = True
         self.beat()
+
+    def stand_by(self) -> None:
+        """Stop heartbeating and leave the live set at once; the slot's lock is still kept."""
+        with self._live_lock:
+            self._live = False
+            self._registry.leave(self._slot)
 
     def beat(self) -> None:
         self._keep_lock()
-        if self._live:
-            self._registry.heartbeat(self._slot, datetime.now(UTC), self.timeout_s)
+        with self._live_lock:
+            if self._live:
+                self._registry.heartbeat(self._slot, datetime.now(UTC), self.timeout_s)
 
     def _keep_lock(self) -> None:
         if self._lock_store is None:
@@ -424,6 +445,8 @@ class ScalingListener:
             return
         if detail.get("event") == "joined":
             log.info("slot %s joined the cluster: rebalancing now", detail.get("slot"))
+        elif detail.get("event") == "standby":
+            log.info("slot %s left the live set to stand by: rebalancing now", detail.get("slot"))
         else:
             self.decisions += 1
             log.info("scaling decision: %s %s -> %s workers", detail.get("topic"), detail.get("old"), detail.get("new"))
@@ -483,7 +506,8 @@ class SlotRun:
     ) -> None:
         self.s = settings
         self.racks = racks
-        #: Publish that the slot went live (`SlotRegistry.announce_joined`) once it heartbeats.
+        #: Publish that the slot went live (`SlotRegistry.announce_joined`) once it heartbeats, and
+        #: that it stands by (`SlotRegistry.announce_standby`).
         self.announce_joined = announce_joined
         self.conn, self.store, self.registry, self.admin = conn, store, registry, admin
         self.sink, self.keeper, self.stop, self.wake = sink, keeper, stop, wake
@@ -504,6 +528,8 @@ class SlotRun:
         #: the next batch's, when idle, and at the end of the run, since a partition that gets no
         #: more records would otherwise keep a stale mirror for good.
         self._unmirrored: dict[tuple[str, int], int] = {}
+        #: Standing by (`_stand_by`): Spark is up, nothing is claimed, the slot is not live.
+        self._standing_by = False
 
     # ------------------------------------------------------------------ the loop
 
@@ -588,11 +614,15 @@ class SlotRun:
         if self.s.slot_number is not None and self.s.max_slots is not None:
             needed = slots_needed(topics.values(), self.s.max_slots)
             if self.s.slot_number > needed:
+                if needed > 0 and self.s.slot_number <= min(needed + self.s.standby_slots, self.s.max_slots):
+                    self._stand_by(needed)
+                    return None
                 log.info(
                     "the cluster needs %d slot(s) now and this is slot %d: leaving (scale-down)",
                     needed, self.s.slot_number,
                 )  # fmt: skip
                 return StopReason.RESCALED
+        self._join()
         live = self.registry.live_slots(datetime.now(UTC), self.s.slot_timeout_s)
         if self.s.slot_id not in live:
             # This slot is running, whatever Redis says (its heartbeat lost to a Redis restart, or
@@ -641,6 +671,46 @@ class SlotRun:
             return None
         self._run_batch(batch, topics)
         return None
+
+    def _join(self) -> None:
+        """Go live (heartbeats, and a ``joined`` message so the others hand this slot its share now)."""
+        if self.keeper.live:
+            return
+        self.keeper.go_live()
+        if self._standing_by:
+            log.info("the cluster needs slot %s now: joining, warm", self.s.slot_number)
+            self._standing_by = False
+        if self.announce_joined:
+            try:
+                self.registry.announce_joined(self.s.slot_id)
+            except Exception as exc:  # noqa: BLE001 - the others find this slot at their next look anyway
+                log.warning("could not announce the slot on %s: %s", self.registry.events_channel, exc)
+
+    def _stand_by(self, needed: int) -> None:
+        """Wait warm for the need to reach this slot's number, holding no rows and out of the live set.
+
+        A slot that was working (a scale-down) first tells the group its committed offsets and hands
+        its rows back, as at the end of a run, then leaves the live set and says so, so the others
+        take its partitions at once. The wait is cut short by any scaling message for the cluster.
+        """
+        if not self._standing_by:
+            log.info(
+                "the cluster needs %d slot(s) and this is slot %d: standing by warm (standby_slots %d), "
+                "holding no rows, until the need reaches it",
+                needed, self.s.slot_number, self.s.standby_slots,
+            )  # fmt: skip
+            if self.keeper.live:
+                self._mirror({}, retry=False)
+                self._release_all()
+                self.keeper.stand_by()
+            if self.announce_joined:
+                try:
+                    self.registry.announce_standby(self.s.slot_id)
+                except Exception as exc:  # noqa: BLE001 - the others see the live set at their next look
+                    log.warning("could not announce the standby on %s: %s", self.registry.events_channel, exc)
+            self._standing_by = True
+            self._emit({"event": "standby", "needed": needed})
+        self._wait(self.s.poll_s)
 
     def _rack_targets(
         self, view: OwnershipView, wants: Mapping[str, int], topics: Mapping[str, TopicRow]
@@ -896,12 +966,9 @@ def run_slot(settings: ConsumerSettings, run: SlotRun) -> RunOutcome:
     if run.racks is not None:
         # Before the first heartbeat, so co-owners never see this slot live without its rack.
         run.racks.announce(settings.slot_id, settings.rack)
-    run.keeper.start()
-    if run.announce_joined:
-        try:
-            run.registry.announce_joined(settings.slot_id)
-        except Exception as exc:  # noqa: BLE001 - the others find this slot at their next look anyway
-            log.warning("could not announce the slot on %s: %s", run.registry.events_channel, exc)
+    # Not live yet: the first step joins (heartbeat, then the ``joined`` message), unless this
+    # slot is a standby, which joins only when the need reaches it.
+    run.keeper.start(live=False)
     try:
         return run.run()
     finally:

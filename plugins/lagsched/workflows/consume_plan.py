@@ -14,6 +14,11 @@ no process holds: a scale-up starts the missing ones at once and leaves the runn
 A slot numbered above the need leaves by itself at its next batch boundary (``--slot-number``,
 ``--max-slots``).
 
+A cluster with ``standby_slots`` k also runs the k slots numbered after the need (within
+``max_slots``): they start Spark and stand by without claiming, so a scale-up's new slot is
+already warm and joins within a second of the decision; on a scale-down the surplus slot stands
+by again instead of exiting (``--standby-slots``).
+
 `ConsumePlan.of` is pure; `plan_consume` reads the registry and the slot locks.
 
 Example:
@@ -37,7 +42,7 @@ from lagsched.core.clusters import DEFAULT_SLOT_BUDGET_S, ClusterConfig
 from lagsched.core.lake import job_args
 from lagsched.core.registry import TopicRow
 
-__all__ = ["ConsumePlan", "SlotOptions", "SlotPlan", "plan_consume", "slot_name", "slots_needed"]
+__all__ = ["ConsumePlan", "SlotOptions", "SlotPlan", "plan_consume", "slot_name", "slots_needed", "slots_to_run"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +65,18 @@ def slots_needed(topics: Iterable[TopicRow], max_slots: int) -> int:
     """
     wanted = max((t.linker_workers for t in topics if t.enabled), default=0)
     return max(0, min(wanted, max_slots))
+
+
+def slots_to_run(needed: int, max_slots: int, standby: int = 0) -> int:
+    """Slots to keep running for a cluster: the need and ``standby`` warm ones, at most ``max_slots``;
+    none for a cluster that needs none (nothing to stand by for).
+
+    >>> slots_to_run(2, 4), slots_to_run(2, 4, 1), slots_to_run(4, 4, 1), slots_to_run(0, 4, 1)
+    (2, 3, 4, 0)
+    """
+    if needed <= 0:
+        return 0
+    return min(needed + standby, max_slots)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,15 +150,17 @@ class ConsumePlan:
         *,
         budgets: Mapping[str, int] | None = None,
         rates: Mapping[str, float | None] | None = None,
+        standbys: Mapping[str, int] | None = None,
         running: Collection[str] = (),
     ) -> ConsumePlan:
         """``sinks``: each cluster's ``sink`` settings (``lagsched_clusters``), passed on as job options;
         ``budgets``: each cluster's ``slot_budget_s``; ``rates``: each cluster's ``slot_max_rate``;
-        ``running``: slot names already running."""
+        ``standbys``: each cluster's ``standby_slots``; ``running``: slot names already running."""
         slots: list[SlotPlan] = []
         skipped: list[str] = []
         for cluster in sorted(wanted):
-            count = max(0, min(wanted[cluster], max_slots[cluster]))
+            standby = (standbys or {}).get(cluster, 0)
+            count = slots_to_run(wanted[cluster], max_slots[cluster], standby)
             conn_id = (conn_ids or {}).get(cluster, "lagsched_kafka")
             budget = (budgets or {}).get(cluster, DEFAULT_SLOT_BUDGET_S)
             for n in range(1, count + 1):
@@ -153,7 +172,8 @@ class ConsumePlan:
                 numbers = ("--slot-number", str(n), "--max-slots", str(max_slots[cluster]))
                 rate = (rates or {}).get(cluster)
                 capped = () if rate is None else ("--max-rate", _number(rate))
-                args = ("--slot", name, "--cluster", cluster, *numbers, *options.args(budget), *capped, *sink)
+                warm = ("--standby-slots", str(standby)) if standby else ()
+                args = ("--slot", name, "--cluster", cluster, *numbers, *warm, *options.args(budget), *capped, *sink)
                 slots.append(SlotPlan(cluster, name, conn_id, args))
         return cls(dict(wanted), tuple(slots), tuple(skipped))
 
@@ -192,7 +212,11 @@ def plan_consume(
             )  # fmt: skip
     running: set[str] = set()
     if locks is not None:
-        names = [slot_name(c.name, n) for c in clusters for n in range(1, min(wanted[c.name], c.max_slots) + 1)]
+        names = [
+            slot_name(c.name, n)
+            for c in clusters
+            for n in range(1, slots_to_run(wanted[c.name], c.max_slots, c.standby_slots) + 1)
+        ]
         ids = {slot_id_for(name): name for name in names}
         running = {ids[slot_id] for slot_id in locks.holders(list(ids))}
     plan = ConsumePlan.of(
@@ -203,6 +227,7 @@ def plan_consume(
         {c.name: c.sink_settings() for c in clusters},
         budgets={c.name: c.slot_budget_s for c in clusters},
         rates={c.name: c.slot_max_rate for c in clusters},
+        standbys={c.name: c.standby_slots for c in clusters},
         running=running,
     )
     log.info("consume plan: %s", plan.as_dict())
