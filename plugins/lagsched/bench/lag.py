@@ -13,7 +13,10 @@ every minute:
 * ``measure_cpu_s``, ``sync_cpu_s``: the worst CPU time of this process (all threads) in those
   runs: what the code costs apart from waiting for a core on a shared machine.
 
-The first section has ``--topics`` topics (1,000: targets measure < 2 s, sync < 5 s), the second
+The first section has ``--topics`` topics (1,000: targets measure < 2 s, sync < 5 s); the ``full``
+section (keys ending ``_full``) the same topics in the state a busy pipeline lives in once its
+windows are full (`_fill_windows`: records, committed offsets, ``sample_window`` samples in every
+partition's two windows and as many lag records per topic; target measure < 2 s); the third
 ``--large-topics`` (10,000, 100,000 partitions: measure < 10 s, sync < 20 s; its keys end in
 ``_100k``). Each is run ``--runs`` times and the worst is reported.
 
@@ -57,7 +60,9 @@ log = logging.getLogger(__name__)
 DEFAULT_OUT = "bench/results/lag.json"
 
 #: Targets of issue 16: (measure, sync) seconds, worst of the runs.
-TARGETS = {"measure_s": 2.0, "sync_s": 5.0, "measure_s_100k": 10.0, "sync_s_100k": 20.0}
+TARGETS = {"measure_s": 2.0, "sync_s": 5.0, "measure_s_full": 2.0, "measure_s_100k": 10.0, "sync_s_100k": 20.0}
+#: The sections, in the order they run: idle windows, full windows (``_full``), 100,000 partitions.
+SECTIONS = ("small", "full", "large")
 
 #: Live heap per partition on the stack's broker (Kafka 4.1: 10,000 partitions took ~280 MB
 #: after a full GC, mostly per-partition metrics and log objects).
@@ -321,8 +326,13 @@ def _with_rest(spans: dict[str, float], total: float) -> dict[str, float]:
 # -- one section -----------------------------------------------------------------------------
 
 
-def run(topics: int, partitions: int, runs: int) -> dict[str, Any]:
-    """Create the topics, time sync and measure `runs` times each, clean up; the figures."""
+def run(topics: int, partitions: int, runs: int, *, full_windows: bool = False) -> dict[str, Any]:
+    """Create the topics, time sync and measure `runs` times each, clean up; the figures.
+
+    ``full_windows``: before the timed runs, bring every partition to the state a busy pipeline
+    lives in after two hours (`_fill_windows`): records in each partition, a committed offset
+    behind them, and full sample windows and lag histories (`sample_window` of each).
+    """
     from lagsched.adapters.kafka_admin import admin_client
     from lagsched.adapters.lag_store import LagStore, redis_client
     from lagsched.adapters.mysql import connect
@@ -367,6 +377,10 @@ def run(topics: int, partitions: int, runs: int) -> dict[str, Any]:
         measure(cluster, mysql=conn, admin=admin, store=store, settings=settings, now=time.time())
         first_measure_s = time.monotonic() - started
         print(f"   first sync {first_sync_s:.3f} s, first measure {first_measure_s:.3f} s", flush=True)
+        if full_windows:
+            started = time.monotonic()
+            _fill_windows(conn, store, cluster, names, partitions=partitions, window=settings.sample_window)
+            print(f"   filled every window to {settings.sample_window} samples in {time.monotonic() - started:.1f} s")
         syncs, measures, sync_cpu, measure_cpu = [], [], [], []
         for i in range(runs):
             started, cpu = time.monotonic(), time.process_time()
@@ -413,6 +427,57 @@ def run(topics: int, partitions: int, runs: int) -> dict[str, Any]:
     }
 
 
+def _fill_windows(conn: Any, store: Any, cluster: str, names: list[str], *, partitions: int, window: int) -> None:
+    """Every partition as a busy pipeline leaves it after ``window`` measurements a minute apart.
+
+    ``window`` records in each partition (offsets 0..window-1); a committed offset of half of
+    that in MySQL; a latest-offset window of ``window`` samples (offset i at minute i) and a
+    committed window of as many (offset i // 2), so no run of equal offsets shortens them; and
+    ``window`` lag records per topic. Each timed measurement then reads, extends and rewrites
+    windows of that size, as production does every minute once its windows are full.
+    """
+    from confluent_kafka import Producer
+
+    from lagsched.adapters import lag_store
+    from lagsched.adapters.lag_store import LagRecord
+    from lagsched.connections import kafka_config
+    from lagsched.core.lag import OffsetSample
+
+    producer = Producer({**kafka_config(), "linger.ms": 50, "batch.num.messages": 10_000, "acks": 1})
+    for name in names:
+        for partition in range(partitions):
+            for _ in range(window):
+                producer.produce(name, value=b"x", partition=partition)
+            producer.poll(0)
+    if producer.flush(300):
+        raise RuntimeError("records for the full windows were not all delivered")
+    committed = window // 2 - 1
+    with conn.cursor() as cur:
+        cur.execute(
+            "UPDATE topic_partitions p JOIN topics t ON t.topic_id = p.topic_id SET p.committed_offset = %s"
+            " WHERE t.cluster = %s",
+            (committed, cluster),
+        )
+    conn.commit()
+    now = time.time()
+    at = [now - (window - i) * 60.0 for i in range(window)]
+    pipe = store.client.pipeline(transaction=False)
+    for name in names:
+        for kind, step in ((store.latest_key, 1), (store.committed_key, 2)):
+            fields = {}
+            for partition in range(partitions):
+                h, f = lag_store._location(kind(name, partition))  # the store's own layout
+                fields[f] = ";".join(lag_store._member(OffsetSample(at[i], i // step)) for i in range(window))
+            pipe.hset(h, mapping=fields)
+            pipe.expire(h, int(store.max_age_s))
+        if len(pipe) >= 2000:
+            pipe.execute()
+    pipe.execute()
+    for i in range(window):
+        lag = partitions * (window - committed)
+        store.add_lag_records({n: LagRecord(at=at[i], lag=lag, lost=0) for n in names})
+
+
 def _load_average() -> list[float] | None:
     try:
         return [round(x, 2) for x in os.getloadavg()]
@@ -428,7 +493,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--large-runs", type=int, default=5)
     parser.add_argument("--out", default=DEFAULT_OUT)
+    parser.add_argument(
+        "--sections", default=",".join(SECTIONS),
+        help="comma-separated sections to run (small, full, large); the others' figures already in --out are kept",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    sections = [x.strip() for x in args.sections.split(",") if x.strip()]
+    if not sections or set(sections) - set(SECTIONS):
+        parser.error(f"--sections: some of {', '.join(SECTIONS)}")
     if not (1 <= args.topics <= 10_000 and 0 <= args.large_topics <= 10_000 and 1 <= args.partitions <= 100):
         parser.error("--topics 1..10000, --large-topics 0..10000, --partitions 1..100")
     if not (5 <= args.runs <= 100 and 5 <= args.large_runs <= 100):
@@ -438,15 +510,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     use_local_stack_connections()
     before = broker_limits()
     load = {"before": _load_average()}
+    figures: dict[str, Any] = _kept_figures(Path(args.out), sections)
     small_topics, small_reason = fit_topics(args.topics, args.partitions)
-    if small_reason is not None:
+    if small_reason is not None and {"small", "full"} & set(sections):
         raise SystemExit(f"the broker has no room for the first section: {small_reason}")
-    small = run(small_topics, args.partitions, args.runs)
-    figures: dict[str, Any] = dict(small)
-    if args.large_topics:
+    if "small" in sections:
+        figures |= run(small_topics, args.partitions, args.runs)
+    if "full" in sections:
+        if before is not None:
+            _wait_for_files_to_close(before.open_files + 200)
+        full = run(small_topics, args.partitions, args.runs, full_windows=True)
+        figures |= {f"{k}_full": v for k, v in full.items()}
+    if "large" in sections and args.large_topics:
         if before is not None:
             _wait_for_files_to_close(before.open_files + 200)
         figures |= _large_section(args.large_topics, args.partitions, args.large_runs)
+    figures.setdefault("measured_at", {}).update(
+        dict.fromkeys(sections, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    )
     load["after"] = _load_average()
     figures["load_average"] = load
     figures["targets"] = {k: v for k, v in TARGETS.items() if k in figures}
@@ -532,6 +613,19 @@ def _kafka_connection(bootstrap: str) -> Iterator[None]:
             os.environ.pop(key, None)
         else:
             os.environ[key] = before
+
+
+def _kept_figures(out: Path, sections: Sequence[str]) -> dict[str, Any]:
+    """The figures of the sections not run now, from an earlier ``out`` (none when all run)."""
+    if set(sections) == set(SECTIONS) or not out.exists():
+        return {}
+    old = json.loads(out.read_text())
+
+    def section(key: str) -> str:
+        return "large" if key.endswith("_100k") else "full" if key.endswith("_full") else "small"
+
+    shared = {"load_average", "targets", "met", "measured_at"}
+    return {k: v for k, v in old.items() if k in shared or section(k) not in sections}
 
 
 def _met(figures: dict[str, Any]) -> dict[str, bool]:
