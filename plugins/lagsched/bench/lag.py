@@ -93,6 +93,21 @@ def _create_topics(admin: Any, names: list[str], partitions: int) -> None:
     from lagsched.core.errors import KafkaOffsetsError
 
     deadline = time.monotonic() + 600
+    # Leaders first, from metadata alone: asking list_offsets of thousands of leaderless partitions
+    # again and again is when the process died of a segfault in libc (three times so far).
+    wanted = set(names)
+    while time.monotonic() < deadline:
+        topics = admin.list_topics(timeout=30).topics
+        leaderless = sum(
+            1
+            for n in wanted
+            for part in (topics[n].partitions.values() if n in topics else [None])
+            if part is None or part.leader < 0
+        )
+        if not leaderless:
+            break
+        print(f"   waiting for {leaderless:,} new partitions' leaders", flush=True)
+        time.sleep(2)
     while True:
         # Each attempt's client is kept until the process ends: twice a bench process died of a
         # segfault (pthread_mutex_lock on NULL in libc) while these attempts failed by the
@@ -443,11 +458,15 @@ def _fill_windows(conn: Any, store: Any, cluster: str, names: list[str], *, part
     from lagsched.connections import kafka_config
     from lagsched.core.lag import OffsetSample
 
-    producer = Producer({**kafka_config(), "linger.ms": 50, "batch.num.messages": 10_000, "acks": 1})
+    producer = Producer({**kafka_config(), "linger.ms": 50, "queue.buffering.max.messages": 1_000_000, "acks": 1})
     for name in names:
         for partition in range(partitions):
             for _ in range(window):
-                producer.produce(name, value=b"x", partition=partition)
+                try:
+                    producer.produce(name, value=b"x", partition=partition)
+                except BufferError:  # the local queue is full: let it drain, then go on
+                    producer.flush(60)
+                    producer.produce(name, value=b"x", partition=partition)
             producer.poll(0)
     if producer.flush(300):
         raise RuntimeError("records for the full windows were not all delivered")
