@@ -1,5 +1,6 @@
-"""The lag store's window text: decoded in bulk, re-encoded reusing the kept samples' text, always
-equal to encoding the window afresh (a fake-free check of the pure helpers; Redis I/O is covered by
+"""The lag store's window text: a sample appended to the stored members (`append_member`) gives
+exactly the members of `SampleWindow.add`'s window, and the members are read back lazily and in
+bulk to the same samples (a fake-free check of the pure helpers; Redis I/O is covered by
 tests/integration/test_lag_measurement.py)."""
 
 from __future__ import annotations
@@ -8,24 +9,24 @@ import random
 
 import pytest
 
-from lagsched.adapters.lag_store import _decode, _encode, _encode_after
+from lagsched.adapters.lag_store import PackedSamples, _decode, _member, append_member
 from lagsched.core.lag import OffsetSample, SampleWindow
 
 
 def replay(steps: list[tuple[float, int]], max_samples: int, max_age_s: float | None) -> None:
     window = SampleWindow(max_samples, max_age_s)
-    raw: str | None = None
+    members: list[str] = []
     for at, offset in steps:
-        before = SampleWindow(max_samples, max_age_s, _decode(raw)) if raw else window
-        after = before.add(OffsetSample(at, offset))
-        encoded = _encode_after(before, after, raw)
-        assert encoded == _encode(after), (before.samples, after.samples)
-        assert _decode(encoded) == after.samples
-        raw = encoded
+        sample = OffsetSample(at, offset)
+        window = window.add(sample)
+        members = append_member(members, sample, max_samples, max_age_s)
+        assert members == [_member(s) for s in window.samples], (window.samples, members)
+        assert PackedSamples(members) == window.samples
+        assert _decode(";".join(members)) == window.samples
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_reused_text_equals_a_fresh_encoding_over_random_histories(seed: int) -> None:
+@pytest.mark.parametrize("seed", range(40))
+def test_appending_to_the_text_equals_the_window_rule_over_random_histories(seed: int) -> None:
     rng = random.Random(seed)
     at, offset, steps = 1_790_000_000.0, 0, []
     for _ in range(300):
@@ -36,10 +37,16 @@ def test_reused_text_equals_a_fresh_encoding_over_random_histories(seed: int) ->
 
 
 def test_a_full_window_drops_its_oldest_member_and_appends_the_newest() -> None:
-    window = SampleWindow(3, None, (OffsetSample(0.0, 1), OffsetSample(60.0, 2), OffsetSample(120.0, 3)))
-    raw = _encode(window)
-    assert raw == "1@0.0;2@60.0;3@120.0"
-    assert _encode_after(window, window.add(OffsetSample(180.0, 4)), raw) == "2@60.0;3@120.0;4@180.0"
+    members = ["1@0.0", "2@60.0", "3@120.0"]
+    assert append_member(members, OffsetSample(180.0, 4), 3, None) == ["2@60.0", "3@120.0", "4@180.0"]
+    assert members == ["1@0.0", "2@60.0", "3@120.0"]  # the caller's list is left alone
+
+
+def test_packed_samples_parse_only_what_is_read() -> None:
+    window = PackedSamples(["5@0.0", "not a sample", "9@300.0"])
+    assert (len(window), window[0], window[-1]) == (3, OffsetSample(0.0, 5), OffsetSample(300.0, 9))
+    with pytest.raises(ValueError):
+        window[1]  # reading the malformed member is what fails
 
 
 @pytest.mark.parametrize("raw", ["1@0.0;2", "1;2@3.0", "1@2@3.0", "x@1.0"])

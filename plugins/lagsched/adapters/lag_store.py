@@ -40,7 +40,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from lagsched.connections import RedisParams
 from lagsched.core.chunks import chunked
@@ -52,7 +52,10 @@ __all__ = [
     "SCALING_CHANNEL",
     "LagRecord",
     "LagStore",
+    "PackedSamples",
     "PartitionKey",
+    "StoredWindow",
+    "append_member",
     "redis_client",
 ]
 
@@ -274,23 +277,27 @@ class LagStore:
                 found.update({(h, f): v or None for f, v in zip(fields[h], values, strict=True)})
         return [found[loc] for loc in locations]
 
-    def add_samples(self, samples: Mapping[str, OffsetSample]) -> dict[str, SampleWindow]:
+    def add_samples(self, samples: Mapping[str, OffsetSample]) -> dict[str, StoredWindow]:
         """Append one sample to each key's window; returns the windows as now stored.
 
         One read of all keys, then one MULTI/EXEC that rewrites the windows that changed (one
-        HSET per topic) and refreshes the EXPIREs.
+        HSET per topic) and refreshes the EXPIREs. The windows are appended to as text
+        (`append_member`, the rule of `SampleWindow.add` on the stored members) and returned
+        unparsed (`PackedSamples`): a full window holds 120 samples and the lag math reads a few
+        of them, so parsing every window whole was most of a measurement once windows filled.
         """
         keys = list(samples)
         locations = [_location(k) for k in keys]
         stored = self._read_at(locations)
-        after: dict[str, SampleWindow] = {}
+        after: dict[str, StoredWindow] = {}
         writes: dict[str, dict[str, str]] = {}
         for key, (h, f), raw in zip(keys, locations, stored, strict=True):
-            before = self._window(raw)
-            after[key] = before.add(samples[key])
-            encoded = _encode_after(before, after[key], raw)
+            members = _members(raw)
+            kept = append_member(members, samples[key], self.max_samples, self.max_age_s)
+            after[key] = StoredWindow(PackedSamples(kept))
+            encoded = ";".join(kept)
             writes.setdefault(h, {})
-            if encoded != raw:
+            if encoded != (raw or ""):
                 writes[h][f] = encoded
         if writes:
             pipe = self.client.pipeline(transaction=True)
@@ -349,28 +356,96 @@ def _member(sample: OffsetSample) -> str:
     return f"{sample.offset}@{sample.at!r}"
 
 
-def _encode(window: SampleWindow) -> str:
-    # Oldest first; repr keeps the float time exact, so an unchanged window encodes identically.
-    return ";".join(_member(s) for s in window.samples)
+@dataclass(frozen=True, slots=True)
+class StoredWindow:
+    """A window as `LagStore.add_samples` stored it: its samples, oldest first, parsed on access."""
+
+    samples: Sequence[OffsetSample]
 
 
-def _encode_after(before: SampleWindow, after: SampleWindow, raw: str | None) -> str:
-    """`_encode` of `after`, reusing `raw` (the encoding of `before`) for the samples it kept.
+class PackedSamples(Sequence[OffsetSample]):
+    """A stored window's members (``<offset>@<time>``), parsed only when one is read.
 
-    A full window of a busy partition holds 120 samples and every measurement rewrites it;
-    encoding each sample again was a third of a measurement with full windows. `SampleWindow.add`
-    keeps a contiguous run of the same sample objects and appends the new one, so when `after`
-    minus its newest sample is such a run of `before`, its text is the same run of `raw`'s
-    members; anything else is encoded afresh.
+    >>> w = PackedSamples(["5@0.0", "9@60.0", "9@300.0"])
+    >>> len(w), w[0], w[-1].offset, list(w[1:]) == [OffsetSample(60.0, 9), OffsetSample(300.0, 9)]
+    (3, OffsetSample(at=0.0, offset=5), 9, True)
     """
-    old, new = before.samples, after.samples
-    if raw and new and new[-1] not in old[-1:]:
-        kept = len(new) - 1
-        for start in (len(old) - kept, len(old) - kept - 1):  # the newest appended, or it replaced the last
-            if start >= 0 and all(a is b for a, b in zip(new[:kept], old[start : start + kept], strict=True)):
-                members = raw.split(";")[start : start + kept]
-                return ";".join([*members, _member(new[-1])])
-    return _encode(after)
+
+    __slots__ = ("_members",)
+
+    def __init__(self, members: Sequence[str]) -> None:
+        self._members = members
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    @overload
+    def __getitem__(self, index: int) -> OffsetSample: ...
+    @overload
+    def __getitem__(self, index: slice) -> PackedSamples: ...
+    def __getitem__(self, index: int | slice) -> OffsetSample | PackedSamples:
+        if isinstance(index, slice):
+            return PackedSamples(self._members[index])
+        return _sample(self._members[index])
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-looking like a list: not hashable
+
+    def __repr__(self) -> str:
+        return f"PackedSamples({list(self._members)!r})"
+
+
+def _sample(member: str) -> OffsetSample:
+    offset, at, *rest = member.split("@")
+    if rest:
+        raise ValueError(f"malformed sample {member!r}: expected <offset>@<time>")
+    return OffsetSample(float(at), int(offset))
+
+
+def _members(raw: str | None) -> list[str]:
+    """The members of a stored window, checked for shape (each ``<offset>@<time>``)."""
+    if not raw:
+        return []
+    if raw.count("@") != raw.count(";") + 1:
+        raise ValueError(f"malformed sample window {raw[:80]!r}: each member must be <offset>@<time>")
+    return raw.split(";")
+
+
+def append_member(members: list[str], sample: OffsetSample, max_samples: int, max_age_s: float | None) -> list[str]:
+    """`SampleWindow.add` on a stored window's members: the members of the window it returns.
+
+    The same rules (a late sample ignored, a reset on an offset going back, an idle run kept as its
+    first and last sample, the age and count bounds), reading only the members they look at: the
+    newest two and the oldest few. ``tests/unit/test_lag_store_encoding.py`` replays random
+    histories through both.
+    """
+    if members:
+        last = _sample(members[-1])
+        if sample.at < last.at:
+            return members
+        if sample.offset < last.offset:
+            members = []
+    items = list(members)
+    newest = _member(sample)
+    if len(items) >= 2 and _sample(items[-1]).offset == sample.offset and _sample(items[-2]).offset == sample.offset:
+        items[-1] = newest  # extend the flat run: keep its first and last sample
+    else:
+        items.append(newest)
+    if max_age_s is not None:
+        horizon = sample.at - max_age_s
+        first_kept = 0
+        while first_kept < len(items) - 2 and _sample(items[first_kept + 1]).at < horizon:
+            first_kept += 1
+        if first_kept < len(items) - 2:
+            first, second = _sample(items[first_kept]), _sample(items[first_kept + 1])
+            if first.at < horizon and first.offset != second.offset:
+                first_kept += 1
+        items = items[first_kept:]
+    if len(items) > max_samples:
+        items = items[len(items) - max_samples :]
+    return items
 
 
 def _decode(raw: str) -> tuple[OffsetSample, ...]:

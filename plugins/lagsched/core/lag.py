@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -391,17 +392,18 @@ def estimate_time_lag(
         extrapolated = now - (oldest.at - (oldest.offset - committed) / rate)
         return max(0.0, bound, extrapolated)
     # Last sample with offset <= committed; the one after it is the first with offset > committed.
-    lo = 0
-    for i, s in enumerate(latest_samples):
-        if s.offset <= committed:
-            lo = i
-        else:
-            break
+    # A window's offsets never go down (a reset starts a new window), so a binary search finds it
+    # reading a few samples of a full window rather than all of them.
+    lo = bisect.bisect_right(latest_samples, committed, key=_offset) - 1
     a, b = latest_samples[lo], latest_samples[lo + 1]
     fraction = (committed - a.offset) / (b.offset - a.offset)
     produced_at = a.at + fraction * (b.at - a.at)
     result = now - produced_at
     return result if result > 0.0 and math.isfinite(result) else 0.0
+
+
+def _offset(sample: OffsetSample) -> int:
+    return sample.offset
 
 
 def topic_time_lag(partition_time_lags: Iterable[float]) -> float:
