@@ -15,14 +15,14 @@ from lagsched.core.lag import OffsetSample, SampleWindow
 
 def replay(steps: list[tuple[float, int]], max_samples: int, max_age_s: float | None) -> None:
     window = SampleWindow(max_samples, max_age_s)
-    members: list[str] = []
+    raw = ""
     for at, offset in steps:
         sample = OffsetSample(at, offset)
         window = window.add(sample)
-        members = append_member(members, sample, max_samples, max_age_s)
-        assert members == [_member(s) for s in window.samples], (window.samples, members)
-        assert PackedSamples(members) == window.samples
-        assert _decode(";".join(members)) == window.samples
+        raw = append_member(raw, sample, max_samples, max_age_s)
+        assert raw == ";".join(_member(s) for s in window.samples), (window.samples, raw)
+        assert PackedSamples(raw) == window.samples
+        assert _decode(raw) == window.samples
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -37,13 +37,13 @@ def test_appending_to_the_text_equals_the_window_rule_over_random_histories(seed
 
 
 def test_a_full_window_drops_its_oldest_member_and_appends_the_newest() -> None:
-    members = ["1@0.0", "2@60.0", "3@120.0"]
-    assert append_member(members, OffsetSample(180.0, 4), 3, None) == ["2@60.0", "3@120.0", "4@180.0"]
-    assert members == ["1@0.0", "2@60.0", "3@120.0"]  # the caller's list is left alone
+    raw = "1@0.0;2@60.0;3@120.0"
+    assert append_member(raw, OffsetSample(180.0, 4), 3, None) == "2@60.0;3@120.0;4@180.0"
+    assert append_member(raw, OffsetSample(100.0, 4), 3, None) == raw  # a late sample changes nothing
 
 
 def test_packed_samples_parse_only_what_is_read() -> None:
-    window = PackedSamples(["5@0.0", "not a sample", "9@300.0"])
+    window = PackedSamples("5@0.0;not a sample;9@300.0")
     assert (len(window), window[0], window[-1]) == (3, OffsetSample(0.0, 5), OffsetSample(300.0, 9))
     with pytest.raises(ValueError):
         window[1]  # reading the malformed member is what fails

@@ -52,6 +52,7 @@ __all__ = [
     "SCALING_CHANNEL",
     "LagRecord",
     "LagStore",
+    "PackedRecords",
     "PackedSamples",
     "PartitionKey",
     "StoredWindow",
@@ -282,7 +283,7 @@ class LagStore:
 
         One read of all keys, then one MULTI/EXEC that rewrites the windows that changed (one
         HSET per topic) and refreshes the EXPIREs. The windows are appended to as text
-        (`append_member`, the rule of `SampleWindow.add` on the stored members) and returned
+        (`append_member`, the rule of `SampleWindow.add` on the stored text) and returned
         unparsed (`PackedSamples`): a full window holds 120 samples and the lag math reads a few
         of them, so parsing every window whole was most of a measurement once windows filled.
         """
@@ -292,10 +293,8 @@ class LagStore:
         after: dict[str, StoredWindow] = {}
         writes: dict[str, dict[str, str]] = {}
         for key, (h, f), raw in zip(keys, locations, stored, strict=True):
-            members = _members(raw)
-            kept = append_member(members, samples[key], self.max_samples, self.max_age_s)
-            after[key] = StoredWindow(PackedSamples(kept))
-            encoded = ";".join(kept)
+            encoded = append_member(_checked(raw), samples[key], self.max_samples, self.max_age_s)
+            after[key] = StoredWindow(PackedSamples(encoded))
             writes.setdefault(h, {})
             if encoded != (raw or ""):
                 writes[h][f] = encoded
@@ -328,17 +327,17 @@ class LagStore:
             self._add_records(keys=[self.lag_key(t) for t in topics], args=args, client=pipe)
         pipe.execute()
 
-    def read_lag_records(self, topics: Sequence[str]) -> dict[str, tuple[LagRecord, ...]]:
-        """Each topic's stored lag records, oldest first (empty when none), in one round trip."""
+    def read_lag_records(self, topics: Sequence[str]) -> dict[str, PackedRecords]:
+        """Each topic's stored lag records, oldest first (empty when none), in one round trip.
+
+        Parsed on access (`PackedRecords`): a topic keeps 120 records and most readers look at the
+        newest few. The ZSET's order is the records' time order (score = time, ties by member).
+        """
         pipe = self.client.pipeline(transaction=False)
         for topic in topics:
             pipe.zrange(self.lag_key(topic), 0, -1)
         rows = pipe.execute() if topics else []
-        out: dict[str, tuple[LagRecord, ...]] = {}
-        for topic, members in zip(topics, rows, strict=True):
-            recs = sorted((LagRecord.from_member(_text(m)) for m in members), key=lambda r: r.at)
-            out[topic] = tuple(recs)
-        return out
+        return {topic: PackedRecords([_text(m) for m in members]) for topic, members in zip(topics, rows, strict=True)}
 
     # -- evaluation marks ---------------------------------------------------------------------
 
@@ -364,12 +363,53 @@ class StoredWindow:
 
 
 class PackedSamples(Sequence[OffsetSample]):
-    """A stored window's members (``<offset>@<time>``), parsed only when one is read.
+    """A stored window's text (``<offset>@<time>;...``), a member parsed only when it is read; the
+    ends are read without splitting the rest.
 
-    >>> w = PackedSamples(["5@0.0", "9@60.0", "9@300.0"])
+    >>> w = PackedSamples("5@0.0;9@60.0;9@300.0")
     >>> len(w), w[0], w[-1].offset, list(w[1:]) == [OffsetSample(60.0, 9), OffsetSample(300.0, 9)]
     (3, OffsetSample(at=0.0, offset=5), 9, True)
     """
+
+    __slots__ = ("_len", "_members", "_raw")
+
+    def __init__(self, raw: str) -> None:
+        self._raw = raw
+        self._len = raw.count(";") + 1 if raw else 0
+        self._members: list[str] | None = None
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, index: int) -> OffsetSample: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[OffsetSample]: ...
+    def __getitem__(self, index: int | slice) -> OffsetSample | list[OffsetSample]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._len))]
+        i = index + self._len if index < 0 else index
+        if not 0 <= i < self._len:
+            raise IndexError(index)
+        if i == 0:
+            return _sample(self._raw[: _end(self._raw, 0)])
+        if i == self._len - 1:
+            return _sample(self._raw[self._raw.rfind(";") + 1 :])
+        if self._members is None:
+            self._members = self._raw.split(";")
+        return _sample(self._members[i])
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]  # compared by value, like a list: not hashable
+
+    def __repr__(self) -> str:
+        return f"PackedSamples({self._raw!r})"
+
+
+class PackedRecords(Sequence[LagRecord]):
+    """A topic's lag records as stored (ZSET members, oldest first), each parsed when read."""
 
     __slots__ = ("_members",)
 
@@ -380,21 +420,27 @@ class PackedSamples(Sequence[OffsetSample]):
         return len(self._members)
 
     @overload
-    def __getitem__(self, index: int) -> OffsetSample: ...
+    def __getitem__(self, index: int) -> LagRecord: ...
     @overload
-    def __getitem__(self, index: slice) -> PackedSamples: ...
-    def __getitem__(self, index: int | slice) -> OffsetSample | PackedSamples:
+    def __getitem__(self, index: slice) -> PackedRecords: ...
+    def __getitem__(self, index: int | slice) -> LagRecord | PackedRecords:
         if isinstance(index, slice):
-            return PackedSamples(self._members[index])
-        return _sample(self._members[index])
+            return PackedRecords(self._members[index])
+        return LagRecord.from_member(self._members[index])
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and tuple(self) == tuple(other)
 
-    __hash__ = None  # type: ignore[assignment]  # mutable-looking like a list: not hashable
+    __hash__ = None  # type: ignore[assignment]  # compared by value, like a list: not hashable
 
     def __repr__(self) -> str:
-        return f"PackedSamples({list(self._members)!r})"
+        return f"PackedRecords({len(self._members)} records)"
+
+
+def _end(raw: str, start: int) -> int:
+    """Where the member starting at ``start`` ends (the next ``;``, or the end of the text)."""
+    end = raw.find(";", start)
+    return len(raw) if end < 0 else end
 
 
 def _sample(member: str) -> OffsetSample:
@@ -404,48 +450,58 @@ def _sample(member: str) -> OffsetSample:
     return OffsetSample(float(at), int(offset))
 
 
-def _members(raw: str | None) -> list[str]:
-    """The members of a stored window, checked for shape (each ``<offset>@<time>``)."""
+def _checked(raw: str | None) -> str:
+    """A stored window's text, checked for shape (each member ``<offset>@<time>``); "" when absent."""
     if not raw:
-        return []
+        return ""
     if raw.count("@") != raw.count(";") + 1:
         raise ValueError(f"malformed sample window {raw[:80]!r}: each member must be <offset>@<time>")
-    return raw.split(";")
+    return raw
 
 
-def append_member(members: list[str], sample: OffsetSample, max_samples: int, max_age_s: float | None) -> list[str]:
-    """`SampleWindow.add` on a stored window's members: the members of the window it returns.
+def append_member(raw: str, sample: OffsetSample, max_samples: int, max_age_s: float | None) -> str:
+    """`SampleWindow.add` on a stored window's text: the text of the window it returns.
 
     The same rules (a late sample ignored, a reset on an offset going back, an idle run kept as its
-    first and last sample, the age and count bounds), reading only the members they look at: the
-    newest two and the oldest few. ``tests/unit/test_lag_store_encoding.py`` replays random
-    histories through both.
+    first and last sample, the age and count bounds), reading only the members they look at (the
+    newest two and the oldest few) and cutting the text rather than splitting it.
+    ``tests/unit/test_lag_store_encoding.py`` replays random histories through both.
     """
-    if members:
-        last = _sample(members[-1])
-        if sample.at < last.at:
-            return members
-        if sample.offset < last.offset:
-            members = []
-    items = list(members)
     newest = _member(sample)
-    if len(items) >= 2 and _sample(items[-1]).offset == sample.offset and _sample(items[-2]).offset == sample.offset:
-        items[-1] = newest  # extend the flat run: keep its first and last sample
+    if not raw:
+        return newest
+    tail = raw.rsplit(";", 2)
+    last = _sample(tail[-1])
+    if sample.at < last.at:
+        return raw
+    if sample.offset < last.offset:
+        return newest  # a reset starts afresh: one sample, inside every bound
+    if len(tail) >= 2 and last.offset == sample.offset and _sample(tail[-2]).offset == sample.offset:
+        raw = raw[: raw.rfind(";") + 1] + newest  # extend the flat run: keep its first and last sample
     else:
-        items.append(newest)
+        raw = f"{raw};{newest}"
+    count = raw.count(";") + 1
     if max_age_s is not None:
         horizon = sample.at - max_age_s
+        starts = [0, _end(raw, 0) + 1]  # where members 0, 1, ... start, found as far as needed
         first_kept = 0
-        while first_kept < len(items) - 2 and _sample(items[first_kept + 1]).at < horizon:
+        while (
+            first_kept < count - 2
+            and _sample(raw[starts[first_kept + 1] : _end(raw, starts[first_kept + 1])]).at < horizon
+        ):
             first_kept += 1
-        if first_kept < len(items) - 2:
-            first, second = _sample(items[first_kept]), _sample(items[first_kept + 1])
+            starts.append(_end(raw, starts[first_kept]) + 1)
+        if first_kept < count - 2:
+            first = _sample(raw[starts[first_kept] : starts[first_kept + 1] - 1])
+            second = _sample(raw[starts[first_kept + 1] : _end(raw, starts[first_kept + 1])])
             if first.at < horizon and first.offset != second.offset:
                 first_kept += 1
-        items = items[first_kept:]
-    if len(items) > max_samples:
-        items = items[len(items) - max_samples :]
-    return items
+                starts.append(_end(raw, starts[first_kept]) + 1)
+        raw, count = raw[starts[first_kept] :], count - first_kept
+    start = 0
+    for _ in range(count - max_samples):
+        start = raw.index(";", start) + 1
+    return raw[start:]
 
 
 def _decode(raw: str) -> tuple[OffsetSample, ...]:

@@ -28,11 +28,12 @@ measurement's time is part of the measurement), tests pass fixed times.
 
 from __future__ import annotations
 
+import bisect
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, overload
 
 from lagsched.adapters.gaps import lost_records
 from lagsched.adapters.kafka_admin import OffsetsAdmin, list_partitions, read_offsets
@@ -454,9 +455,9 @@ def _pipeline_state(
 ) -> PipelineState:
     """The topic's state from its committed-offset windows and its lag records plus this measurement."""
     # A record at or after this measurement's time (a re-run at the same time) is not an earlier one.
-    earlier = [LagPoint(r.at, r.lag) for r in history if r.at < current.at]
+    earlier = bisect.bisect_left(history, current.at, key=_record_at)
     return pipeline_state(
-        [*earlier, current],
+        _Points(history, earlier, current),
         last_progress_at=last_progress_at(committed),
         live_holders=live_holders,
         stall_after=stall_after,
@@ -476,6 +477,39 @@ def _worker_rate(
     active = len(set(reg.holders.values()))
     if lag <= 0 or consumed <= 0.0 or active == 0 or since is None:
         return None
-    if any(r.lag <= 0 for r in history if r.at >= since):
-        return None
+    for r in reversed(history):  # newest first: the records since `since` are the newest ones
+        if r.at < since:
+            break
+        if r.lag <= 0:
+            return None
     return consumed / active
+
+
+def _record_at(record: LagRecord) -> float:
+    return record.at
+
+
+class _Points(Sequence[LagPoint]):
+    """The first ``count`` of ``history`` as `LagPoint` s, then ``current``: built per point read,
+    since `pipeline_state` reads from the newest backwards and usually stops after a few."""
+
+    def __init__(self, history: Sequence[LagRecord], count: int, current: LagPoint) -> None:
+        self._history, self._count, self._current = history, count, current
+
+    def __len__(self) -> int:
+        return self._count + 1
+
+    @overload
+    def __getitem__(self, index: int) -> LagPoint: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[LagPoint]: ...
+    def __getitem__(self, index: int | slice) -> LagPoint | list[LagPoint]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        i = index + len(self) if index < 0 else index
+        if not 0 <= i < len(self):
+            raise IndexError(index)
+        if i == self._count:
+            return self._current
+        r = self._history[i]
+        return LagPoint(r.at, r.lag)

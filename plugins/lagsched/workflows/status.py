@@ -146,7 +146,8 @@ def cluster_status(
     override_by_topic = {str(o.get("topic_id")): o for o in overrides}
     views = []
     for t in topics:
-        newest: LagRecord | None = records.get(t.name, ())[-1] if records.get(t.name) else None
+        history = records.get(t.name)
+        newest: LagRecord | None = history[-1] if history else None
         views.append(
             TopicView(
                 topic_id=t.topic_id,
