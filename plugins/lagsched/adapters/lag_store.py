@@ -371,12 +371,14 @@ class PackedSamples(Sequence[OffsetSample]):
     (3, OffsetSample(at=0.0, offset=5), 9, True)
     """
 
-    __slots__ = ("_len", "_members", "_raw")
+    __slots__ = ("_len", "_members", "_parsed", "_raw")
 
     def __init__(self, raw: str) -> None:
         self._raw = raw
         self._len = raw.count(";") + 1 if raw else 0
         self._members: list[str] | None = None
+        #: Members already parsed, by index: the math reads the newest one again and again.
+        self._parsed: dict[int, OffsetSample] = {}
 
     def __len__(self) -> int:
         return self._len
@@ -391,13 +393,19 @@ class PackedSamples(Sequence[OffsetSample]):
         i = index + self._len if index < 0 else index
         if not 0 <= i < self._len:
             raise IndexError(index)
+        found = self._parsed.get(i)
+        if found is None:
+            found = self._parsed[i] = _sample(self._member(i))
+        return found
+
+    def _member(self, i: int) -> str:
         if i == 0:
-            return _sample(self._raw[: _end(self._raw, 0)])
+            return self._raw[: _end(self._raw, 0)]
         if i == self._len - 1:
-            return _sample(self._raw[self._raw.rfind(";") + 1 :])
+            return self._raw[self._raw.rfind(";") + 1 :]
         if self._members is None:
             self._members = self._raw.split(";")
-        return _sample(self._members[i])
+        return self._members[i]
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and tuple(self) == tuple(other)
