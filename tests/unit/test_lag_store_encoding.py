@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from lagsched.adapters.lag_store import PackedSamples, _decode, _member, append_member
+from lagsched.adapters.lag_store import PackedSamples, _decode, _member, _samples_of, append_member
 from lagsched.core.lag import OffsetSample, SampleWindow
 
 
@@ -22,6 +22,7 @@ def replay(steps: list[tuple[float, int]], max_samples: int, max_age_s: float | 
         raw = append_member(raw, sample, max_samples, max_age_s)
         assert raw == ";".join(_member(s) for s in window.samples), (window.samples, raw)
         assert PackedSamples(raw) == window.samples
+        assert tuple(_samples_of(raw)) == window.samples  # eager when short, lazy when long: the same samples
         assert _decode(raw) == window.samples
 
 
