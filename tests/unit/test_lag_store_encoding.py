@@ -54,3 +54,15 @@ def test_packed_samples_parse_only_what_is_read() -> None:
 def test_a_malformed_window_is_refused(raw: str) -> None:
     with pytest.raises(ValueError):
         _decode(raw)
+
+
+def test_packed_records_read_back_the_records_in_order() -> None:
+    from lagsched.adapters.lag_store import LagRecord, PackedRecords
+
+    records = tuple(LagRecord(at=60.0 * i, lag=i * 10, lost=i % 2, state="ok") for i in range(5))
+    packed = PackedRecords([r.to_member() for r in records])
+    assert packed == records and len(packed) == 5
+    assert (packed[-1], packed[0], tuple(packed[1:3])) == (records[-1], records[0], records[1:3])
+    assert list(reversed(packed)) == list(reversed(records))
+    with pytest.raises(IndexError):
+        packed[5]  # past the end, as a tuple

@@ -417,12 +417,13 @@ class PackedSamples(Sequence[OffsetSample]):
 
 
 class PackedRecords(Sequence[LagRecord]):
-    """A topic's lag records as stored (ZSET members, oldest first), each parsed when read."""
+    """A topic's lag records as stored (ZSET members, oldest first), each parsed when first read."""
 
-    __slots__ = ("_members",)
+    __slots__ = ("_members", "_parsed")
 
     def __init__(self, members: Sequence[str]) -> None:
         self._members = members
+        self._parsed: dict[int, LagRecord] = {}
 
     def __len__(self) -> int:
         return len(self._members)
@@ -434,7 +435,11 @@ class PackedRecords(Sequence[LagRecord]):
     def __getitem__(self, index: int | slice) -> LagRecord | PackedRecords:
         if isinstance(index, slice):
             return PackedRecords(self._members[index])
-        return LagRecord.from_member(self._members[index])
+        i = index + len(self._members) if index < 0 else index
+        found = self._parsed.get(i)
+        if found is None:
+            found = self._parsed[i] = LagRecord.from_member(self._members[index])
+        return found
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and tuple(self) == tuple(other)
