@@ -40,7 +40,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 from lagsched.connections import RedisParams
 from lagsched.core.chunks import chunked
@@ -62,6 +62,8 @@ __all__ = [
 
 DEFAULT_PREFIX = "lagsched:"
 SCALING_CHANNEL = "lagsched:scaling"
+
+_T = TypeVar("_T")
 """The pub/sub channel scaling decisions are announced on (see docs/lag.md)."""
 
 PartitionKey = tuple[str, int]
@@ -362,7 +364,45 @@ class StoredWindow:
     samples: Sequence[OffsetSample]
 
 
-class PackedSamples(Sequence[OffsetSample]):
+class _ParsedOnRead(Sequence[_T]):
+    """A stored sequence whose items are parsed when first read and kept: readers of a full window
+    or history look at a few items, often the same one again and again. Compared by value with any
+    sequence, like a list (so not hashable); a slice is a list of the items."""
+
+    __slots__ = ("_len", "_parsed")
+
+    def __init__(self, length: int) -> None:
+        self._len = length
+        self._parsed: dict[int, _T] = {}
+
+    def _parse(self, i: int) -> _T:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, index: int) -> _T: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[_T]: ...
+    def __getitem__(self, index: int | slice) -> _T | list[_T]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._len))]
+        i = index + self._len if index < 0 else index
+        if not 0 <= i < self._len:
+            raise IndexError(index)
+        found = self._parsed.get(i)
+        if found is None:
+            found = self._parsed[i] = self._parse(i)
+        return found
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class PackedSamples(_ParsedOnRead[OffsetSample]):
     """A stored window's text (``<offset>@<time>;...``), a member parsed only when it is read; the
     ends are read without splitting the rest.
 
@@ -371,83 +411,40 @@ class PackedSamples(Sequence[OffsetSample]):
     (3, OffsetSample(at=0.0, offset=5), 9, True)
     """
 
-    __slots__ = ("_len", "_members", "_parsed", "_raw")
+    __slots__ = ("_members", "_raw")
 
     def __init__(self, raw: str) -> None:
+        super().__init__(raw.count(";") + 1 if raw else 0)
         self._raw = raw
-        self._len = raw.count(";") + 1 if raw else 0
         self._members: list[str] | None = None
-        #: Members already parsed, by index: the math reads the newest one again and again.
-        self._parsed: dict[int, OffsetSample] = {}
 
-    def __len__(self) -> int:
-        return self._len
-
-    @overload
-    def __getitem__(self, index: int) -> OffsetSample: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[OffsetSample]: ...
-    def __getitem__(self, index: int | slice) -> OffsetSample | list[OffsetSample]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(self._len))]
-        i = index + self._len if index < 0 else index
-        if not 0 <= i < self._len:
-            raise IndexError(index)
-        found = self._parsed.get(i)
-        if found is None:
-            found = self._parsed[i] = _sample(self._member(i))
-        return found
-
-    def _member(self, i: int) -> str:
+    def _parse(self, i: int) -> OffsetSample:
         if i == 0:
-            return self._raw[: _end(self._raw, 0)]
+            return _sample(self._raw[: _end(self._raw, 0)])
         if i == self._len - 1:
-            return self._raw[self._raw.rfind(";") + 1 :]
+            return _sample(self._raw[self._raw.rfind(";") + 1 :])
         if self._members is None:
             self._members = self._raw.split(";")
-        return self._members[i]
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and tuple(self) == tuple(other)
-
-    __hash__ = None  # type: ignore[assignment]  # compared by value, like a list: not hashable
+        return _sample(self._members[i])
 
     def __repr__(self) -> str:
         return f"PackedSamples({self._raw!r})"
 
 
-class PackedRecords(Sequence[LagRecord]):
+class PackedRecords(_ParsedOnRead[LagRecord]):
     """A topic's lag records as stored (ZSET members, oldest first), each parsed when first read."""
 
-    __slots__ = ("_members", "_parsed")
+    __slots__ = ("_members",)
 
     def __init__(self, members: Sequence[str]) -> None:
+        super().__init__(len(members))
         self._members = members
-        self._parsed: dict[int, LagRecord] = {}
 
-    def __len__(self) -> int:
-        return len(self._members)
-
-    @overload
-    def __getitem__(self, index: int) -> LagRecord: ...
-    @overload
-    def __getitem__(self, index: slice) -> PackedRecords: ...
-    def __getitem__(self, index: int | slice) -> LagRecord | PackedRecords:
-        if isinstance(index, slice):
-            return PackedRecords(self._members[index])
-        i = index + len(self._members) if index < 0 else index
-        found = self._parsed.get(i)
-        if found is None:
-            found = self._parsed[i] = LagRecord.from_member(self._members[index])
-        return found
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and tuple(self) == tuple(other)
-
-    __hash__ = None  # type: ignore[assignment]  # compared by value, like a list: not hashable
+    def _parse(self, i: int) -> LagRecord:
+        return LagRecord.from_member(self._members[i])
 
     def __repr__(self) -> str:
-        return f"PackedRecords({len(self._members)} records)"
+        return f"PackedRecords({self._len} records)"
 
 
 #: Windows up to this many samples are parsed whole: for an idle partition's two samples, a tuple

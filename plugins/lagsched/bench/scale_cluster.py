@@ -13,14 +13,13 @@ controller on ``LAGSCHED_KAFKA_SCALE_CONTROLLER_PORT`` (default 19399), data in
 
 from __future__ import annotations
 
-import base64
 import os
 import shutil
-import uuid
 from pathlib import Path
 
 from lagsched.stack.config import StackConfig
-from lagsched.stack.services import Kafka, _port_open, start_together
+from lagsched.stack.kafka_cluster import ClusterNode
+from lagsched.stack.services import ONE_REPLICA_INTERNAL_TOPICS, start_together
 
 __all__ = ["ScaleBroker", "bootstrap", "down", "up"]
 
@@ -33,7 +32,7 @@ def _controller_port() -> int:
     return int(os.environ.get("LAGSCHED_KAFKA_SCALE_CONTROLLER_PORT", "19399"))
 
 
-class ScaleBroker(Kafka):
+class ScaleBroker(ClusterNode):
     """Node ``node_id`` (1-based) of the scale cluster; node 1 is also its only controller."""
 
     start_timeout_s = 180.0
@@ -52,10 +51,6 @@ class ScaleBroker(Kafka):
     def top(self) -> Path:
         return self.cfg.home / "kafka-scale"
 
-    @property
-    def dir(self) -> Path:
-        return self.top / f"broker-{self.node_id}"
-
     def _write_config(self) -> Path:
         controller = f"127.0.0.1:{_controller_port()}"
         listeners = f"PLAINTEXT://127.0.0.1:{self.port}"
@@ -71,36 +66,14 @@ class ScaleBroker(Kafka):
             "log.dirs": str(self.dir / "data"),
             "num.partitions": "1",
             "auto.create.topics.enable": "false",
-            "offsets.topic.replication.factor": "1",
-            "offsets.topic.num.partitions": "4",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
+            **ONE_REPLICA_INTERNAL_TOPICS,
             # Small preallocated indexes: 100,000 partitions x 2 maps of the default 10 MiB would
             # reserve 2 TB of address space; the benchmark's partitions are empty.
             "log.index.size.max.bytes": str(1 << 20),
             "log.segment.delete.delay.ms": "1000",
         }
-        self.dir.mkdir(parents=True, exist_ok=True)
-        path = self.dir / "server.properties"
-        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-        (self.dir / "log4j2.properties").write_text(
-            "status = warn\n"
-            "appender.out.type = Console\nappender.out.name = STDOUT\n"
-            "appender.out.layout.type = PatternLayout\n"
-            "appender.out.layout.pattern = [%d] %p %m (%c)%n\n"
-            "rootLogger.level = WARN\nrootLogger.appenderRef.out.ref = STDOUT\n"
-            "logger.server.name = kafka.server.KafkaServer\nlogger.server.level = INFO\n"
-        )
-        return path
-
-    def _cluster_id(self) -> str:
-        path = self.top / "cluster.id"
-        if not path.exists():
-            self.top.mkdir(parents=True, exist_ok=True)
-            path.write_text(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=") + "\n")
-        return path.read_text().strip()
+        # WARN: at INFO each broker logs every one of its ~17,000 partitions' creation and deletion.
+        return self._write_node_files(props, root_level="WARN")
 
     def prepare(self) -> None:
         config = self._write_config()
@@ -113,18 +86,6 @@ class ScaleBroker(Kafka):
 
     def command(self) -> list[str]:
         return self._kafka_command(initial_heap="256m", max_heap=self.heap)
-
-    def is_healthy(self) -> bool:
-        """Serving clients and registered with the cluster."""
-        if not _port_open(self.port):
-            return False
-        from confluent_kafka.admin import AdminClient
-
-        try:
-            meta = AdminClient({"bootstrap.servers": f"127.0.0.1:{self.port}"}).list_topics(timeout=3)
-        except Exception:  # noqa: BLE001 - any failure means "not healthy yet"
-            return False
-        return self.node_id in meta.brokers
 
     def detail(self) -> str:
         return f"kafka://127.0.0.1:{self.port} (scale cluster node {self.node_id})"

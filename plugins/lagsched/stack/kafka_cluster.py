@@ -36,7 +36,18 @@ from lagsched.stack.config import StackConfig, load
 from lagsched.stack.process import ServiceError
 from lagsched.stack.services import Kafka, Status, _port_open, start_together
 
-__all__ = ["RACKS", "RackBroker", "brokers", "down", "main", "start_broker", "status", "stop_broker", "up"]
+__all__ = [
+    "RACKS",
+    "ClusterNode",
+    "RackBroker",
+    "brokers",
+    "down",
+    "main",
+    "start_broker",
+    "status",
+    "stop_broker",
+    "up",
+]
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +57,46 @@ RACKS = ("a", "b", "c")
 REPLICA_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
 
-class RackBroker(Kafka):
+class ClusterNode(Kafka):
+    """A node of a multi-node cluster: its own client ``port``, its data under ``top``/broker-<id>,
+    and a cluster id shared by the nodes (``top``/cluster.id)."""
+
+    node_id: int
+
+    @property
+    def port(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def top(self) -> Path:
+        raise NotImplementedError
+
+    @property
+    def dir(self) -> Path:
+        return self.top / f"broker-{self.node_id}"
+
+    def _cluster_id(self) -> str:
+        """The one cluster id of the nodes, made by whichever node is prepared first."""
+        path = self.top / "cluster.id"
+        if not path.exists():
+            self.top.mkdir(parents=True, exist_ok=True)
+            path.write_text(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=") + "\n")
+        return path.read_text().strip()
+
+    def is_healthy(self) -> bool:
+        """Serving clients and registered with the cluster (it is in the metadata it serves)."""
+        if not _port_open(self.port):
+            return False
+        from confluent_kafka.admin import AdminClient
+
+        try:
+            meta = AdminClient({"bootstrap.servers": f"127.0.0.1:{self.port}"}).list_topics(timeout=3)
+        except Exception:  # noqa: BLE001 - any failure means "not healthy yet"
+            return False
+        return self.node_id in meta.brokers
+
+
+class RackBroker(ClusterNode):
     """Node ``node_id`` (1-3) of the rack cluster: broker and controller, in rack ``RACKS[node_id - 1]``."""
 
     start_timeout_s = 120.0
@@ -74,10 +124,6 @@ class RackBroker(Kafka):
     def top(self) -> Path:
         """The cluster's folder (its id, shared by the three nodes)."""
         return self.cfg.home / "kafka-rack"
-
-    @property
-    def dir(self) -> Path:
-        return self.top / f"broker-{self.node_id}"
 
     def _write_config(self) -> Path:
         c = self.cfg
@@ -115,27 +161,7 @@ class RackBroker(Kafka):
             "log.retention.check.interval.ms": "2000",
             "log.segment.delete.delay.ms": "1000",
         }
-        self.dir.mkdir(parents=True, exist_ok=True)
-        path = self.dir / "server.properties"
-        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-        (self.dir / "log4j2.properties").write_text(
-            "status = warn\n"
-            "appender.out.type = Console\nappender.out.name = STDOUT\n"
-            "appender.out.layout.type = PatternLayout\n"
-            "appender.out.layout.pattern = [%d] %p %m (%c)%n\n"
-            "rootLogger.level = INFO\nrootLogger.appenderRef.out.ref = STDOUT\n"
-            "logger.state.name = state.change.logger\nlogger.state.level = WARN\n"
-            "logger.request.name = kafka.request.logger\nlogger.request.level = WARN\n"
-        )
-        return path
-
-    def _cluster_id(self) -> str:
-        """The one cluster id of the three nodes, made by whichever node is prepared first."""
-        path = self.top / "cluster.id"
-        if not path.exists():
-            self.top.mkdir(parents=True, exist_ok=True)
-            path.write_text(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=") + "\n")
-        return path.read_text().strip()
+        return self._write_node_files(props)
 
     def prepare(self) -> None:
         config = self._write_config()
@@ -145,18 +171,6 @@ class RackBroker(Kafka):
 
     def command(self) -> list[str]:
         return self._kafka_command(initial_heap="128m", max_heap=os.environ.get("LAGSCHED_KAFKA_RACK_HEAP", "384m"))
-
-    def is_healthy(self) -> bool:
-        """Serving clients and registered with the cluster (it is in the metadata it serves)."""
-        if not _port_open(self.port):
-            return False
-        from confluent_kafka.admin import AdminClient
-
-        try:
-            meta = AdminClient({"bootstrap.servers": f"127.0.0.1:{self.port}"}).list_topics(timeout=3)
-        except Exception:  # noqa: BLE001 - any failure means "not healthy yet"
-            return False
-        return self.node_id in meta.brokers
 
     def detail(self) -> str:
         return f"kafka://127.0.0.1:{self.port} rack {self.rack} (controller {self.controller_port})"

@@ -20,7 +20,7 @@ import sys
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -240,6 +240,17 @@ class MariaDB(Service):
             raise ServiceError(f"could not create the lagsched database and user: {result.stderr}")
 
 
+#: Kafka's internal topics on brokers without replicas to spare (one copy, four offsets partitions).
+ONE_REPLICA_INTERNAL_TOPICS = {
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "4",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+}
+
+
 class Kafka(Service):
     """One Apache Kafka node in KRaft mode (combined broker and controller)."""
 
@@ -278,27 +289,26 @@ class Kafka(Service):
             "num.partitions": "1",
             # An unknown topic must be an error, never silently created by a lag probe.
             "auto.create.topics.enable": "false",
-            "offsets.topic.replication.factor": "1",
-            "offsets.topic.num.partitions": "4",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
+            **ONE_REPLICA_INTERNAL_TOPICS,
             "group.initial.rebalance.delay.ms": "0",
             # Retention is enforced quickly so tests of lost records need not wait minutes.
             "log.retention.check.interval.ms": "2000",
             "log.segment.delete.delay.ms": "1000",
         }
+        return self._write_node_files(props)
+
+    def _write_node_files(self, props: Mapping[str, str], *, root_level: str = "INFO") -> Path:
+        """Write this node's ``server.properties`` (``props``) and its log4j2 configuration
+        (console, ``root_level``, the state-change and request loggers at WARN); the former's path."""
         self.dir.mkdir(parents=True, exist_ok=True)
         path = self.dir / "server.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-        log4j = self.dir / "log4j2.properties"
-        log4j.write_text(
+        (self.dir / "log4j2.properties").write_text(
             "status = warn\n"
             "appender.out.type = Console\nappender.out.name = STDOUT\n"
             "appender.out.layout.type = PatternLayout\n"
             "appender.out.layout.pattern = [%d] %p %m (%c)%n\n"
-            "rootLogger.level = INFO\nrootLogger.appenderRef.out.ref = STDOUT\n"
+            f"rootLogger.level = {root_level}\nrootLogger.appenderRef.out.ref = STDOUT\n"
             "logger.state.name = state.change.logger\nlogger.state.level = WARN\n"
             "logger.request.name = kafka.request.logger\nlogger.request.level = WARN\n"
         )
