@@ -12,7 +12,8 @@ never contain ``:``):
 
 A partition's samples are addressed as ``<prefix><cluster>:latest:<topic>:<partition>`` (the hash
 and its field). A field holds exactly the samples of a `lagsched.core.lag.SampleWindow`, oldest
-first, as ``<offset>@<time>;...``: the window decides what is kept (N newest, max age, an idle run
+first, as ``<count>:<offset>@<time>;...`` (a text without the count, as stored before it was
+added, is read and rewritten with it): the window decides what is kept (N newest, max age, an idle run
 kept as its first and last sample so the time since the head last moved survives trimming), and
 the store rewrites only the fields that changed. One hash per topic keeps a measurement to about
 three Redis commands per topic (a ZSET per partition cost four per partition: 40,000 commands
@@ -20,14 +21,17 @@ for 10,000 partitions). Lag ZSETs (score = time, member = JSON) are trimmed to t
 and the max age. Every key written gets an EXPIRE of the TTL, so a topic that is no longer
 measured leaves nothing behind.
 
-Writes are one MULTI/EXEC per measurement; two concurrent monitors would at worst drop one
-sample (last writer wins), never corrupt a window, so no WATCH loop is used.
+Samples are appended inside Redis (`_APPEND_SAMPLES`): each window is read, extended and
+rewritten by a script, which runs alone, so two concurrent monitors cannot lose each other's
+samples, and only what the lag math reads of each window (`WindowDigest`) comes back. The rule
+(`SampleWindow.add`) thus lives twice, in Python for the simulator and in Lua for the store;
+``tests/integration/test_sample_windows.py`` replays random histories through both.
 
 **Round trips and commands.** A measurement reads and writes every topic's hashes and lag ZSET,
 so its cost is the number of Redis commands more than the bytes: redis-py spends about 50 µs of
 Python per command (packing, queueing, parsing its reply), which was 0.4-0.8 s of a 1,000-topic
 measurement with one HMGET, HSET and EXPIRE per hash and four commands per lag ZSET. So each of
-those steps is one Lua script per `SCRIPT_KEYS` keys (`_HMGET_ALL`, `_HSET_ALL`, `_ADD_RECORDS`)
+those steps is one Lua script per `SCRIPT_KEYS` keys (`_HMGET_ALL`, `_APPEND_SAMPLES`, `_ADD_RECORDS`)
 doing the same commands inside Redis: the same keys, values and TTLs, a few commands in all. The
 sample scripts take one argument and give one reply string per topic, not per partition, since
 redis-py's cost is per argument and reply element too.
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -53,12 +58,12 @@ __all__ = [
     "LagRecord",
     "LagStore",
     "PackedRecords",
-    "PackedSamples",
     "PartitionKey",
-    "StoredWindow",
-    "append_member",
+    "WindowDigest",
     "redis_client",
 ]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PREFIX = "lagsched:"
 SCALING_CHANNEL = "lagsched:scaling"
@@ -93,20 +98,140 @@ return out
 """KEYS: hashes; ARGV: per key its fields joined by ``,``. Returns per key its values joined by a
 newline, in field order, ``''`` for a field that is absent."""
 
-_HSET_ALL = r"""
-local ttl = ARGV[1]
+_APPEND_SAMPLES = r"""
+local ttl, keep, max_age = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local find, sub, match = string.find, string.sub, string.match
+
+-- A member's offset and time (numbers; nil when the text at s is not <offset>@<time>).
+local function offset_at(raw, s)
+  local off, at = match(raw, '^(-?%d+)@([^;@:]+)', s)
+  return tonumber(off), tonumber(at)
+end
+local function offset(raw, s) return tonumber(match(raw, '^(-?%d+)@', s)) end
+local function next_start(raw, s) return find(raw, ';', s, true) + 1 end
+local function last_start(raw, b) return match(raw, '^.*;()') or b end
+local function prev_start(raw, b) return match(raw, '^.*;()[^;]*;') or b end  -- of a window of 2 or more
+local function members(raw, b)  -- a text stored without its count (plain find: gsub costs more)
+  local n, s = 1, find(raw, ';', b, true)
+  while s do n, s = n + 1, find(raw, ';', s + 1, true) end
+  return n
+end
+
+-- SampleWindow.add (lagsched.core.lag) on the stored text ``<count>:<member>;...``: the new text,
+-- and whether the stored text was malformed (then replaced by the new sample). Reads only the
+-- members the rule reads; the count saves counting them.
+local function add(raw, new, off, at)
+  if not raw or raw == '' then return '1:' .. new, false end
+  local colon = find(raw, ':', 1, true)
+  local b = (colon or 0) + 1  -- where the first member starts
+  local n = colon and tonumber(sub(raw, 1, colon - 1))
+  if not n then n = members(raw, b) end  -- stored before the count was, or a bad count: count them
+  local ls = last_start(raw, b)
+  local last_off, last_at = offset_at(raw, ls)
+  if not last_at then return '1:' .. new, true end
+  if at < last_at then return raw, false end  -- a late sample changes nothing
+  if off < last_off then return '1:' .. new, false end  -- a reset starts afresh
+  if ls > b and last_off == off and offset(raw, prev_start(raw, b)) == off then
+    raw = sub(raw, 1, ls - 1) .. new  -- extend the flat run: keep its first and last sample
+  else
+    raw, n = raw .. ';' .. new, n + 1
+  end
+  local first = b
+  if max_age then
+    local horizon = at - max_age
+    while n > 2 do  -- drop the oldest while the one after it is older than the horizon too
+      local s = next_start(raw, first)
+      local _, s_at = offset_at(raw, s)
+      if not s_at then return '1:' .. new, true end
+      if s_at >= horizon then break end
+      first, n = s, n - 1
+    end
+    if n > 2 then  -- and the oldest itself if it is older and its run does not go on
+      local s = next_start(raw, first)
+      local f_off, f_at = offset_at(raw, first)
+      local s_off = offset(raw, s)
+      if not f_at or not s_off then return '1:' .. new, true end
+      if f_at < horizon and f_off ~= s_off then first, n = s, n - 1 end
+    end
+  end
+  while n > keep do first, n = next_start(raw, first), n - 1 end
+  return n .. ':' .. sub(raw, first), false
+end
+
+-- What the lag math reads of a window: the oldest member, the newest two and, for a position
+-- inside the window, the last member at or below it and the one after (bisected on the text).
+-- Members next to each other are cut out together. nil when an offset it compares is malformed.
+local function digest(raw, position)
+  local b = (find(raw, ':', 1, true) or 0) + 1  -- a late sample leaves an old uncounted text as it is
+  local ls = last_start(raw, b)
+  local first_end = (find(raw, ';', b, true) or #raw + 1) - 1
+  local tail = ls > b and prev_start(raw, b) or b
+  local lo, hi_end
+  if position then
+    local first_off, last_off = offset(raw, b), offset(raw, ls)
+    if not first_off or not last_off then return nil end
+    if first_off <= position and position < last_off then
+      local hi = ls  -- lo's offset <= position < hi's offset
+      lo = b
+      while true do
+        local m = next_start(raw, math.floor((lo + hi) / 2))
+        if m >= hi then m = next_start(raw, lo) end
+        if m >= hi then break end
+        local m_off = offset(raw, m)
+        if not m_off then return nil end
+        if m_off <= position then lo = m else hi = m end
+      end
+      hi_end = (find(raw, ';', hi, true) or #raw + 1) - 1
+    end
+  end
+  if tail <= first_end + 2 then return sub(raw, b) end  -- a window of up to three members
+  local out = sub(raw, b, first_end)
+  if lo and hi_end < tail - 1 then
+    if lo > first_end + 2 then out = out .. ';' .. sub(raw, lo, hi_end) else out = sub(raw, b, hi_end) end
+  elseif lo and lo < tail then
+    return (lo > first_end + 2 and out .. ';' or sub(raw, b, lo - 2) .. ';') .. sub(raw, lo)
+  end
+  return out .. ';' .. sub(raw, tail)
+end
+
+local out = {}
 for k = 1, #KEYS do
-  local items = {}
-  for x in string.gmatch(ARGV[k + 1], '[^\n]+') do items[#items + 1] = x end
-  for j = 1, #items, 1000 do
-    redis.call('HSET', KEYS[k], unpack(items, j, math.min(#items, j + 999)))
+  local fields, news, offs, ats, positions = {}, {}, {}, {}, {}
+  for f, new, pos in string.gmatch(ARGV[k + 3], '([^ \n]+) ([^ \n]+) ([^ \n]+)') do
+    local i = #fields + 1
+    fields[i], news[i], positions[i] = f, new, tonumber(pos)
+    offs[i], ats[i] = offset_at(new, 1)
+  end
+  local changed, replies = {}, {}
+  for j = 1, #fields, 500 do
+    local stored = redis.call('HMGET', KEYS[k], unpack(fields, j, math.min(#fields, j + 499)))
+    for x, raw in ipairs(stored) do
+      local i = j + x - 1
+      local text, malformed = add(raw, news[i], offs[i], ats[i])
+      local read = digest(text, positions[i])
+      if not read then
+        text, malformed, read = '1:' .. news[i], true, news[i]
+      end
+      if text ~= raw then
+        changed[#changed + 1], changed[#changed + 2] = fields[i], text
+      end
+      replies[i] = (malformed and '!' or '') .. read
+    end
+  end
+  for j = 1, #changed, 1000 do
+    redis.call('HSET', KEYS[k], unpack(changed, j, math.min(#changed, j + 999)))
   end
   redis.call('EXPIRE', KEYS[k], ttl)
+  out[k] = table.concat(replies, '\n')
 end
-return #KEYS
+return out
 """
-"""KEYS: hashes; ARGV: the TTL, then per key its changed fields and values, alternating, joined by
-a newline (may be empty: the EXPIRE is refreshed all the same)."""
+"""KEYS: sample hashes; ARGV: the TTL, the samples kept, the max age in seconds ('' for none),
+then per key one line per field: ``<field> <offset>@<time> <position>`` (``-`` for no position).
+Appends each sample by `SampleWindow.add`'s rule, writes the fields that changed, refreshes the
+EXPIRE; returns per key, one line per field in order, the window's digest (`WindowDigest`),
+prefixed ``!`` when the stored text was malformed and was replaced by the new sample. Offsets
+are compared as Lua numbers (doubles): exact below 2^53, far beyond any Kafka offset."""
 
 _ADD_RECORDS = """
 local ttl, keep = ARGV[1], tonumber(ARGV[2])
@@ -235,7 +360,7 @@ class LagStore:
         self._ttl = max(1, math.ceil(max_age_s))
         self._valid_names: set[str] = set()
         self._hmget_all = client.register_script(_HMGET_ALL)
-        self._hset_all = client.register_script(_HSET_ALL)
+        self._append_samples = client.register_script(_APPEND_SAMPLES)
         self._add_records = client.register_script(_ADD_RECORDS)
 
     # -- keys ---------------------------------------------------------------------------------
@@ -280,33 +405,54 @@ class LagStore:
                 found.update({(h, f): v or None for f, v in zip(fields[h], values, strict=True)})
         return [found[loc] for loc in locations]
 
-    def add_samples(self, samples: Mapping[str, OffsetSample]) -> dict[str, StoredWindow]:
-        """Append one sample to each key's window; returns the windows as now stored.
+    def add_samples(
+        self, samples: Mapping[str, OffsetSample], positions: Mapping[str, int] | None = None
+    ) -> dict[str, WindowDigest]:
+        """Append one sample to each key's window, in Redis; returns what the lag math reads of each.
 
-        One read of all keys, then one MULTI/EXEC that rewrites the windows that changed (one
-        HSET per topic) and refreshes the EXPIREs. The windows are appended to as text
-        (`append_member`, the rule of `SampleWindow.add` on the stored text) and returned
-        unparsed (`PackedSamples`): a full window holds 120 samples and the lag math reads a few
-        of them, so parsing every window whole was most of a measurement once windows filled.
+        The windows are appended to where they are stored (`_APPEND_SAMPLES`, one script per
+        `SCRIPT_KEYS` hashes in one MULTI/EXEC): a full window holds 120 samples, and moving
+        every window to Python and back each minute, to read a few of its samples, was most of a
+        measurement. The script applies `SampleWindow.add`'s rule (the simulator's; a test replays
+        random histories through both), rewrites the fields that changed, refreshes the EXPIREs
+        and returns each window's `WindowDigest`. ``positions``: per key, an offset whose
+        neighbours the digest must hold (the committed position, for the time lag). A stored
+        window that is not well formed is replaced by the new sample, with a warning.
         """
-        keys = list(samples)
-        locations = [_location(k) for k in keys]
-        stored = self._read_at(locations)
-        after: dict[str, StoredWindow] = {}
-        writes: dict[str, dict[str, str]] = {}
-        for key, (h, f), raw in zip(keys, locations, stored, strict=True):
-            encoded = append_member(_checked(raw), samples[key], self.max_samples, self.max_age_s)
-            after[key] = StoredWindow(_samples_of(encoded))
-            writes.setdefault(h, {})
-            if encoded != (raw or ""):
-                writes[h][f] = encoded
-        if writes:
+        positions = positions or {}
+        by_hash: dict[str, list[tuple[str, str]]] = {}
+        for key in samples:
+            h, f = _location(key)
+            by_hash.setdefault(h, []).append((f, key))
+        found: dict[str, WindowDigest] = {}
+        if not by_hash:
+            return found
+        pipe = self.client.pipeline(transaction=True)
+        order = list(by_hash)
+        for hashes in chunked(order, SCRIPT_KEYS):
+            lines = [
+                "\n".join(f"{f} {_member(samples[k])} {positions.get(k, '-')}" for f, k in by_hash[h]) for h in hashes
+            ]
+            self._append_samples(keys=hashes, args=[self._ttl, self.max_samples, self.max_age_s, *lines], client=pipe)
+        replies = [r for chunk in pipe.execute() for r in chunk]
+        repairs: dict[str, dict[str, str]] = {}
+        for h, reply in zip(order, replies, strict=True):
+            for (f, key), read in zip(by_hash[h], _text(reply).split("\n"), strict=True):
+                try:
+                    if read.startswith("!"):
+                        raise ValueError("not <offset>@<time>;...")
+                    found[key] = WindowDigest(_decode(read))
+                except ValueError:
+                    # The script parses only the offsets it compares; a bad time shows up here.
+                    log.warning("sample window %s was malformed; it starts afresh from this sample", key)
+                    found[key] = WindowDigest((samples[key],))
+                    repairs.setdefault(h, {})[f] = _encode((samples[key],))
+        if repairs:
             pipe = self.client.pipeline(transaction=True)
-            for hashes in chunked(list(writes), SCRIPT_KEYS):
-                joined = ["\n".join(x for pair in writes[h].items() for x in pair) for h in hashes]
-                self._hset_all(keys=hashes, args=[self._ttl, *joined], client=pipe)
+            for h, fields in repairs.items():
+                pipe.hset(h, mapping=fields)
             pipe.execute()
-        return after
+        return found
 
     def _window(self, raw: str | None) -> SampleWindow:
         samples = _decode(raw) if raw else ()
@@ -358,10 +504,18 @@ def _member(sample: OffsetSample) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class StoredWindow:
-    """A window as `LagStore.add_samples` stored it: its samples, oldest first, parsed on access."""
+class WindowDigest:
+    """What the lag math reads of a stored window, as `LagStore.add_samples` left it.
 
-    samples: Sequence[OffsetSample]
+    ``samples``: a subsequence of the window's samples, oldest first: the oldest, the newest two
+    and, when a position was given and lies inside the window, the last sample at or below it and
+    the one after. That is all `offset_rate`, `estimate_time_lag` and `last_progress_at` read (a
+    window's trailing run of equal offsets is at most two samples long), so on the digest they
+    give what they give on the whole window; ``tests/integration/test_sample_windows.py`` checks
+    it over random histories.
+    """
+
+    samples: tuple[OffsetSample, ...]
 
 
 class _ParsedOnRead(Sequence[_T]):
@@ -402,35 +556,6 @@ class _ParsedOnRead(Sequence[_T]):
     __hash__ = None  # type: ignore[assignment]
 
 
-class PackedSamples(_ParsedOnRead[OffsetSample]):
-    """A stored window's text (``<offset>@<time>;...``), a member parsed only when it is read; the
-    ends are read without splitting the rest.
-
-    >>> w = PackedSamples("5@0.0;9@60.0;9@300.0")
-    >>> len(w), w[0], w[-1].offset, list(w[1:]) == [OffsetSample(60.0, 9), OffsetSample(300.0, 9)]
-    (3, OffsetSample(at=0.0, offset=5), 9, True)
-    """
-
-    __slots__ = ("_members", "_raw")
-
-    def __init__(self, raw: str) -> None:
-        super().__init__(raw.count(";") + 1 if raw else 0)
-        self._raw = raw
-        self._members: list[str] | None = None
-
-    def _parse(self, i: int) -> OffsetSample:
-        if i == 0:
-            return _sample(self._raw[: _end(self._raw, 0)])
-        if i == self._len - 1:
-            return _sample(self._raw[self._raw.rfind(";") + 1 :])
-        if self._members is None:
-            self._members = self._raw.split(";")
-        return _sample(self._members[i])
-
-    def __repr__(self) -> str:
-        return f"PackedSamples({self._raw!r})"
-
-
 class PackedRecords(_ParsedOnRead[LagRecord]):
     """A topic's lag records as stored (ZSET members, oldest first), each parsed when first read."""
 
@@ -447,90 +572,18 @@ class PackedRecords(_ParsedOnRead[LagRecord]):
         return f"PackedRecords({self._len} records)"
 
 
-#: Windows up to this many samples are parsed whole: for an idle partition's two samples, a tuple
-#: read ten times costs less than parsing on access (at 100,000 partitions it cost 2 s a measurement).
-EAGER_SAMPLES = 8
-
-
-def _samples_of(raw: str) -> Sequence[OffsetSample]:
-    """A stored window's samples: parsed now when it is short, on access (`PackedSamples`) when long."""
-    if raw.count(";") < EAGER_SAMPLES:
-        return _decode(raw)
-    return PackedSamples(raw)
-
-
-def _end(raw: str, start: int) -> int:
-    """Where the member starting at ``start`` ends (the next ``;``, or the end of the text)."""
-    end = raw.find(";", start)
-    return len(raw) if end < 0 else end
-
-
-def _sample(member: str) -> OffsetSample:
-    offset, at, *rest = member.split("@")
-    if rest:
-        raise ValueError(f"malformed sample {member!r}: expected <offset>@<time>")
-    return OffsetSample(float(at), int(offset))
-
-
-def _checked(raw: str | None) -> str:
-    """A stored window's text, checked for shape (each member ``<offset>@<time>``); "" when absent."""
-    if not raw:
-        return ""
-    if raw.count("@") != raw.count(";") + 1:
-        raise ValueError(f"malformed sample window {raw[:80]!r}: each member must be <offset>@<time>")
-    return raw
-
-
-def append_member(raw: str, sample: OffsetSample, max_samples: int, max_age_s: float | None) -> str:
-    """`SampleWindow.add` on a stored window's text: the text of the window it returns.
-
-    The same rules (a late sample ignored, a reset on an offset going back, an idle run kept as its
-    first and last sample, the age and count bounds), reading only the members they look at (the
-    newest two and the oldest few) and cutting the text rather than splitting it.
-    ``tests/unit/test_lag_store_encoding.py`` replays random histories through both.
-    """
-    newest = _member(sample)
-    if not raw:
-        return newest
-    tail = raw.rsplit(";", 2)
-    last = _sample(tail[-1])
-    if sample.at < last.at:
-        return raw
-    if sample.offset < last.offset:
-        return newest  # a reset starts afresh: one sample, inside every bound
-    if len(tail) >= 2 and last.offset == sample.offset and _sample(tail[-2]).offset == sample.offset:
-        raw = raw[: raw.rfind(";") + 1] + newest  # extend the flat run: keep its first and last sample
-    else:
-        raw = f"{raw};{newest}"
-    count = raw.count(";") + 1
-    if max_age_s is not None:
-        horizon = sample.at - max_age_s
-        starts = [0, _end(raw, 0) + 1]  # where members 0, 1, ... start, found as far as needed
-        first_kept = 0
-        while (
-            first_kept < count - 2
-            and _sample(raw[starts[first_kept + 1] : _end(raw, starts[first_kept + 1])]).at < horizon
-        ):
-            first_kept += 1
-            starts.append(_end(raw, starts[first_kept]) + 1)
-        if first_kept < count - 2:
-            first = _sample(raw[starts[first_kept] : starts[first_kept + 1] - 1])
-            second = _sample(raw[starts[first_kept + 1] : _end(raw, starts[first_kept + 1])])
-            if first.at < horizon and first.offset != second.offset:
-                first_kept += 1
-                starts.append(_end(raw, starts[first_kept]) + 1)
-        raw, count = raw[starts[first_kept] :], count - first_kept
-    start = 0
-    for _ in range(count - max_samples):
-        start = raw.index(";", start) + 1
-    return raw[start:]
+def _encode(samples: Sequence[OffsetSample]) -> str:
+    """A window's stored text: ``<count>:<offset>@<time>;...``, oldest first (the count saves the
+    script counting members to apply the count bound)."""
+    return f"{len(samples)}:" + ";".join(map(_member, samples))
 
 
 def _decode(raw: str) -> tuple[OffsetSample, ...]:
-    """The samples of an encoded window, parsed in bulk (a full window holds 120 of them)."""
-    parts = raw.replace("@", ";").split(";")
-    if len(parts) != 2 * (raw.count(";") + 1):
-        raise ValueError(f"malformed sample window {raw[:80]!r}: each member must be <offset>@<time>")
+    """The samples of a window's text (stored, with its count, or a digest, without), in bulk."""
+    members = raw.rpartition(":")[2]  # the count only serves the script
+    parts = members.replace("@", ";").split(";")
+    if len(parts) != 2 * (members.count(";") + 1):
+        raise ValueError(f"malformed sample window {raw[:80]!r}: expected [<count>:]<offset>@<time>;...")
     return tuple(map(OffsetSample, map(float, parts[1::2]), map(int, parts[0::2])))
 
 

@@ -16,7 +16,9 @@ every minute:
 The first section has ``--topics`` topics (1,000: targets measure < 2 s, sync < 5 s); the ``full``
 section (keys ending ``_full``) the same topics in the state a busy pipeline lives in once its
 windows are full (`_fill_windows`: records, committed offsets, ``sample_window`` samples in every
-partition's two windows and as many lag records per topic; target measure < 2 s); the third
+partition's two windows and as many lag records per topic; between two timed runs every
+partition gets a record more and its committed offset moves one on, untimed, so each measurement
+appends to and trims every window as production's does; target measure < 2 s); the third
 ``--large-topics`` (10,000, 100,000 partitions: measure < 10 s, sync < 20 s; its keys end in
 ``_100k``). Each is run ``--runs`` times and the worst is reported.
 
@@ -398,6 +400,8 @@ def run(topics: int, partitions: int, runs: int, *, full_windows: bool = False) 
             print(f"   filled every window to {settings.sample_window} samples in {time.monotonic() - started:.1f} s")
         syncs, measures, sync_cpu, measure_cpu = [], [], [], []
         for i in range(runs):
+            if full_windows:  # untimed: the pipeline moves on between measurements, as a busy one does
+                _move_on(conn, cluster, names, partitions=partitions)
             started, cpu = time.monotonic(), time.process_time()
             sync_registry(conn, admin, cluster, topic_filter=ours)
             syncs.append(time.monotonic() - started)
@@ -414,6 +418,8 @@ def run(topics: int, partitions: int, runs: int, *, full_windows: bool = False) 
                 f"measure {measures[-1]:.3f} s (CPU {measure_cpu[-1]:.3f} s)",
                 flush=True,
             )
+        if full_windows:
+            _move_on(conn, cluster, names, partitions=partitions)
         breakdown = _breakdown(conn, admin, cluster, store=store, settings=settings, ours=ours)
         print(f"   breakdown: {json.dumps(breakdown)}", flush=True)
     finally:
@@ -440,6 +446,31 @@ def run(topics: int, partitions: int, runs: int, *, full_windows: bool = False) 
         "create_topics_s": round(create_s, 1),
         "breakdown": breakdown,
     }
+
+
+def _move_on(conn: Any, cluster: str, names: list[str], *, partitions: int) -> None:
+    """One record more in every partition and every committed offset one further: a busy pipeline
+    between two measurements. Each measurement then appends a sample to every window and trims its
+    oldest (a window whose offsets stood still would only extend its flat run), and no topic looks
+    stopped (a stopped topic costs a warning line each per measurement)."""
+    from confluent_kafka import Producer
+
+    from lagsched.connections import kafka_config
+
+    producer = Producer({**kafka_config(), "linger.ms": 20, "queue.buffering.max.messages": 1_000_000, "acks": 1})
+    for name in names:
+        for partition in range(partitions):
+            producer.produce(name, value=b"x", partition=partition)
+        producer.poll(0)
+    if producer.flush(120):
+        raise RuntimeError("the records between two measurements were not all delivered")
+    with conn.cursor() as cur:
+        cur.execute(
+            "UPDATE topic_partitions p JOIN topics t ON t.topic_id = p.topic_id"
+            " SET p.committed_offset = p.committed_offset + 1 WHERE t.cluster = %s",
+            (cluster,),
+        )
+    conn.commit()
 
 
 def _fill_windows(conn: Any, store: Any, cluster: str, names: list[str], *, partitions: int, window: int) -> None:
@@ -486,7 +517,7 @@ def _fill_windows(conn: Any, store: Any, cluster: str, names: list[str], *, part
             fields = {}
             for partition in range(partitions):
                 h, f = lag_store._location(kind(name, partition))  # the store's own layout
-                fields[f] = ";".join(lag_store._member(OffsetSample(at[i], i // step)) for i in range(window))
+                fields[f] = lag_store._encode([OffsetSample(at[i], i // step) for i in range(window)])
             pipe.hset(h, mapping=fields)
             pipe.expire(h, int(store.max_age_s))
         if len(pipe) >= 2000:

@@ -336,6 +336,7 @@ def measure(
     lags: dict[str, list[PartitionLag]] = {}
     latest_samples: dict[str, OffsetSample] = {}
     committed_samples: dict[str, OffsetSample] = {}
+    positions: dict[str, int] = {}
     for name, parts in broker.items():
         reg = by_name[name]
         if reg.row.partition_count != len(parts):
@@ -345,14 +346,17 @@ def measure(
             PartitionOffsets(name, b.partition, b.latest, b.log_start, reg.committed.get(b.partition)) for b in parts
         ]
         lags[name] = measure_lag(offsets, policy)
-        for b in parts:
-            latest_samples[store.latest_key(name, b.partition)] = OffsetSample(now, b.latest)
+        for b, p in zip(parts, lags[name], strict=True):
+            key = store.latest_key(name, b.partition)
+            latest_samples[key] = OffsetSample(now, b.latest)
+            positions[key] = p.position  # the time lag reads the samples around it
             committed = reg.committed.get(b.partition)
             if committed is not None:
                 committed_samples[store.committed_key(name, b.partition)] = OffsetSample(now, committed)
 
-    # One read and one write for both kinds (their keys differ): half the round trips of two calls.
-    latest_windows = committed_windows = store.add_samples({**latest_samples, **committed_samples})
+    # One call for both kinds (their keys differ): half the round trips of two calls. The windows
+    # come back as digests: the samples of each that the lag math below reads.
+    latest_windows = committed_windows = store.add_samples({**latest_samples, **committed_samples}, positions)
     history = store.read_lag_records(list(lags))
     totals = aggregate_by_topic(p for ps in lags.values() for p in ps)
 
