@@ -31,6 +31,7 @@ from __future__ import annotations
 import bisect
 import logging
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, overload
@@ -330,12 +331,22 @@ def measure(
     missing = tuple(n for n in by_name if n not in counts)
     if missing:
         log.warning("topics enabled in the registry but not on the broker (not measured): %s", ", ".join(missing))
-    broker = read_offsets(admin, counts, timeout_s=timeout_s)
+    # The committed offsets' windows need nothing from the broker: they are appended in Redis while
+    # the broker answers list_offsets (each waits on another process), the latest windows after.
+    committed_samples = {
+        store.committed_key(name, p): OffsetSample(now, c)
+        for name, n in counts.items()
+        for p, c in by_name[name].committed.items()
+        if c is not None and p < n
+    }
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="committed-windows") as background:
+        appended = background.submit(store.add_samples, committed_samples)
+        broker = read_offsets(admin, counts, timeout_s=timeout_s)
+        committed_windows = appended.result()
     skipped = lost_records(mysql, [r.row.topic_id for r in by_name.values()])
 
     lags: dict[str, list[PartitionLag]] = {}
     latest_samples: dict[str, OffsetSample] = {}
-    committed_samples: dict[str, OffsetSample] = {}
     positions: dict[str, int] = {}
     for name, parts in broker.items():
         reg = by_name[name]
@@ -350,13 +361,9 @@ def measure(
             key = store.latest_key(name, b.partition)
             latest_samples[key] = OffsetSample(now, b.latest)
             positions[key] = p.position  # the time lag reads the samples around it
-            committed = reg.committed.get(b.partition)
-            if committed is not None:
-                committed_samples[store.committed_key(name, b.partition)] = OffsetSample(now, committed)
 
-    # One call for both kinds (their keys differ): half the round trips of two calls. The windows
-    # come back as digests: the samples of each that the lag math below reads.
-    latest_windows = committed_windows = store.add_samples({**latest_samples, **committed_samples}, positions)
+    # The windows come back as digests: the samples of each that the lag math below reads.
+    latest_windows = store.add_samples(latest_samples, positions)
     history = store.read_lag_records(list(lags))
     totals = aggregate_by_topic(p for ps in lags.values() for p in ps)
 
