@@ -9,13 +9,14 @@ export PYTHONPATH := $(CURDIR)/plugins
 # `make demo DURATION=600`: seconds of traffic before the demo winds down (default: until Ctrl-C).
 DURATION ?=
 
-.PHONY: help deps demo demo-down test lint typecheck test-unit test-integration bench stack-up stack-down stack-status
+.PHONY: help deps demo demo-down test test-fast lint typecheck test-unit test-integration bench stack-up stack-down stack-status
 
 help:
 	@echo "make demo          start the stack + Airflow, drive uneven traffic, watch lagsched scale; Ctrl-C ends it"
 	@echo "                   (make demo DURATION=600: ten minutes of traffic, then the summary)"
 	@echo "make demo-down     stop the demo's load generator and the whole stack"
 	@echo "make test          lint, typecheck and run every test tier against the real stack"
+	@echo "make test-fast     the inner loop: lint, unit tests and DAG integrity, no services (under a minute)"
 	@echo "make bench         run the benchmarks; JSON under bench/results/"
 	@echo "make stack-up|stack-down|stack-status   manage the local Kafka/MariaDB/Redis(/Airflow)"
 
@@ -30,6 +31,10 @@ typecheck: deps
 
 test: deps lint typecheck
 	$(PY) -m pytest tests
+
+# The inner loop: no service is started; `make test` still runs everything.
+test-fast: deps lint
+	$(PY) -m pytest -q tests/unit tests/dags/test_dag_integrity.py
 
 test-unit: deps
 	$(PY) -m pytest tests -m unit
