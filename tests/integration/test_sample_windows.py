@@ -116,6 +116,7 @@ def test_a_window_stored_without_its_count_is_read_and_rewritten_with_it(redis_c
         f"5@{T0};zz;9@{T0 + 300}",
         f"1@{T0};2",
         f"1@{T0};2@{T0 + 60};3@1.5.5",  # a bad time that only the reader of the digest parses
+        f"999:1@{T0};2@{T0 + 60}",  # a count larger than the members
     ],
 )
 def test_a_malformed_stored_window_starts_afresh_with_a_warning(

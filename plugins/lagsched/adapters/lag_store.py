@@ -108,7 +108,10 @@ local function offset_at(raw, s)
   return tonumber(off), tonumber(at)
 end
 local function offset(raw, s) return tonumber(match(raw, '^(-?%d+)@', s)) end
-local function next_start(raw, s) return find(raw, ';', s, true) + 1 end
+local function next_start(raw, s)  -- the member after the one at s; nil when that is the last
+  local e = find(raw, ';', s, true)
+  return e and e + 1
+end
 local function last_start(raw, b) return match(raw, '^.*;()') or b end
 local function prev_start(raw, b) return match(raw, '^.*;()[^;]*;') or b end  -- of a window of 2 or more
 local function members(raw, b)  -- a text stored without its count (plain find: gsub costs more)
@@ -141,20 +144,23 @@ local function add(raw, new, off, at)
     local horizon = at - max_age
     while n > 2 do  -- drop the oldest while the one after it is older than the horizon too
       local s = next_start(raw, first)
-      local _, s_at = offset_at(raw, s)
-      if not s_at then return '1:' .. new, true end
+      local _, s_at = offset_at(raw, s or #raw + 1)
+      if not s_at then return '1:' .. new, true end  -- a bad member, or fewer than the count says
       if s_at >= horizon then break end
       first, n = s, n - 1
     end
     if n > 2 then  -- and the oldest itself if it is older and its run does not go on
       local s = next_start(raw, first)
       local f_off, f_at = offset_at(raw, first)
-      local s_off = offset(raw, s)
+      local s_off = offset(raw, s or #raw + 1)
       if not f_at or not s_off then return '1:' .. new, true end
       if f_at < horizon and f_off ~= s_off then first, n = s, n - 1 end
     end
   end
-  while n > keep do first, n = next_start(raw, first), n - 1 end
+  while n > keep do
+    first, n = next_start(raw, first), n - 1
+    if not first then return '1:' .. new, true end  -- fewer members than the count says
+  end
   return n .. ':' .. sub(raw, first), false
 end
 
