@@ -45,7 +45,7 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, overload
+from typing import Any, overload
 
 from lagsched.connections import RedisParams
 from lagsched.core.chunks import chunked
@@ -67,8 +67,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PREFIX = "lagsched:"
 SCALING_CHANNEL = "lagsched:scaling"
-
-_T = TypeVar("_T")
 """The pub/sub channel scaling decisions are announced on (see docs/lag.md)."""
 
 PartitionKey = tuple[str, int]
@@ -444,10 +442,10 @@ class LagStore:
         repairs: dict[str, dict[str, str]] = {}
         for h, reply in zip(order, replies, strict=True):
             for (f, key), read in zip(by_hash[h], _text(reply).split("\n"), strict=True):
+                if read.startswith("!"):  # the script found it malformed and stored the new sample alone
+                    log.warning("sample window %s was malformed; it starts afresh from this sample", key)
                 try:
-                    if read.startswith("!"):
-                        raise ValueError("not <offset>@<time>;...")
-                    found[key] = WindowDigest(_decode(read))
+                    found[key] = WindowDigest(_decode(read.removeprefix("!")))
                 except ValueError:
                     # The script parses only the offsets it compares; a bad time shows up here.
                     log.warning("sample window %s was malformed; it starts afresh from this sample", key)
@@ -524,36 +522,33 @@ class WindowDigest:
     samples: tuple[OffsetSample, ...]
 
 
-class _ParsedOnRead(Sequence[_T]):
-    """A stored sequence whose items are parsed when first read and kept: readers of a full window
-    or history look at a few items, often the same one again and again. Compared by value with any
-    sequence, like a list (so not hashable); a slice is a list of the items."""
+class PackedRecords(Sequence[LagRecord]):
+    """A topic's lag records as stored (ZSET members, oldest first), each parsed when first read and
+    kept: readers look at the newest few, often the same one again and again. Compared by value
+    with any sequence, like a list (so not hashable); a slice is a list of the records."""
 
-    __slots__ = ("_len", "_parsed")
+    __slots__ = ("_members", "_parsed")
 
-    def __init__(self, length: int) -> None:
-        self._len = length
-        self._parsed: dict[int, _T] = {}
-
-    def _parse(self, i: int) -> _T:
-        raise NotImplementedError
+    def __init__(self, members: Sequence[str]) -> None:
+        self._members = members
+        self._parsed: dict[int, LagRecord] = {}
 
     def __len__(self) -> int:
-        return self._len
+        return len(self._members)
 
     @overload
-    def __getitem__(self, index: int) -> _T: ...
+    def __getitem__(self, index: int) -> LagRecord: ...
     @overload
-    def __getitem__(self, index: slice) -> list[_T]: ...
-    def __getitem__(self, index: int | slice) -> _T | list[_T]:
+    def __getitem__(self, index: slice) -> list[LagRecord]: ...
+    def __getitem__(self, index: int | slice) -> LagRecord | list[LagRecord]:
         if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(self._len))]
-        i = index + self._len if index < 0 else index
-        if not 0 <= i < self._len:
+            return [self[i] for i in range(*index.indices(len(self)))]
+        i = index + len(self) if index < 0 else index
+        if not 0 <= i < len(self):
             raise IndexError(index)
         found = self._parsed.get(i)
         if found is None:
-            found = self._parsed[i] = self._parse(i)
+            found = self._parsed[i] = LagRecord.from_member(self._members[i])
         return found
 
     def __eq__(self, other: object) -> bool:
@@ -561,21 +556,8 @@ class _ParsedOnRead(Sequence[_T]):
 
     __hash__ = None  # type: ignore[assignment]
 
-
-class PackedRecords(_ParsedOnRead[LagRecord]):
-    """A topic's lag records as stored (ZSET members, oldest first), each parsed when first read."""
-
-    __slots__ = ("_members",)
-
-    def __init__(self, members: Sequence[str]) -> None:
-        super().__init__(len(members))
-        self._members = members
-
-    def _parse(self, i: int) -> LagRecord:
-        return LagRecord.from_member(self._members[i])
-
     def __repr__(self) -> str:
-        return f"PackedRecords({self._len} records)"
+        return f"PackedRecords({len(self)} records)"
 
 
 def _encode(samples: Sequence[OffsetSample]) -> str:
