@@ -456,22 +456,32 @@ def run(topics: int, partitions: int, runs: int, *, full_windows: bool = False) 
     }
 
 
+def _produce_to_every_partition(names: list[str], *, partitions: int, records: int, what: str) -> None:
+    """``records`` one-byte records into every partition of ``names``, all delivered or an error."""
+    from confluent_kafka import Producer
+
+    from lagsched.connections import kafka_config
+
+    producer = Producer({**kafka_config(), "linger.ms": 50, "queue.buffering.max.messages": 1_000_000, "acks": 1})
+    for name in names:
+        for partition in range(partitions):
+            for _ in range(records):
+                try:
+                    producer.produce(name, value=b"x", partition=partition)
+                except BufferError:  # the local queue is full: let it drain, then go on
+                    producer.flush(60)
+                    producer.produce(name, value=b"x", partition=partition)
+            producer.poll(0)
+    if producer.flush(300):
+        raise RuntimeError(f"{what} were not all delivered")
+
+
 def _move_on(conn: Any, cluster: str, names: list[str], *, partitions: int) -> None:
     """One record more in every partition and every committed offset one further: a busy pipeline
     between two measurements. Each measurement then appends a sample to every window and trims its
     oldest (a window whose offsets stood still would only extend its flat run), and no topic looks
     stopped (a stopped topic costs a warning line each per measurement)."""
-    from confluent_kafka import Producer
-
-    from lagsched.connections import kafka_config
-
-    producer = Producer({**kafka_config(), "linger.ms": 20, "queue.buffering.max.messages": 1_000_000, "acks": 1})
-    for name in names:
-        for partition in range(partitions):
-            producer.produce(name, value=b"x", partition=partition)
-        producer.poll(0)
-    if producer.flush(120):
-        raise RuntimeError("the records between two measurements were not all delivered")
+    _produce_to_every_partition(names, partitions=partitions, records=1, what="the records between two measurements")
     with conn.cursor() as cur:
         cur.execute(
             "UPDATE topic_partitions p JOIN topics t ON t.topic_id = p.topic_id"
@@ -490,25 +500,11 @@ def _fill_windows(conn: Any, store: Any, cluster: str, names: list[str], *, part
     ``window`` lag records per topic. Each timed measurement then reads, extends and rewrites
     windows of that size, as production does every minute once its windows are full.
     """
-    from confluent_kafka import Producer
-
     from lagsched.adapters import lag_store
     from lagsched.adapters.lag_store import LagRecord
-    from lagsched.connections import kafka_config
     from lagsched.core.lag import OffsetSample
 
-    producer = Producer({**kafka_config(), "linger.ms": 50, "queue.buffering.max.messages": 1_000_000, "acks": 1})
-    for name in names:
-        for partition in range(partitions):
-            for _ in range(window):
-                try:
-                    producer.produce(name, value=b"x", partition=partition)
-                except BufferError:  # the local queue is full: let it drain, then go on
-                    producer.flush(60)
-                    producer.produce(name, value=b"x", partition=partition)
-            producer.poll(0)
-    if producer.flush(300):
-        raise RuntimeError("records for the full windows were not all delivered")
+    _produce_to_every_partition(names, partitions=partitions, records=window, what="records for the full windows")
     committed = window // 2 - 1
     with conn.cursor() as cur:
         cur.execute(
