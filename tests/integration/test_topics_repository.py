@@ -8,7 +8,7 @@ import pymysql
 import pytest
 
 from lagsched.adapters.mysql import connect
-from lagsched.adapters.topics import load_partitions, load_topics
+from lagsched.adapters.topics import load_topics, load_topics_with_partitions
 
 
 def kill(victim: Any, params: Any) -> None:
@@ -19,7 +19,7 @@ def kill(victim: Any, params: Any) -> None:
     admin.close()
 
 
-@pytest.mark.parametrize("read", [lambda c: load_topics(c, "c1"), lambda c: load_partitions(c, ["t1"])])
+@pytest.mark.parametrize("read", [lambda c: load_topics(c, "c1"), lambda c: load_topics_with_partitions(c, "c1")])
 def test_a_read_on_a_broken_connection_raises_its_own_error(mysql_db: Any, read: Any) -> None:
     conn = connect(mysql_db)
     kill(conn, mysql_db)
@@ -28,3 +28,60 @@ def test_a_read_on_a_broken_connection_raises_its_own_error(mysql_db: Any, read:
     with pytest.raises(pymysql.err.OperationalError) as err:
         read(conn)
     assert err.value.args[0] in {2006, 2013, 4031}, err.value
+
+
+def _register(db: Any, cluster: str, name: str, partitions: int, *, enabled: bool = True) -> str:
+    topic_id = f"id-{cluster}-{name}"[:36]
+    with db.cursor() as cur:
+        cur.execute(
+            "INSERT INTO topics (topic_id, cluster, name, partition_count, enabled) VALUES (%s, %s, %s, %s, %s)",
+            (topic_id, cluster, name, partitions, enabled),
+        )
+        for p in range(partitions):
+            cur.execute("INSERT INTO topic_partitions (topic_id, partition_id) VALUES (%s, %s)", (topic_id, p))
+    db.commit()
+    return topic_id
+
+
+def test_topics_with_partitions_reads_offsets_and_live_holders_only(db: Any) -> None:
+    busy = _register(db, "c1", "orders", 12)
+    _register(db, "c1", "archive", 2, enabled=False)
+    _register(db, "c2", "orders", 3)
+    with db.cursor() as cur:
+        cur.execute("INSERT INTO topics (topic_id, cluster, name, partition_count) VALUES ('bare', 'c1', 'bare', 4)")
+        cur.execute(
+            "UPDATE topic_partitions SET committed_offset = partition_id * 1000"
+            " WHERE topic_id = %s AND partition_id %% 2 = 0",
+            (busy,),
+        )
+        # Holder ids are whatever a slot wrote: separators, spaces and non-ASCII come back whole.
+        cur.execute(
+            "UPDATE topic_partitions SET claimed_by = %s, lease_expires_at = CURRENT_TIMESTAMP(6) + INTERVAL 1 HOUR"
+            " WHERE topic_id = %s AND partition_id IN (1, 10)",
+            ("slot a,b c-é", busy),
+        )
+        cur.execute(
+            "UPDATE topic_partitions SET claimed_by = 'gone',"
+            " lease_expires_at = CURRENT_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE topic_id = %s AND partition_id = 2",
+            (busy,),
+        )
+    db.commit()
+
+    read = load_topics_with_partitions(db, "c1")
+
+    assert [t.name for t, _ in read] == ["bare", "orders"]  # by name; disabled and other clusters left out
+    assert read[0][1] == ()
+    parts = read[1][1]
+    assert [p.partition_id for p in parts] == list(range(12))  # partition order, 10 after 9
+    assert [p.committed_offset for p in parts] == [p * 1000 if p % 2 == 0 else None for p in range(12)]
+    assert {p.partition_id: p.holder for p in parts if p.holder} == {1: "slot a,b c-é", 10: "slot a,b c-é"}
+    assert all(p.topic_id == busy for p in parts)
+
+
+def test_topics_with_partitions_refuses_a_packed_text_cut_short(db: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lagsched.adapters import topics
+
+    _register(db, "c1", "wide", 300)
+    monkeypatch.setattr(topics, "_PACKED_MAX_BYTES", 1024)  # MySQL cuts the text at the limit without an error
+    with pytest.raises(RuntimeError, match="300 partition rows did not fit"):
+        load_topics_with_partitions(db, "c1")

@@ -104,7 +104,7 @@ class BrokerOffsets:
 #: Partitions per ``list_offsets`` call: librdkafka's handling of one call grows faster than its
 #: size (10,000 partitions: 1.6 s in one call, 0.35 s in ten), so a large read is cut into calls
 #: of this size.
-MAX_PARTITIONS_PER_REQUEST = 1000
+MAX_PARTITIONS_PER_REQUEST = 250
 #: ``list_offsets`` calls of one read in flight at once (both specs count): two, as before the
 #: calls were cut (one per spec). Four gained little once each call is one future (0.16 s for 10,000
 #: partitions per spec, sequentially), and a benchmark process with four in flight, retrying

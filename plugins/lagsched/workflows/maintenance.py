@@ -47,7 +47,7 @@ from lagsched.adapters.kafka_admin import OffsetsAdmin, list_partitions, read_of
 from lagsched.adapters.lag_store import DEFAULT_PREFIX
 from lagsched.adapters.overrides import active_overrides, delete_ended_overrides
 from lagsched.adapters.slots import SlotRegistry
-from lagsched.adapters.topics import load_partitions, load_topics
+from lagsched.adapters.topics import load_topics_with_partitions
 from lagsched.core.clusters import ClusterConfig
 from lagsched.core.lag import PartitionOffsets, measure_lag
 from lagsched.core.retention import RetentionSettings
@@ -207,8 +207,9 @@ def apply_retention(mysql: Any, retention: RetentionSettings, now: float) -> dic
 def _offsets_report(
     conn: Any, admin: OffsetsAdmin, cluster: str, timeout_s: float
 ) -> tuple[list[str], dict[str, dict[str, int]], dict[str, int], dict[str, dict[str, dict[str, int]]]]:
-    topics = load_topics(conn, cluster)
-    partitions = load_partitions(conn, [t.topic_id for t in topics])
+    registered = load_topics_with_partitions(conn, cluster)
+    topics = [t for t, _ in registered]
+    partitions = {t.topic_id: parts for t, parts in registered}
     skipped = lost_records(conn, [t.topic_id for t in topics])
     losses = {t.name: {str(p): n for p, n in skipped[t.topic_id].items()} for t in topics if t.topic_id in skipped}
     counts = list_partitions(admin, [t.name for t in topics], timeout_s=timeout_s, ignore_missing=True)
