@@ -1,0 +1,32 @@
+"""The lag monitor pauses Python's cycle collector for a measurement and restores it as it was."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import pytest
+
+from lagsched.workflows.lag_monitor import _cyclic_gc_paused
+
+
+@pytest.fixture(autouse=True)
+def _restore_gc() -> Iterator[None]:
+    was = gc.isenabled()
+    yield
+    (gc.enable if was else gc.disable)()
+
+
+@pytest.mark.parametrize("enabled_before", [True, False])
+def test_the_collector_is_off_inside_and_as_before_after(enabled_before: bool) -> None:
+    (gc.enable if enabled_before else gc.disable)()
+    with _cyclic_gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled() is enabled_before
+
+
+def test_a_failed_measurement_turns_the_collector_back_on() -> None:
+    gc.enable()
+    with pytest.raises(RuntimeError), _cyclic_gc_paused():
+        raise RuntimeError("broker down")
+    assert gc.isenabled()
