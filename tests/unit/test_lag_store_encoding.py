@@ -17,7 +17,7 @@ def test_a_window_text_reads_back_to_its_samples() -> None:
     assert _decode(";".join(_member(s) for s in samples)) == samples  # as stored before the count, or a digest
 
 
-@pytest.mark.parametrize("raw", ["1@0.0;2", "1;2@3.0", "1@2@3.0", "x@1.0"])
+@pytest.mark.parametrize("raw", ["1@0.0;2", "1;2@3.0", "1@2@3.0", "x@1.0", "1@2@3;4", "1;2@3@4", "1@2;;3@4", "3:"])
 def test_a_malformed_window_is_refused(raw: str) -> None:
     with pytest.raises(ValueError):
         _decode(raw)

@@ -43,6 +43,7 @@ import dataclasses
 import json
 import logging
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
@@ -566,12 +567,17 @@ def _encode(samples: Sequence[OffsetSample]) -> str:
     return f"{len(samples)}:" + ";".join(map(_member, samples))
 
 
+#: ``<offset>@<time>`` members joined by ``;``: checked whole before the bulk split below, which
+#: alone would read ``1@2@3;4`` as two samples.
+_WINDOW_MEMBERS = re.compile(r"(?:[^@;]+@[^@;]+;)*[^@;]+@[^@;]+")
+
+
 def _decode(raw: str) -> tuple[OffsetSample, ...]:
     """The samples of a window's text (stored, with its count, or a digest, without), in bulk."""
     members = raw.rpartition(":")[2]  # the count only serves the script
-    parts = members.replace("@", ";").split(";")
-    if len(parts) != 2 * (members.count(";") + 1):
+    if not _WINDOW_MEMBERS.fullmatch(members):
         raise ValueError(f"malformed sample window {raw[:80]!r}: expected [<count>:]<offset>@<time>;...")
+    parts = members.replace("@", ";").split(";")
     return tuple(map(OffsetSample, map(float, parts[1::2]), map(int, parts[0::2])))
 
 
