@@ -30,3 +30,20 @@ def test_a_failed_measurement_turns_the_collector_back_on() -> None:
     with pytest.raises(RuntimeError), _cyclic_gc_paused():
         raise RuntimeError("broker down")
     assert gc.isenabled()
+
+
+def test_a_measurement_runs_with_the_collector_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lagsched.workflows import lag_monitor
+
+    seen: list[bool] = []
+
+    def registry_read(*_: object) -> dict[str, object]:
+        seen.append(gc.isenabled())
+        raise ConnectionError("MySQL down")
+
+    monkeypatch.setattr(lag_monitor, "_load_registered", registry_read)
+    gc.enable()
+    with pytest.raises(ConnectionError):
+        lag_monitor.measure("c1", mysql=None, admin=None, store=None, settings=None, now=0.0)  # type: ignore[arg-type]
+    assert seen == [False]
+    assert gc.isenabled()

@@ -131,15 +131,17 @@ def load_topics(conn: Connection, cluster: str | None = None, *, enabled_only: b
     with transaction(conn) as cur:
         cur.execute(sql + " ORDER BY cluster, name, enabled DESC, created_at", tuple(args))
         rows = cur.fetchall()
-    out = []
-    for r in rows:
-        try:
-            validate_topic_name(str(r[2]))
-        except ValueError:
-            log.warning("skipping registry topic %s: illegal name %r", r[0], r[2])
-            continue
-        out.append(_topic(r))
-    return out
+    return [_topic(r) for r in rows if _has_legal_name(r)]
+
+
+def _has_legal_name(row: Sequence[Any]) -> bool:
+    # Rows written by hand can hold names Kafka would refuse: one such row must not stop every reader.
+    try:
+        validate_topic_name(str(row[2]))
+    except ValueError:
+        log.warning("skipping registry topic %s: illegal name %r", row[0], row[2])
+        return False
+    return True
 
 
 def load_topics_with_partitions(conn: Connection, cluster: str) -> list[tuple[TopicRow, tuple[PartitionRow, ...]]]:
@@ -167,16 +169,7 @@ def load_topics_with_partitions(conn: Connection, cluster: str) -> list[tuple[To
         cur.execute("SET SESSION group_concat_max_len = %s", (_PACKED_MAX_BYTES,))
         cur.execute(sql, (validate_cluster_name(cluster),))
         rows = cur.fetchall()
-    out = []
-    for r in rows:
-        try:
-            validate_topic_name(str(r[2]))
-        except ValueError:
-            log.warning("skipping registry topic %s: illegal name %r", r[0], r[2])
-            continue
-        topic = _topic(r[:-2])
-        out.append((topic, _unpack_partitions(topic.topic_id, int(r[-2]), r[-1])))
-    return out
+    return [(_topic(r[:-2]), _unpack_partitions(str(r[0]), int(r[-2]), r[-1])) for r in rows if _has_legal_name(r)]
 
 
 #: ``group_concat_max_len`` for the packed partitions: about 100 bytes a partition, so a topic of

@@ -303,6 +303,25 @@ def _load_registered(conn: Any, cluster: str) -> dict[str, _Registered]:
     }
 
 
+@contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Python's cycle collector off for the block, as it was after.
+
+    A measurement makes several objects per partition (offsets, samples, lags: about a million at
+    100,000 partitions), all acyclic and freed by reference counting. The collector, run every
+    few hundred allocations, scans them again and again while they pile up: a third of a
+    measurement at 10,000 partitions (0.85 s against 0.51 s, worst of 10, bench/lag.py).
+    """
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
+
+
+@_cyclic_gc_paused()
 def measure(
     cluster: str,
     *,
@@ -324,38 +343,6 @@ def measure(
         now: measurement time, seconds since the epoch (UTC).
         timeout_s: broker request timeout.
     """
-    with _cyclic_gc_paused():
-        return _measure(cluster, mysql=mysql, admin=admin, store=store, settings=settings, now=now, timeout_s=timeout_s)
-
-
-@contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
-    """Python's cycle collector off for the block, as it was after.
-
-    A measurement makes several objects per partition (offsets, samples, lags: about a million at
-    100,000 partitions), all acyclic and freed by reference counting. The collector, run every
-    few hundred allocations, scans them again and again while they pile up: a third of a
-    measurement at 10,000 partitions (0.85 s against 0.51 s, worst of 10, bench/lag.py).
-    """
-    paused = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if paused:
-            gc.enable()
-
-
-def _measure(
-    cluster: str,
-    *,
-    mysql: Any,
-    admin: OffsetsAdmin,
-    store: LagStore,
-    settings: Settings,
-    now: float,
-    timeout_s: float,
-) -> MeasureSummary:
     # The committed offsets are read before the broker's watermarks, so a consumer that keeps up is
     # never past the log end within one measurement: the status page's offset_ahead relies on it.
     by_name = _load_registered(mysql, cluster)
