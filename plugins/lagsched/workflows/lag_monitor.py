@@ -29,11 +29,9 @@ measurement's time is part of the measurement), tests pass fixed times.
 from __future__ import annotations
 
 import bisect
-import gc
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, overload
@@ -57,6 +55,7 @@ from lagsched.core.lag import (
     topic_time_lag,
 )
 from lagsched.core.pipeline_state import OK, PipelineState, last_progress_at, pipeline_state
+from lagsched.workflows.gc_pause import cyclic_gc_paused
 
 __all__ = ["MeasureSummary", "TopicMeasurement", "measure"]
 
@@ -303,25 +302,7 @@ def _load_registered(conn: Any, cluster: str) -> dict[str, _Registered]:
     }
 
 
-@contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
-    """Python's cycle collector off for the block, as it was after.
-
-    A measurement makes several objects per partition (offsets, samples, lags: about a million at
-    100,000 partitions), all acyclic and freed by reference counting. The collector, run every
-    few hundred allocations, scans them again and again while they pile up: a third of a
-    measurement at 10,000 partitions (0.85 s against 0.51 s, worst of 10, bench/lag.py).
-    """
-    paused = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if paused:
-            gc.enable()
-
-
-@_cyclic_gc_paused()
+@cyclic_gc_paused()
 def measure(
     cluster: str,
     *,

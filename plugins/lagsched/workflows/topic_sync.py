@@ -25,6 +25,7 @@ from lagsched.adapters.kafka_admin import BrokerTopics, fetch_broker_topics
 from lagsched.adapters.topics import apply_sync
 from lagsched.core.names import validate_cluster_name, validate_topic_name
 from lagsched.core.registry import TopicDefaults, plan_sync
+from lagsched.workflows.gc_pause import cyclic_gc_paused
 
 __all__ = ["SyncReport", "sync_registry"]
 
@@ -68,6 +69,7 @@ class SyncReport:
         }
 
 
+@cyclic_gc_paused()
 def sync_registry(
     conn: Any,
     admin: Any,

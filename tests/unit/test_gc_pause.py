@@ -1,4 +1,4 @@
-"""The lag monitor pauses Python's cycle collector for a measurement and restores it as it was."""
+"""A measurement and a registry sync pause Python's cycle collector and restore it as it was."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from lagsched.workflows.lag_monitor import _cyclic_gc_paused
+from lagsched.workflows.gc_pause import cyclic_gc_paused
 
 
 @pytest.fixture(autouse=True)
@@ -20,14 +20,14 @@ def _restore_gc() -> Iterator[None]:
 @pytest.mark.parametrize("enabled_before", [True, False])
 def test_the_collector_is_off_inside_and_as_before_after(enabled_before: bool) -> None:
     (gc.enable if enabled_before else gc.disable)()
-    with _cyclic_gc_paused():
+    with cyclic_gc_paused():
         assert not gc.isenabled()
     assert gc.isenabled() is enabled_before
 
 
 def test_a_failed_measurement_turns_the_collector_back_on() -> None:
     gc.enable()
-    with pytest.raises(RuntimeError), _cyclic_gc_paused():
+    with pytest.raises(RuntimeError), cyclic_gc_paused():
         raise RuntimeError("broker down")
     assert gc.isenabled()
 
@@ -45,5 +45,22 @@ def test_a_measurement_runs_with_the_collector_off(monkeypatch: pytest.MonkeyPat
     gc.enable()
     with pytest.raises(ConnectionError):
         lag_monitor.measure("c1", mysql=None, admin=None, store=None, settings=None, now=0.0)  # type: ignore[arg-type]
+    assert seen == [False]
+    assert gc.isenabled()
+
+
+def test_a_sync_runs_with_the_collector_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lagsched.workflows import topic_sync
+
+    seen: list[bool] = []
+
+    def broker_read(*_: object) -> None:
+        seen.append(gc.isenabled())
+        raise ConnectionError("broker down")
+
+    monkeypatch.setattr(topic_sync, "fetch_broker_topics", broker_read)
+    gc.enable()
+    with pytest.raises(ConnectionError):
+        topic_sync.sync_registry(None, None, "c1")
     assert seen == [False]
     assert gc.isenabled()

@@ -1,0 +1,28 @@
+"""Python's cycle collector paused for a whole-cluster pass (a measurement, a registry sync).
+
+Such a pass makes several objects per partition or topic (offsets, samples, lags, the Admin
+client's answers: about a million at 100,000 partitions), all acyclic and freed by reference
+counting. The collector, run every few hundred allocations, scans them again and again while they
+pile up: a third of a measurement at 10,000 partitions (0.85 s against 0.51 s, worst of 10,
+``python -m lagsched.bench.lag``).
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+__all__ = ["cyclic_gc_paused"]
+
+
+@contextmanager
+def cyclic_gc_paused() -> Iterator[None]:
+    """The collector off for the block (or the decorated function), as it was after."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
