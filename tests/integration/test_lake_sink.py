@@ -177,3 +177,23 @@ def test_the_catalog_tables_are_created_race_free_before_any_spark_session(mysql
     at_once(2)
     assert errors == []
     assert "iceberg_type" in columns()
+
+
+def test_the_warm_up_writes_through_the_sink_and_leaves_nothing(
+    lake_sink: IcebergSink, empty_mysql_db: Any, topic: str
+) -> None:
+    lake_sink.write([BatchRead(topic, 0, (0, 30), 0)], lake_sink.mark())
+    snapshot = lake_sink.mark()
+    files_before = sorted(data_file_paths(lake_sink, empty_mysql_db))
+
+    assert lake_sink.warm_up(5_000) > 0  # files written (and thrown away)
+    assert lake_sink.warm_up(0) == 0  # none asked for: nothing written
+
+    # No snapshot, no row and no file of the made-up records: only the real batch is there.
+    assert lake_sink.mark() == snapshot
+    assert sorted(data_file_paths(lake_sink, empty_mysql_db)) == files_before
+    assert offsets(lake_sink, empty_mysql_db) == [(topic, 0, o) for o in range(30)]
+    # The slot's batches after it land as before.
+    wrote = lake_sink.write([BatchRead(topic, 0, (30, 60), 30)], lake_sink.mark())
+    assert wrote.records == 30
+    assert len(offsets(lake_sink, empty_mysql_db)) == 60

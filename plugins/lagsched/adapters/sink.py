@@ -53,6 +53,11 @@ COLUMNS_DDL = (
     "key BINARY, value BINARY, headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
 )
 PARTITIONING = "topic, hours(`timestamp`)"
+#: Made-up records a new slot writes (and throws away) before its first batch (`IcebergSink.warm_up`).
+WARM_UP_ROWS = 300_000
+#: Their topic column: the files never reach a snapshot, so no reader ever sees it.
+WARM_UP_TOPIC = "__lagsched_warm_up"
+WARM_UP_PARTITIONS = 12
 #: Snapshot summary key naming the batch (a UUID) that committed it.
 BATCH_PROPERTY = "lagsched.batch"
 
@@ -296,6 +301,42 @@ class IcebergSink:
         return SinkWrite(
             len(files), len(present), written - started, time.monotonic() - written, snapshot_id, records, present
         )
+
+    def warm_up(self, rows: int = WARM_UP_ROWS) -> int:
+        """Write `rows` made-up records through a batch's write path and throw the files away;
+        returns how many files that was.
+
+        A new slot's JVM runs its first batch interpreted and compiles the hot code as it goes, so
+        the first batch ran at a third of the steady rate (docs/consumer-benchmark.md). This pays
+        part of that before the slot claims anything: the same staged write as `write` (Spark's
+        rows, the partition transform, Iceberg's Parquet writer, the file IO), whose staged files
+        are deleted and never committed. A crash in between leaves orphans for the
+        table care, as a crashed batch does.
+        """
+        if rows <= 0:
+            return 0
+        started = time.monotonic()
+        file_set = f"lagsched-warm-up-{uuid.uuid4().hex}"
+        made_up = self._spark.range(rows).select(
+            F.lit(WARM_UP_TOPIC).alias("topic"),
+            (F.col("id") % WARM_UP_PARTITIONS).cast("int").alias("partition"),
+            F.col("id").alias("offset"),
+            F.current_timestamp().alias("timestamp"),
+            F.encode(F.concat(F.lit("key-"), F.col("id").cast("string")), "UTF-8").alias("key"),
+            F.encode(F.concat(F.lit("v" * 100), F.col("id").cast("string")), "UTF-8").alias("value"),
+            F.array(F.struct(F.lit("h").alias("key"), F.encode(F.lit("1"), "UTF-8").alias("value"))).alias("headers"),
+        )
+        made_up.writeTo(self._lake.identifier).option("rewritten-file-scan-task-set-id", file_set).append()
+        table = self._table()
+        coordinator = self._jvm.org.apache.iceberg.spark.FileRewriteCoordinator.get()
+        files = list(_iterate(coordinator.fetchNewFiles(table, file_set)))
+        coordinator.clearRewrite(table, file_set)
+        io = table.io()
+        for f in files:
+            io.deleteFile(f.location())
+        took = time.monotonic() - started
+        log.info("warmed up on %d made-up records (%d files written and deleted) in %.1f s", rows, len(files), took)
+        return len(files)
 
     def _commit(
         self,
