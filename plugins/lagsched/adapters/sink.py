@@ -284,14 +284,9 @@ class IcebergSink:
         if not todo:
             return SinkWrite(0, len(present), 0.0, 0.0, present=present)
         started = time.monotonic()
-        file_set = f"lagsched-{uuid.uuid4().hex}"
         ranges = [OffsetRange(r.topic, r.partition, r.read_start, r.batch[1]) for r in todo]
         df = to_table_rows(read_offset_ranges(self._spark, self._kafka, ranges, include_headers=True))
-        df.writeTo(self._lake.identifier).option("rewritten-file-scan-task-set-id", file_set).append()
-        table = self._table()
-        coordinator = self._jvm.org.apache.iceberg.spark.FileRewriteCoordinator.get()
-        files = list(_iterate(coordinator.fetchNewFiles(table, file_set)))
-        coordinator.clearRewrite(table, file_set)
+        file_set, table, files = self._stage(df)
         written = time.monotonic()
         recorded = {(r.topic, r.partition): r.batch for r in todo}
         if not files:  # every record of the ranges was aborted or compacted away: nothing to commit
@@ -316,7 +311,6 @@ class IcebergSink:
         if rows <= 0:
             return 0
         started = time.monotonic()
-        file_set = f"lagsched-warm-up-{uuid.uuid4().hex}"
         made_up = self._spark.range(rows).select(
             F.lit(WARM_UP_TOPIC).alias("topic"),
             (F.col("id") % WARM_UP_PARTITIONS).cast("int").alias("partition"),
@@ -326,17 +320,24 @@ class IcebergSink:
             F.encode(F.concat(F.lit("v" * 100), F.col("id").cast("string")), "UTF-8").alias("value"),
             F.array(F.struct(F.lit("h").alias("key"), F.encode(F.lit("1"), "UTF-8").alias("value"))).alias("headers"),
         )
-        made_up.writeTo(self._lake.identifier).option("rewritten-file-scan-task-set-id", file_set).append()
-        table = self._table()
-        coordinator = self._jvm.org.apache.iceberg.spark.FileRewriteCoordinator.get()
-        files = list(_iterate(coordinator.fetchNewFiles(table, file_set)))
-        coordinator.clearRewrite(table, file_set)
+        _, table, files = self._stage(made_up)
         io = table.io()
         for f in files:
             io.deleteFile(f.location())
         took = time.monotonic() - started
         log.info("warmed up on %d made-up records (%d files written and deleted) in %.1f s", rows, len(files), took)
         return len(files)
+
+    def _stage(self, df: DataFrame) -> tuple[str, Any, list[Any]]:
+        """Write `df` in Iceberg's rewrite mode (module docstring): its data files are staged in
+        the driver, not committed. Returns the file set's id, the table and the files."""
+        file_set = f"lagsched-{uuid.uuid4().hex}"
+        df.writeTo(self._lake.identifier).option("rewritten-file-scan-task-set-id", file_set).append()
+        table = self._table()
+        coordinator = self._jvm.org.apache.iceberg.spark.FileRewriteCoordinator.get()
+        files = list(_iterate(coordinator.fetchNewFiles(table, file_set)))
+        coordinator.clearRewrite(table, file_set)
+        return file_set, table, files
 
     def _commit(
         self,
