@@ -115,10 +115,10 @@ def test_the_load_generator_gets_exactly_the_demos_profile(duration: float | Non
     flat = [x for lt in loads for point in lt.points for x in point]
     assert [x for lt in rebuilt for point in lt.points for x in point] == pytest.approx(flat)
     assert [lt.topic for lt in rebuilt] == [lt.topic for lt in loads]
-    # The hot topic is back to a trickle by 55 % of the run (330 s, the default profile, from 600 s
+    # The hot topic is back to a trickle by 45 % of the run (270 s, the default profile, from 600 s
     # on), leaving time to drain and scale down.
     hot_ends = loads[0].points[-1][0]
-    assert hot_ends == pytest.approx(330.0 if duration is None or duration >= 600 else 0.55 * max(duration, 60.0))
+    assert hot_ends == pytest.approx(270.0 if duration is None or duration >= 600 else 0.45 * max(duration, 60.0))
 
 
 def test_status_line_marks_stuck_topics() -> None:

@@ -166,7 +166,7 @@ def demo_profile(
     peak_rate: float = DEMO_PEAK_RATE,
     ramp_at_s: float = 30.0,
     ramp_s: float = 60.0,
-    hold_s: float = 210.0,
+    hold_s: float = 150.0,
     fall_s: float = 30.0,
     prefix: str = "demo.",
 ) -> tuple[TopicLoad, ...]:
