@@ -161,8 +161,8 @@ def reset_workers(conn: Any, topics: Sequence[str], now: float) -> list[tuple[st
     """Set the demo topics' ``linker_workers`` back to 1, each with a ``demo_reset`` decision, so a
     second demo on the same stack shows the scale-up again; returns (topic, workers before) of each
     topic that was above 1."""
-    from lagsched.adapters.decisions import apply_change
     from lagsched.adapters.topics import load_topics
+    from lagsched.adapters.worker_changes import apply_change
     from lagsched.core.evaluator import Decision
 
     reset = []

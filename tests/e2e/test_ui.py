@@ -53,12 +53,12 @@ def seed_cluster(kafka_config: dict[str, Any], new_topic: Callable[..., str]) ->
     Call ``for f in reversed(seed.cleanup): f()`` afterwards.
     """
     from lagsched.adapters.claims import ClaimStore, server_lock_mode
-    from lagsched.adapters.decisions import apply_change
     from lagsched.adapters.kafka_admin import admin_client
     from lagsched.adapters.lag_store import LagRecord, LagStore, redis_client
     from lagsched.adapters.mysql import connect
     from lagsched.adapters.slots import SlotRegistry, slot_id_for
     from lagsched.adapters.topics import load_topics
+    from lagsched.adapters.worker_changes import apply_change
     from lagsched.connections import mysql_params, redis_params
     from lagsched.core.evaluator import Decision
     from lagsched.core.lag import OffsetSample

@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 
-from lagsched.adapters.decisions import apply_change
 from lagsched.adapters.lag_store import LagRecord, LagStore
-from lagsched.adapters.overrides import create_override
 from lagsched.adapters.topics import apply_sync
+from lagsched.adapters.worker_changes import apply_change, create_override
 from lagsched.core.evaluator import Decision
 from lagsched.core.registry import BrokerTopic, plan_sync
 

@@ -17,12 +17,11 @@ from typing import Any
 import pytest
 
 from lagsched.adapters.claims import ClaimStore, server_lock_mode
-from lagsched.adapters.decisions import apply_change
 from lagsched.adapters.gaps import RetentionGap, record_gap
 from lagsched.adapters.lag_store import LagRecord, LagStore
-from lagsched.adapters.overrides import create_override
 from lagsched.adapters.slots import SlotRegistry, slot_id_for
 from lagsched.adapters.topics import apply_sync
+from lagsched.adapters.worker_changes import apply_change, create_override
 from lagsched.core.evaluator import Decision
 from lagsched.core.lag import OffsetSample
 from lagsched.core.registry import BrokerTopic, plan_sync

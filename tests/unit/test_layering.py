@@ -100,3 +100,74 @@ def test_the_redis_adapter_does_not_load_kafka() -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+PACKAGE = CORE.parent
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def lagsched_imports(path: Path, modules: set[str]) -> set[str]:
+    """The lagsched modules `path` imports, anywhere in it (inside functions and TYPE_CHECKING too):
+    ``from lagsched.a import b`` counts as lagsched.a.b when that is a module, else as lagsched.a."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name in modules)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module in modules:
+            subs = {f"{node.module}.{a.name}" for a in node.names} & modules
+            found.update(subs or {node.module})
+    return found - {module_name(path)}
+
+
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    paths = sorted(package.rglob("*.py"))
+    modules = {module_name(p) for p in paths}
+    return {module_name(p): lagsched_imports(p, modules) for p in paths}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_import_graph_has_no_circle() -> None:
+    graph = import_graph()
+    # A package's __init__.py importing its own modules is the package's face, not a circle.
+    faces = {name: {t for t in targets if t.rsplit(".", 1)[0] != name} for name, targets in graph.items()}
+    assert circles(faces) == [], "modules that import each other (directly or round a longer loop)"
+
+
+def test_the_circle_check_finds_a_loop() -> None:
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []

@@ -1,7 +1,8 @@
 """The ``scaling_decisions`` table: the one module that reads and writes it.
 
-A decision is applied together with the ``topics.linker_workers`` change it records, in one
-transaction (`apply_change`), so the table never claims a change that did not happen.
+A decision row is written together with the ``topics.linker_workers`` change it records, in one
+transaction (`lagsched.adapters.worker_changes`), so the table never claims a change that did not
+happen.
 """
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from lagsched.adapters.topics import set_linker_workers, transaction
+from lagsched.adapters.topics import transaction
 from lagsched.core.evaluator import Decision
 
 if TYPE_CHECKING:
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DecisionRow",
-    "apply_change",
     "decisions_of",
     "delete_old_decisions",
     "insert_decision",
@@ -72,9 +72,6 @@ class DecisionRow:
     announced_at: float | None
 
 
-Applied = Literal["applied", "conflict", "already_applied"]
-
-
 def decisions_of(conn: Connection, evaluation_id: str) -> dict[str, DecisionRow]:
     """The decisions one evaluation recorded, by topic id (a retry finds what it applied)."""
     with transaction(conn) as cur:
@@ -105,40 +102,10 @@ def last_change_times(conn: Connection, topic_ids: Sequence[str]) -> dict[str, f
     return {str(t): _epoch(at) for t, at in rows if at is not None}
 
 
-def apply_change(
-    conn: Connection, *, cluster: str, evaluation_id: str, topic_id: str, d: Decision, unless_overridden: bool = False
-) -> tuple[Applied, int | None]:
-    """Set the topic's ``linker_workers`` from ``d.old_workers`` to ``d.new_workers`` and record why.
-
-    One transaction. Returns ``("applied", decision_id)``; ``("conflict", None)`` when the value
-    is no longer ``d.old_workers`` (another evaluator got there first: nothing written), or, with
-    `unless_overridden`, when a manual override of the topic became active after the decision was
-    made (the override wins; checked after the row is locked, so an override committed meanwhile
-    is seen); or ``("already_applied", None)`` when this evaluation id already recorded a decision
-    for the topic (a twin run of the same evaluation).
-    """
-    import pymysql
-
-    from lagsched.adapters.overrides import is_overridden  # it imports this module
-
-    try:
-        with transaction(conn) as cur:
-            if not set_linker_workers(cur, topic_id, d.old_workers, d.new_workers) or (
-                unless_overridden and is_overridden(cur, topic_id, d.at_datetime)
-            ):
-                conn.rollback()
-                return "conflict", None
-            decision_id = insert_decision(cur, cluster=cluster, evaluation_id=evaluation_id, topic_id=topic_id, d=d)
-    except pymysql.err.IntegrityError:
-        return "already_applied", None
-    return "applied", decision_id
-
-
 def insert_decision(cur: Cursor, *, cluster: str, evaluation_id: str, topic_id: str, d: Decision) -> int:
     """INSERT one ``scaling_decisions`` row inside the caller's transaction; returns its id.
 
-    For callers that change ``linker_workers`` under their own locks (an override pins it while
-    holding the topic row); `apply_change` is the evaluator's compare-and-set path.
+    Only `lagsched.adapters.worker_changes` calls it, in the transaction that moves the count.
     """
     cur.execute(
         "INSERT INTO scaling_decisions (evaluation_id, decided_at, topic_id, cluster, topic, old_workers,"

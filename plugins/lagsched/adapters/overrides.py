@@ -1,11 +1,9 @@
 """The ``scaling_overrides`` table: manual overrides of a topic's ``linker_workers``.
 
 An override pins a topic's worker count for a while (Tinybird's Black Friday case). Creating one
-(`create_override`) is one transaction that validates the request, records the override,
-replaces any active override of the same topic, sets ``topics.linker_workers`` and records the
-change as a ``scaling_decisions`` row with rule ``override``; so no override exists that was not
-applied, and no change exists without its decision. Announcing it on Redis is the caller's part
-(`lagsched.workflows.overrides.apply_override`).
+is `lagsched.adapters.worker_changes.create_override`: one transaction that uses this module's
+`insert_override` and `link_decision` with the count's one write path, so no override exists that
+was not applied, and no change exists without its decision.
 
 Active means: not cancelled and ``expires_at`` after the given time. Nothing runs at expiry: the
 evaluator simply no longer finds the override (`active_overrides`) and decides normally again.
@@ -15,18 +13,13 @@ All datetimes are aware UTC; the table stores them as UTC wall time.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from lagsched.adapters.decisions import insert_decision
-from lagsched.adapters.topics import delete_in_batches, lock_cluster, set_linker_workers, transaction
-from lagsched.core.errors import ConfigError
-from lagsched.core.evaluator import Decision
+from lagsched.adapters.topics import delete_in_batches, transaction
 from lagsched.core.names import validate_cluster_name
-from lagsched.core.overrides import check_duration, format_duration, validate_override
 
 if TYPE_CHECKING:
     import pymysql
@@ -39,11 +32,13 @@ __all__ = [
     "OverrideRow",
     "active_overrides",
     "cancel_override",
-    "create_override",
     "delete_ended_overrides",
     "evaluation_id_of",
+    "find_by_request",
     "get_override",
+    "insert_override",
     "is_overridden",
+    "link_decision",
     "list_overrides",
 ]
 
@@ -127,105 +122,53 @@ def evaluation_id_of(override_id: int) -> str:
     return f"override-{override_id}"
 
 
-def create_override(
-    conn: Connection,
+def find_by_request(cur: Cursor, request_id: str) -> OverrideRow | None:
+    """The override a request id made, inside the caller's transaction (a retried task must not pin twice)."""
+    cur.execute(f"SELECT {_COLUMNS} FROM scaling_overrides WHERE request_id = %s", (request_id,))  # noqa: S608 - fixed column list
+    found = cur.fetchone()
+    return None if found is None else _row(found)
+
+
+def insert_override(
+    cur: Cursor,
     *,
     cluster: str,
+    topic_id: str,
     topic: str,
     linker_workers: int,
-    duration_s: float,
+    previous_workers: int,
     reason: str,
     created_by: str,
     now: datetime,
-    request_id: str | None = None,
-    lag: int = 0,
-    time_lag_s: float = 0.0,
-) -> OverrideRow:
-    """Validate, record and apply an override of `topic`'s ``linker_workers``; one transaction.
-
-    Replaces (cancels) any active override of the same topic, sets the topic's ``linker_workers``
-    to `linker_workers` and records a ``scaling_decisions`` row with rule ``override`` (policy
-    ``manual``), evaluation id `evaluation_id_of` (override id), and a reason quoting `reason`,
-    `created_by` and the expiry. `lag` and `time_lag_s` (the newest measurement) go into that row.
-
-    With a `request_id` already used, returns the override that request made and writes nothing
-    (a retried task must not pin twice).
-
-    Raises:
-        ConfigError: a bad request; ``field`` names it (``topic``: not an enabled topic of
-            `cluster`; ``linker_workers``: below 1 or above the partition count; ``duration``:
-            not in (0, 7 days]; ``reason``/``created_by``: empty or too long). Nothing is written.
-    """
+    duration_s: float,
+    request_id: str | None,
+) -> int:
+    """INSERT one override inside the caller's transaction and cancel the topic's other active ones
+    (``replaced by override <id>``); returns its id. The caller has validated the request."""
     now = _aware(now)
-    validate_cluster_name(cluster)
-    check_duration(duration_s)
-    if request_id is not None and not 1 <= len(request_id) <= 250:
-        raise ValueError(f"request_id must be 1 to 250 characters, got {len(request_id)}")
-    with transaction(conn) as cur:
-        if request_id is not None:
-            cur.execute(f"SELECT {_COLUMNS} FROM scaling_overrides WHERE request_id = %s", (request_id,))  # noqa: S608 - fixed column list
-            found = cur.fetchone()
-            if found is not None:
-                return _row(found)
-        # Locking the cluster's rows serializes this with topic syncs and other overrides.
-        rows = [r for r in lock_cluster(cur, cluster) if r.enabled]
-        row = next((r for r in rows if r.name == topic), None)
-        if row is None:
-            close = difflib.get_close_matches(topic, [r.name for r in rows], n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            allowed = f"must be an enabled topic of cluster {cluster!r}{hint}; run the topic sync if it is new"
-            raise ConfigError(
-                f"invalid override: topic = {topic!r}: {allowed}", field="topic", value=topic, allowed=allowed
-            )
-        validate_override(
-            topic=topic,
-            linker_workers=linker_workers,
-            partitions=row.partition_count,
-            duration_s=duration_s,
-            reason=reason,
-            created_by=created_by,
-        )
-        reason, created_by = reason.strip(), created_by.strip()
-        expires = now + timedelta(seconds=duration_s)
-        cur.execute(
-            "INSERT INTO scaling_overrides (cluster, topic_id, topic, linker_workers, previous_workers, reason,"
-            " created_by, created_at, expires_at, request_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            (cluster, row.topic_id, topic, linker_workers, row.linker_workers, reason, created_by, _to_db(now),
-             _to_db(expires), request_id),
-        )  # fmt: skip
-        override_id = int(cur.lastrowid)
-        cur.execute(
-            "UPDATE scaling_overrides SET cancelled_at = %s, cancelled_by = %s"
-            " WHERE topic_id = %s AND id <> %s AND cancelled_at IS NULL AND expires_at > %s",
-            (_to_db(now), f"replaced by override {override_id}", row.topic_id, override_id, _to_db(now)),
-        )
-        # Under the lock the compare-and-set cannot lose; an unchanged count is still recorded,
-        # so the history shows who pinned it and why.
-        if row.linker_workers != linker_workers:
-            set_linker_workers(cur, row.topic_id, row.linker_workers, linker_workers)
-        until = expires.strftime("%Y-%m-%d %H:%M:%S UTC")
-        decision = Decision(
-            topic=topic,
-            old_workers=row.linker_workers,
-            new_workers=linker_workers,
-            lag=lag,
-            time_lag_s=time_lag_s,
-            slope=0.0,
-            fit_r2=0.0,
-            policy="manual",
-            rule="override",
-            reason=f"{reason} (override {override_id} by {created_by} for {format_duration(duration_s)}, "
-            f"{linker_workers} workers until {until})",
-            at=now.timestamp(),
-        )
-        decision_id = insert_decision(
-            cur, cluster=cluster, evaluation_id=evaluation_id_of(override_id), topic_id=row.topic_id, d=decision
-        )
-        cur.execute("UPDATE scaling_overrides SET decision_id = %s WHERE id = %s", (decision_id, override_id))
-        cur.execute(f"SELECT {_COLUMNS} FROM scaling_overrides WHERE id = %s", (override_id,))  # noqa: S608 - fixed column list
-        created = cur.fetchone()
-        assert created is not None  # inserted above, in this transaction
-        return _row(created)
+    cur.execute(
+        "INSERT INTO scaling_overrides (cluster, topic_id, topic, linker_workers, previous_workers, reason,"
+        " created_by, created_at, expires_at, request_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        (cluster, topic_id, topic, linker_workers, previous_workers, reason, created_by, _to_db(now),
+         _to_db(now + timedelta(seconds=duration_s)), request_id),
+    )  # fmt: skip
+    override_id = int(cur.lastrowid)
+    cur.execute(
+        "UPDATE scaling_overrides SET cancelled_at = %s, cancelled_by = %s"
+        " WHERE topic_id = %s AND id <> %s AND cancelled_at IS NULL AND expires_at > %s",
+        (_to_db(now), f"replaced by override {override_id}", topic_id, override_id, _to_db(now)),
+    )
+    return override_id
+
+
+def link_decision(cur: Cursor, override_id: int, decision_id: int) -> OverrideRow:
+    """Record which ``scaling_decisions`` row applied the override; returns the override as stored."""
+    cur.execute("UPDATE scaling_overrides SET decision_id = %s WHERE id = %s", (decision_id, override_id))
+    cur.execute(f"SELECT {_COLUMNS} FROM scaling_overrides WHERE id = %s", (override_id,))  # noqa: S608 - fixed column list
+    stored = cur.fetchone()
+    if stored is None:
+        raise LookupError(f"override {override_id} is not in scaling_overrides")
+    return _row(stored)
 
 
 def active_overrides(conn: Connection, cluster: str | None, now: datetime) -> list[OverrideRow]:

@@ -25,9 +25,13 @@ partitions of topic 'orders' (a worker beyond that would own no partition)
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Collection
+from datetime import UTC, datetime, timedelta
 
 from lagsched.core.errors import ConfigError
+from lagsched.core.evaluator import Decision
 
 __all__ = [
     "DURATION_PATTERN",
@@ -35,7 +39,9 @@ __all__ = [
     "MAX_OVERRIDE_S",
     "MAX_REASON",
     "format_duration",
+    "override_decision",
     "parse_duration",
+    "unknown_topic",
     "validate_override",
 ]
 
@@ -126,3 +132,50 @@ def validate_override(
         raise _error("created_by", created_by, "must name who asks for the override (non-empty text)")
     if len(created_by) > MAX_CREATED_BY:
         raise _error("created_by", created_by[:40] + "...", f"must be at most {MAX_CREATED_BY} characters")
+
+
+def unknown_topic(topic: str, cluster: str, enabled_topics: Collection[str]) -> ConfigError:
+    """The error for an override of a topic that is not an enabled topic of `cluster`, with the
+    closest name as a hint.
+
+    >>> print(unknown_topic("ordres", "main", ["orders", "clicks"]))
+    invalid override: topic = 'ordres': must be an enabled topic of cluster 'main' (did you mean 'orders'?); \
+run the topic sync if it is new
+    """
+    close = difflib.get_close_matches(topic, list(enabled_topics), n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    allowed = f"must be an enabled topic of cluster {cluster!r}{hint}; run the topic sync if it is new"
+    return _error("topic", topic, allowed)
+
+
+def override_decision(
+    *,
+    override_id: int,
+    topic: str,
+    previous_workers: int,
+    linker_workers: int,
+    reason: str,
+    created_by: str,
+    duration_s: float,
+    now: datetime,
+    lag: int = 0,
+    time_lag_s: float = 0.0,
+) -> Decision:
+    """The ``scaling_decisions`` entry that records an override: policy ``manual``, rule ``override``,
+    a reason quoting the user's, who asked and until when; `lag` and `time_lag_s` are the newest
+    measurement's."""
+    until = (now + timedelta(seconds=duration_s)).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return Decision(
+        topic=topic,
+        old_workers=previous_workers,
+        new_workers=linker_workers,
+        lag=lag,
+        time_lag_s=time_lag_s,
+        slope=0.0,
+        fit_r2=0.0,
+        policy="manual",
+        rule="override",
+        reason=f"{reason} (override {override_id} by {created_by} for {format_duration(duration_s)}, "
+        f"{linker_workers} workers until {until})",
+        at=now.timestamp(),
+    )

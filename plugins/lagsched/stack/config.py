@@ -16,6 +16,22 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
+#: The stack's MariaDB database and user for lagsched (the password is generated: `stack_secrets`).
+MYSQL_DATABASE = "lagsched"
+MYSQL_USER = "lagsched"
+#: PostgreSQL (Airflow's metadata DB) listens on a Unix socket only; the port names its file.
+POSTGRES_SOCKET_PORT = 5432
+
+
+def airflow_uses_postgres() -> bool:
+    """Airflow's metadata in PostgreSQL (default), or in SQLite with ``LAGSCHED_AIRFLOW_DB=sqlite``.
+
+    SQLite (in WAL mode, as Airflow sets it) answered "database is locked" to the scheduler and the
+    API server while the consume DAG's mapped slots, the monitor and the evaluator ran together on a
+    loaded 2-core machine (docs/dags.md); PostgreSQL does not lock the whole database per write.
+    """
+    return os.environ.get("LAGSCHED_AIRFLOW_DB", "postgres").strip().lower() != "sqlite"
+
 
 def _port(name: str, default: int) -> int:
     raw = os.environ.get(name, str(default))
@@ -114,6 +130,10 @@ class StackConfig:
     @property
     def airflow_home(self) -> Path:
         return self.home / "airflow"
+
+    @property
+    def postgres_socket_dir(self) -> Path:
+        return self.home / "postgres" / "run"
 
     @property
     def secrets_file(self) -> Path:

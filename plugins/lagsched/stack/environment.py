@@ -13,8 +13,14 @@ import os
 import sys
 from pathlib import Path
 
-from lagsched.stack.config import StackConfig, stack_secrets
-from lagsched.stack.services import MYSQL_DATABASE, MYSQL_USER
+from lagsched.stack.config import (
+    MYSQL_DATABASE,
+    MYSQL_USER,
+    POSTGRES_SOCKET_PORT,
+    StackConfig,
+    airflow_uses_postgres,
+    stack_secrets,
+)
 
 KAFKA_CONN_ID = "lagsched_kafka"
 MYSQL_CONN_ID = "lagsched_mysql"
@@ -79,10 +85,8 @@ def airflow_metadata_url(cfg: StackConfig) -> str:
     sqlite3's 5 s, which a loaded 2-core machine exceeded ("database is locked"; docs/dags.md has
     the measurements). PostgreSQL (`lagsched.stack.services.Postgres`): its Unix socket, no password.
     """
-    from lagsched.stack.services import Postgres, airflow_uses_postgres
-
     if airflow_uses_postgres():
-        return f"postgresql+psycopg2://airflow@/airflow?host={Postgres(cfg).socket_dir}&port={Postgres.port}"
+        return f"postgresql+psycopg2://airflow@/airflow?host={cfg.postgres_socket_dir}&port={POSTGRES_SOCKET_PORT}"
     return f"sqlite:///{cfg.airflow_home / 'airflow.db'}?timeout=30"
 
 

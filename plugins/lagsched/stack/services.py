@@ -26,11 +26,16 @@ from pathlib import Path
 from typing import Any
 
 from lagsched.stack import process
-from lagsched.stack.config import StackConfig, stack_secrets
+from lagsched.stack.config import (
+    MYSQL_DATABASE,
+    MYSQL_USER,
+    POSTGRES_SOCKET_PORT,
+    StackConfig,
+    airflow_uses_postgres,
+    stack_secrets,
+)
+from lagsched.stack.environment import CONSUME_POOL, CONSUME_POOL_SLOTS, stack_environment
 from lagsched.stack.process import ServiceError
-
-MYSQL_DATABASE = "lagsched"
-MYSQL_USER = "lagsched"
 
 
 def _port_open(port: int) -> bool:
@@ -369,7 +374,7 @@ class Postgres(Service):
     start_timeout_s = 60.0
     # SIGINT is PostgreSQL's "fast" shutdown: active transactions are rolled back, clients closed.
     stop_signal = signal.SIGINT
-    port = 5432  # names the socket file only
+    port = POSTGRES_SOCKET_PORT  # names the socket file only
 
     @property
     def datadir(self) -> Path:
@@ -377,7 +382,7 @@ class Postgres(Service):
 
     @property
     def socket_dir(self) -> Path:
-        return self.cfg.home / "postgres" / "run"
+        return self.cfg.postgres_socket_dir
 
     def _bin(self, name: str) -> str:
         return _require_binary(
@@ -443,16 +448,6 @@ def _postgres_bins() -> list[str]:
     return [str(p / "bin") for p in root.iterdir() if (p / "bin").is_dir()] if root.is_dir() else []
 
 
-def airflow_uses_postgres() -> bool:
-    """Airflow's metadata in PostgreSQL (default), or in SQLite with ``LAGSCHED_AIRFLOW_DB=sqlite``.
-
-    SQLite (in WAL mode, as Airflow sets it) answered "database is locked" to the scheduler and the
-    API server while the consume DAG's mapped slots, the monitor and the evaluator ran together on a
-    loaded 2-core machine (docs/dags.md); PostgreSQL does not lock the whole database per write.
-    """
-    return os.environ.get("LAGSCHED_AIRFLOW_DB", "postgres").strip().lower() != "sqlite"
-
-
 class Airflow(Service):
     """``airflow standalone``: API server with the UI, scheduler, DAG processor and triggerer."""
 
@@ -492,8 +487,6 @@ class Airflow(Service):
         return [str(Path(sys.executable).parent / "airflow"), "standalone"]
 
     def environment(self) -> dict[str, str]:
-        from lagsched.stack.environment import stack_environment
-
         env = dict(os.environ)
         env.update(stack_environment(self.cfg))
         return env
@@ -501,7 +494,6 @@ class Airflow(Service):
     def after_start(self) -> None:
         """Create the consume DAG's pool (its size bounds the slots running at once) unless it exists."""
         from lagsched.adapters.airflow_api import AirflowAPI
-        from lagsched.stack.environment import CONSUME_POOL, CONSUME_POOL_SLOTS
 
         api = AirflowAPI.for_simple_auth(f"http://127.0.0.1:{self.cfg.airflow_port}", self.cfg.airflow_home)
         api.ensure_pool(
@@ -673,8 +665,6 @@ class SparkWorker(_SparkDaemon):
 def migrate_airflow_db(cfg: StackConfig) -> None:
     """``airflow db migrate`` once per Airflow version (a stamp file skips the ~15 s no-op run)."""
     from importlib.metadata import version
-
-    from lagsched.stack.environment import stack_environment
 
     postgres = airflow_uses_postgres()
     if postgres:

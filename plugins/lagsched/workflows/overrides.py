@@ -3,7 +3,7 @@
 `apply_override` is what the override DAG and ``lagsched override`` call. It takes effect at
 once, not at the next evaluation:
 
-1. `lagsched.adapters.overrides.create_override`, one MySQL transaction: the override row, the new
+1. `lagsched.adapters.worker_changes.create_override`, one MySQL transaction: the override row, the new
    ``topics.linker_workers`` and a ``scaling_decisions`` row with rule ``override`` (a bad request
    raises `ConfigError` naming the field, and nothing is written);
 2. the decision is published on ``lagsched:scaling`` like every other decision (running slots
@@ -27,7 +27,8 @@ from typing import Any
 
 from lagsched.adapters.decisions import DecisionRow, decisions_of
 from lagsched.adapters.lag_store import LagStore
-from lagsched.adapters.overrides import OverrideRow, cancel_override, create_override, evaluation_id_of
+from lagsched.adapters.overrides import OverrideRow, cancel_override, evaluation_id_of
+from lagsched.adapters.worker_changes import create_override
 from lagsched.workflows.scaling import announce_row
 
 __all__ = ["OverrideResult", "apply_override", "end_override"]

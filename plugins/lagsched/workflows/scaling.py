@@ -50,7 +50,6 @@ from typing import Any, Literal
 
 from lagsched.adapters.decisions import (
     DecisionRow,
-    apply_change,
     decisions_of,
     last_change_times,
     last_decisions,
@@ -59,6 +58,7 @@ from lagsched.adapters.decisions import (
 from lagsched.adapters.lag_store import SCALING_CHANNEL, LagRecord, LagStore
 from lagsched.adapters.overrides import OverrideRow, active_overrides
 from lagsched.adapters.topics import TopicRow, load_topics
+from lagsched.adapters.worker_changes import apply_change
 from lagsched.core.config import Settings, TopicPolicyConfig, parse_settings, unknown_topic_overrides
 from lagsched.core.evaluator import (
     Decision,
