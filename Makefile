@@ -3,7 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 VENV ?= $(CURDIR)/.venv
 PY := $(VENV)/bin/python
-LAGSCHED := $(VENV)/bin/lagsched
+LAGSCHED_DEV := $(VENV)/bin/lagsched-dev
 export PYTHONPATH := $(CURDIR)/plugins
 
 # `make demo DURATION=600`: seconds of traffic before the demo winds down (default: until Ctrl-C).
@@ -29,8 +29,10 @@ lint: deps
 typecheck: deps
 	$(PY) -m mypy
 
+# Every tier against one stack: TEST_WORKERS (default 4) xdist workers side by side, then the tests
+# that restart a service alone (scripts/test.sh says why).
 test: deps lint typecheck
-	$(PY) -m pytest tests
+	@bash scripts/test.sh
 
 # The inner loop: no service is started; `make test` still runs everything.
 test-fast: deps lint
@@ -46,16 +48,16 @@ demo: deps
 	@DURATION="$(DURATION)" bash scripts/demo.sh
 
 demo-down:
-	@if [ -x $(LAGSCHED) ]; then $(LAGSCHED) demo --down; else echo "nothing installed, nothing running"; fi
+	@if [ -x $(LAGSCHED_DEV) ]; then $(LAGSCHED_DEV) demo --down; else echo "nothing installed, nothing running"; fi
 
 bench: deps stack-up
-	$(PY) -m lagsched.bench
+	$(PY) -m lagsched_dev.bench
 
 stack-up: deps
-	$(LAGSCHED) stack up
+	$(LAGSCHED_DEV) stack up
 
 stack-down:
-	@if [ -x $(LAGSCHED) ]; then $(LAGSCHED) stack down; else echo "nothing installed, nothing running"; fi
+	@if [ -x $(LAGSCHED_DEV) ]; then $(LAGSCHED_DEV) stack down; else echo "nothing installed, nothing running"; fi
 
 stack-status: deps
-	$(LAGSCHED) stack status
+	$(LAGSCHED_DEV) stack status

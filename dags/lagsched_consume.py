@@ -51,7 +51,7 @@ status 3 (the slot lost a claim or its lock to another process) is a failure lik
 the retry claims again under a new epoch.
 
 **Pool** `lagsched_consume` (Admin > Pools): its size bounds how many slots run at once across
-all clusters; `lagsched stack up --airflow` creates it with 3 slots. Keep the sum of the clusters'
+all clusters; `lagsched-dev stack up --airflow` creates it with 3 slots. Keep the sum of the clusters'
 `max_slots` within it: slots beyond the pool wait for a free pool slot.
 
 **Spark**: the master is the `lagsched_spark` Connection's host (`local[1]`: each slot is its own

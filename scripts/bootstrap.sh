@@ -12,7 +12,7 @@ JARS=$LAGSCHED_HOME/jars
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 hash_of() { cat "$@" | sha256sum | cut -c1-16; }
 
-# 1. Debian packages. apt does not start the services (no systemd); `lagsched stack up` does.
+# 1. Debian packages. apt does not start the services (no systemd); `lagsched-dev stack up` does.
 need=()
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need+=(mariadb-server)
 command -v mariadb >/dev/null 2>&1 || need+=(mariadb-client)

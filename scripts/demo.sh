@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make demo`: dependencies are already installed by `make deps`; this runs the demo driver
-# (plugins/lagsched/demo.py). DURATION (seconds of traffic) ends it by itself; Ctrl-C ends it early,
+# (plugins/lagsched_dev/demo.py). DURATION (seconds of traffic) ends it by itself; Ctrl-C ends it early,
 # a second Ctrl-C stops the running consumer slots at once. Both end with the summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,4 +10,4 @@ if [ -n "${DURATION:-}" ]; then
   args+=(--duration "$DURATION")
 fi
 export PYTHONPATH="$PWD/plugins${PYTHONPATH:+:$PYTHONPATH}"
-exec "${VENV:-.venv}/bin/python" -m lagsched.demo "${args[@]}"
+exec "${VENV:-.venv}/bin/python" -m lagsched_dev.demo "${args[@]}"

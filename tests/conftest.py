@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from lagsched.stack.config import StackConfig, load
-from lagsched.stack.environment import stack_environment
+from lagsched_dev.stack.config import StackConfig, load
+from lagsched_dev.stack.environment import stack_environment
 
 CFG = load()
 os.environ.update(stack_environment(CFG))
@@ -26,12 +26,27 @@ os.environ.update(stack_environment(CFG))
 # the stack's: a scheduler running on the stack's DB would take over the runs dag.test() creates
 # (and their task logs would land in the stack's). One per session, so concurrent runs do not
 # share a SQLite file either; tests/dags/conftest.py migrates it. The stack's services still get
-# the stack's environment (lagsched.stack applies stack_environment over os.environ).
+# the stack's environment (lagsched_dev.stack applies stack_environment over os.environ).
 AIRFLOW_TEST_HOME = Path(tempfile.mkdtemp(prefix="lagsched-test-airflow-"))
 os.environ["AIRFLOW_HOME"] = str(AIRFLOW_TEST_HOME)
 os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{AIRFLOW_TEST_HOME / 'airflow.db'}"
 
 TIERS = ("unit", "integration", "dags", "e2e")
+
+#: Under pytest-xdist (`make test`) every worker is a process of its own, named "gw0", "gw1", ...
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if XDIST_WORKER:
+    # Each worker flushes a Redis DB of its own: 15 (or LAGSCHED_TEST_REDIS_DB) for gw0, one less for
+    # each next worker. The demo and the DAGs keep DB 0.
+    _base_db = int(os.environ.get("LAGSCHED_TEST_REDIS_DB", "15"))
+    os.environ["LAGSCHED_TEST_REDIS_DB"] = str(_base_db - int(XDIST_WORKER.removeprefix("gw")))
+    if int(os.environ["LAGSCHED_TEST_REDIS_DB"]) < 1:
+        raise RuntimeError(f"too many pytest-xdist workers for Redis DBs {_base_db}..1: {XDIST_WORKER}")
+
+#: Tests that share one resource of the stack run on one xdist worker (``--dist loadgroup``), keyed by
+#: the session fixture that starts it: the stack's own Airflow (the e2e tier), the 3-broker rack
+#: cluster, the Spark standalone cluster.
+SHARED_FIXTURE_GROUPS = {"airflow": "stack-airflow", "rack_cluster": "rack-cluster", "spark_cluster": "spark-cluster"}
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -39,30 +54,65 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test with its tier, taken from its folder (tests/<tier>/...)."""
+    """Mark every test with its tier, taken from its folder (tests/<tier>/...), and with the xdist group
+    of the shared resource it uses, if any."""
     for item in items:
         tier = Path(str(item.path)).relative_to(Path(__file__).parent).parts[0]
         if tier in TIERS:
             item.add_marker(getattr(pytest.mark, tier))
+        groups = [g for fixture, g in SHARED_FIXTURE_GROUPS.items() if fixture in getattr(item, "fixturenames", ())]
+        if len(groups) > 1:
+            raise pytest.UsageError(f"{item.nodeid} uses two shared resources: {groups}; give it one xdist group")
+        if groups:
+            item.add_marker(pytest.mark.xdist_group(groups[0]))
+
+
+_STACK_WAS_UP = pytest.StashKey[bool]()
+
+
+def _is_xdist_controller(config: pytest.Config) -> bool:
+    return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+
+
+def _core_services_up() -> bool:
+    from lagsched_dev import stack as local_stack
+    from lagsched_dev.stack.services import core_services
+
+    return all(s.healthy for s in local_stack.status(CFG)[: len(core_services(CFG))])
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # Workers never stop the shared stack; the controller stops it at the end if it was not up before.
+    if _is_xdist_controller(session.config):
+        session.config.stash[_STACK_WAS_UP] = _core_services_up()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    was_up = config.stash.get(_STACK_WAS_UP, True)
+    if _is_xdist_controller(config) and not was_up and not os.environ.get("LAGSCHED_KEEP_STACK"):
+        from lagsched_dev import stack as local_stack
+
+        local_stack.down(CFG)
 
 
 @pytest.fixture(scope="session")
 def stack() -> Iterator[StackConfig]:
     """The running local stack; started here if it was not already up, and then stopped at the end."""
-    from lagsched import stack as local_stack
-    from lagsched.stack.process import ServiceError
-    from lagsched.stack.services import core_services
+    from lagsched_dev import stack as local_stack
+    from lagsched_dev.stack.process import ServiceError
 
-    was_up = all(s.healthy for s in local_stack.status(CFG)[: len(core_services(CFG))])
+    was_up = _core_services_up()
     try:
-        local_stack.up(CFG)
+        local_stack.up(CFG)  # under xdist, one worker starts it and the others wait (one `up` at a time)
     except ServiceError as exc:
-        if not was_up:
+        if not was_up and not XDIST_WORKER:
             local_stack.down(CFG)  # stop what did start, so a failed run leaves nothing behind
         # A service that cannot start is a failure, never a skip.
         pytest.fail(f"the local stack could not start: {exc}", pytrace=False)
     yield CFG
-    if not was_up and not os.environ.get("LAGSCHED_KEEP_STACK"):
+    # Under xdist the other workers may still use it: the controller stops it (pytest_sessionfinish).
+    if not was_up and not XDIST_WORKER and not os.environ.get("LAGSCHED_KEEP_STACK"):
         local_stack.down(CFG)
 
 
@@ -82,7 +132,7 @@ def new_topic(kafka_config: dict[str, Any]) -> Iterator[Callable[..., str]]:
     """Factory: create a uniquely named topic; every topic made is deleted after the test."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from lagsched.loadgen import wait_until_ready
+    from lagsched_dev.loadgen import wait_until_ready
 
     admin = AdminClient(kafka_config)
     made: list[str] = []
@@ -93,7 +143,7 @@ def new_topic(kafka_config: dict[str, Any]) -> Iterator[Callable[..., str]]:
         futures[name].result(timeout=30)
         made.append(name)
         # Produce only once every partition's leader answers: records acknowledged in the first moments
-        # after a create went missing from the log in about 1 run in 4 (lagsched.loadgen measured it).
+        # after a create went missing from the log in about 1 run in 4 (lagsched_dev.loadgen measured it).
         wait_until_ready(kafka_config, {name: partitions})
         return name
 

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from lagsched.stack.config import StackConfig, stack_secrets
-from lagsched.stack.services import MYSQL_USER, Kafka, MariaDB
+from lagsched_dev.stack.config import StackConfig, stack_secrets
+from lagsched_dev.stack.services import MYSQL_USER, Kafka, MariaDB
 
 KAFKA_USER, KAFKA_PASSWORD = "lagsched-app", "k4fka-SCRAM-pw"
 REDIS_USER, REDIS_PASSWORD = "lagsched-app", "s3cret-Redis-pw"

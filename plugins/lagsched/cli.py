@@ -1,4 +1,5 @@
-"""`lagsched` command line: status, overrides, the demo, the local stack and the tools built on them.
+"""`lagsched` command line: the pipeline's status and manual overrides, from the deployment's
+Connections. The developer's commands (the local stack, the demo, benchmarks) are `lagsched-dev`.
 
 Every subcommand imports its module only when it runs, so ``lagsched --help`` is quick and a
 subcommand whose dependencies are broken does not take the others down with it.
@@ -9,135 +10,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import shlex
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from lagsched.stack.process import ServiceError
-
-
-class _StackProgress(logging.Handler):
-    """Turns the stack's "<service> up ..." log lines into progress: one bar step per service."""
-
-    def __init__(self, progress: Any) -> None:
-        super().__init__(logging.INFO)
-        self._progress = progress
-
-    def emit(self, record: logging.LogRecord) -> None:
-        message = record.getMessage()
-        name, _, rest = message.partition(" ")
-        if rest.lstrip().startswith("up "):
-            self._progress.note("  " + " ".join(message.split()))
-            self._progress.advance(detail=f"{name} up")
-        else:
-            self._progress.note("  " + message)
-
-
-def start_stack(cfg: Any, *, airflow: bool = False, spark_cluster: bool = False) -> list[Any]:
-    """`lagsched.stack.up` with a progress bar: services started so far, the elapsed time, each one's detail."""
-    from lagsched import stack
-    from lagsched.progress import Progress
-    from lagsched.stack.services import core_services, spark_cluster_services
-
-    total = len(core_services(cfg)) + (1 if airflow else 0)
-    if spark_cluster:
-        _master, workers = spark_cluster_services(cfg)
-        total += 1 + len(workers)
-    names = "Kafka, MariaDB, Redis, S3Proxy"
-    names += (", Airflow" if airflow else "") + (", Spark cluster" if spark_cluster else "")
-    logger = logging.getLogger("lagsched.stack")
-    with Progress(f"starting {names}", total=total, stream=sys.stdout) as progress:
-        progress.tick_every(0.5)
-        handler = _StackProgress(progress)
-        logger.addHandler(handler)
-        # The bar shows the services' lines instead of the log, whatever logging is configured.
-        propagate, logger.propagate = logger.propagate, False
-        level = logger.level
-        logger.setLevel(logging.INFO)
-        try:
-            return stack.up(cfg, airflow=airflow, spark_cluster=spark_cluster)
-        finally:
-            logger.removeHandler(handler)
-            logger.propagate = propagate
-            logger.setLevel(level)
-
-
-def _stack(args: argparse.Namespace) -> int:
-    from lagsched import stack
-    from lagsched.stack.config import load
-    from lagsched.stack.environment import stack_environment
-
-    cfg = load()
-    if args.only_spark_cluster and args.action not in ("up", "down"):
-        raise SystemExit("lagsched: --only-spark-cluster goes with `stack up` or `stack down`")
-    if args.action == "up" and args.only_spark_cluster:
-        statuses = stack.spark_cluster_up(cfg)
-    elif args.action == "up":
-        statuses = start_stack(cfg, airflow=args.airflow, spark_cluster=args.spark_cluster)
-        if args.racks:
-            from lagsched.stack import kafka_cluster
-
-            statuses = [*statuses, *kafka_cluster.up(cfg)]
-    elif args.action == "down":
-        stopped = stack.spark_cluster_down(cfg) if args.only_spark_cluster else stack.down(cfg)
-        print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
-        return 0
-    elif args.action == "env":
-        # For `eval "$(lagsched stack env)"`: contains the local stack's generated password.
-        for key, value in stack_environment(cfg).items():
-            print(f"export {key}={shlex.quote(value)}")
-        return 0
-    else:
-        statuses = stack.status(cfg)
-        if args.racks:
-            from lagsched.stack import kafka_cluster
-
-            statuses = [*statuses, *kafka_cluster.status(cfg)]
-    width = max(len(s.name) for s in statuses)
-    for s in statuses:
-        state = "healthy" if s.healthy else ("running, not healthy" if s.running else "stopped")
-        print(f"{s.name:<{width}}  {state:<22} {s.detail}")
-    print(f"data and logs: {cfg.home}")
-    from lagsched.stack.services import core_services
-
-    core = len(core_services(cfg))
-    return 0 if args.action != "status" or all(s.healthy for s in statuses[:core]) else 1
-
-
-def _kafka_tool(args: argparse.Namespace) -> int:
-    """Run one of Kafka's own tools against the local stack, its output straight to the terminal."""
-    import subprocess
-
-    from lagsched.adapters.kafka_tools import KafkaToolError, tool_command, with_bootstrap
-    from lagsched.stack.config import load
-
-    tool_args = list(args.tool_args)
-    if tool_args[:1] == ["--"]:
-        tool_args = tool_args[1:]
-    if not args.no_bootstrap:
-        tool_args = with_bootstrap(args.tool, tool_args, load().kafka_bootstrap)
-    try:
-        argv = tool_command(args.tool, tool_args)
-    except KafkaToolError as exc:
-        print(f"lagsched: {exc}", file=sys.stderr)
-        return 2
-    try:
-        return subprocess.run(argv, check=False).returncode  # noqa: S603 - the operator's own arguments
-    except KeyboardInterrupt:  # the tool got the same SIGINT (one process group) and stopped
-        return 130
-
-
-def _bench(args: argparse.Namespace) -> int:
-    from lagsched.bench.__main__ import BENCHMARKS
-    from lagsched.bench.__main__ import main as run_benchmarks
-
-    known = {name for name, _ in BENCHMARKS}
-    unknown = [name for name in args.benchmarks if name not in known]
-    if unknown:
-        print(f"lagsched bench: unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(sorted(known))}")
-        return 2
-    return run_benchmarks(list(args.benchmarks))
+__all__ = ["add_delegated", "configure_logging", "main"]
 
 
 def _delegate(module: str, function: str) -> Callable[[argparse.Namespace], int]:
@@ -149,7 +26,7 @@ def _delegate(module: str, function: str) -> Callable[[argparse.Namespace], int]
     return handler
 
 
-def _add_delegated(sub: Any, name: str, module: str, chosen: str | None, **parser_kwargs: Any) -> None:
+def add_delegated(sub: Any, name: str, module: str, chosen: str | None, **parser_kwargs: Any) -> None:
     """A subcommand whose options and body live in ``module`` (``add_arguments(parser)``, ``run(args)``).
 
     The module is imported only when ``name`` is the ``chosen`` subcommand (its options are needed
@@ -162,111 +39,42 @@ def _add_delegated(sub: Any, name: str, module: str, chosen: str | None, **parse
     parser.set_defaults(func=_delegate(module, "run"))
 
 
+def configure_logging(*, verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not verbose:
+        # Importing Airflow (for its Connections) logs its own start-up at INFO ("Reading the config
+        # from ..."): noise ahead of every command's output, unless asked for with -v.
+        logging.getLogger("airflow").setLevel(logging.WARNING)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in argv if not a.startswith("-")), None)
     parser = argparse.ArgumentParser(prog="lagsched", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
-
-    p_stack = sub.add_parser("stack", help="start, stop or inspect the local Kafka/MariaDB/Redis/Airflow stack")
-    p_stack.add_argument("action", choices=["up", "down", "status", "env"])
-    p_stack.add_argument("--airflow", action="store_true", help="with `up`: also start `airflow standalone`")
-    p_stack.add_argument(
-        "--spark-cluster",
-        action="store_true",
-        help="with `up`: also start a Spark standalone master and workers on loopback (docs/spark-cluster.md)",
-    )
-    p_stack.add_argument(
-        "--only-spark-cluster",
-        action="store_true",
-        help="with `up` or `down`: start or stop the Spark standalone cluster alone",
-    )
-    p_stack.add_argument(
-        "--racks",
-        action="store_true",
-        help="with `up` or `status`: also the 3-broker Kafka cluster in racks a, b, c (docs/rack.md); "
-        "`down` stops it whenever it runs",
-    )
-    p_stack.set_defaults(func=_stack)
-
-    from lagsched.adapters.kafka_tools import TOOLS
-
-    p_tool = sub.add_parser(
-        "kafka-tool",
-        help="run one of Kafka's own CLI tools (kafka-<tool>.sh) against the local stack",
-        description="Runs Kafka's own tool with the jars `make deps` fetched, e.g. "
-        "`lagsched kafka-tool consumer-groups -- --describe --group lagsched.default`. "
-        "--bootstrap-server defaults to the local stack's broker.",
-    )
-    p_tool.add_argument("tool", choices=sorted(TOOLS), help="the tool, named as its kafka-<tool>.sh script")
-    p_tool.add_argument(
-        "--no-bootstrap", action="store_true", help="do not add --bootstrap-server (for tools that take none)"
-    )
-    p_tool.add_argument("tool_args", nargs=argparse.REMAINDER, help="the tool's own arguments, after `--`")
-    p_tool.set_defaults(func=_kafka_tool)
-
-    _add_delegated(
+    add_delegated(
         sub,
         "status",
         "lagsched.status_cli",
         chosen,
         help="topics (lag, time lag, linker_workers, owners, state) and slots with their claims",
         description="The lagsched page's view in a terminal, from the lagsched_mysql and lagsched_redis "
-        'Connections (for the local stack: eval "$(lagsched stack env)").',
+        'Connections (for the local stack: eval "$(lagsched-dev stack env)").',
     )
-    _add_delegated(
+    add_delegated(
         sub,
         "override",
         "lagsched.override_cli",
         chosen,
         help="pin a topic's linker_workers for a while, list or cancel overrides",
     )
-    _add_delegated(
-        sub,
-        "simulate",
-        "lagsched.sim.cli",
-        chosen,
-        help="run the scaling policies against simulated topics in fast time",
-    )
-
-    p_bench = sub.add_parser(
-        "bench",
-        help="run the benchmarks (all, or the modules named); JSON under bench/results/",
-        description="Runs lagsched.bench (as `make bench`); claims and consumer need the local stack running.",
-    )
-    p_bench.add_argument("benchmarks", nargs="*", help="benchmark modules, e.g. lagsched.bench.assignment")
-    p_bench.set_defaults(func=_bench)
-
-    _add_delegated(
-        sub,
-        "demo",
-        "lagsched.demo",
-        chosen,
-        help="start everything, produce uneven traffic and watch lagsched scale (make demo)",
-    )
-    _add_delegated(
-        sub,
-        "loadgen",
-        "lagsched.loadgen",
-        chosen,
-        help="produce the demo's uneven traffic (one hot topic, trickles, an idle one) to Kafka",
-    )
-
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if not args.verbose:
-        # Importing Airflow (for its Connections) logs its own start-up at INFO ("Reading the config
-        # from ..."): noise ahead of every command's output, unless asked for with -v.
-        logging.getLogger("airflow").setLevel(logging.WARNING)
-    try:
-        return int(args.func(args))
-    except ServiceError as exc:
-        print(f"lagsched: {exc}", file=sys.stderr)
-        return 2
+    configure_logging(verbose=args.verbose)
+    return int(args.func(args))
 
 
 if __name__ == "__main__":

@@ -81,7 +81,7 @@ def connector_jars_from_environment() -> str:
         raise RuntimeError(
             "Spark's Kafka connector jars are not available to this Airflow worker "
             f"(LAGSCHED_SPARK_JARS={raw!r}, missing: {missing}): run `make deps` and start Airflow with "
-            "`lagsched stack env` applied, or set LAGSCHED_SPARK_JARS to the jars' paths"
+            "`lagsched-dev stack env` applied, or set LAGSCHED_SPARK_JARS to the jars' paths"
         )
     return ",".join(jars)
 

@@ -1,7 +1,7 @@
 """``lagsched override``: pin a topic's linker_workers for a while, list overrides, cancel one.
 
 The same workflow as the ``lagsched_override`` DAG (`lagsched.workflows.overrides`), from the
-``lagsched_mysql`` and ``lagsched_redis`` Connections (``AIRFLOW_CONN_*``; ``eval "$(lagsched stack
+``lagsched_mysql`` and ``lagsched_redis`` Connections (``AIRFLOW_CONN_*``; ``eval "$(lagsched-dev stack
 env)"`` sets them for the local stack). The override is applied at once, recorded as a decision
 (rule ``override``) and announced on ``lagsched:scaling``; it expires by itself.
 

@@ -1,7 +1,7 @@
 """``lagsched status``: topics (lag, time lag, linker_workers, owners, state) and slots with claims.
 
 The same read model as the lagsched page (`lagsched.workflows.status.cluster_status`), from the
-``lagsched_mysql`` and ``lagsched_redis`` Connections (``AIRFLOW_CONN_*``; ``eval "$(lagsched stack
+``lagsched_mysql`` and ``lagsched_redis`` Connections (``AIRFLOW_CONN_*``; ``eval "$(lagsched-dev stack
 env)"`` sets them for the local stack).
 
 Example::

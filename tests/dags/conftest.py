@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from lagsched.stack.config import load
+from lagsched_dev.stack.config import load
 
 
 @pytest.fixture(scope="session", autouse=True)
 def airflow_metadata_db() -> str:
     """``airflow db migrate`` on the session's SQLite file (about 6 s); returns its URL.
 
-    In a subprocess with the session's environment, as `lagsched stack` migrates the stack's DB.
+    In a subprocess with the session's environment, as `lagsched-dev stack` migrates the stack's DB.
     """
     url = os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
     if str(load().airflow_home) in url or str(load().airflow_home) == os.environ["AIRFLOW_HOME"]:

@@ -62,7 +62,7 @@ def test_wrong_mysql_password_fails_the_setup_dag_at_the_first_try(
 
 
 def stack_airflow_db() -> Path:
-    from lagsched.stack.config import load
+    from lagsched_dev.stack.config import load
 
     return load().airflow_home / "airflow.db"
 

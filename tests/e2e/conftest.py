@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from lagsched.adapters.airflow_api import AirflowAPI
-from lagsched.stack.config import StackConfig
+from lagsched_dev.airflow_api import AirflowAPI
+from lagsched_dev.stack.config import StackConfig
 
 
 @pytest.fixture(scope="session")
@@ -15,8 +15,8 @@ def airflow(stack: StackConfig) -> AirflowAPI:
 
     Stopped with the rest of the stack at the end of the session (unless LAGSCHED_KEEP_STACK).
     """
-    from lagsched import stack as local_stack
-    from lagsched.stack.process import ServiceError
+    from lagsched_dev import stack as local_stack
+    from lagsched_dev.stack.process import ServiceError
 
     try:
         local_stack.up(stack, airflow=True)

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from lagsched.adapters.airflow_api import AirflowAPI
+from lagsched_dev.airflow_api import AirflowAPI
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "integration"))
 from consumer_support import latest_offsets, produce, wait_until
@@ -134,7 +134,7 @@ def test_airflow_scales_consumes_and_scales_back(
     setup = api.trigger("lagsched_setup")  # the stack's schema up to date (idempotent)
     assert api.wait_for_run("lagsched_setup", setup, timeout_s=180) == "success"
     if api.get_pool("lagsched_consume") is None:
-        pytest.fail("the pool lagsched_consume is missing: `lagsched stack up --airflow` creates it", pytrace=False)
+        pytest.fail("the pool lagsched_consume is missing: `lagsched-dev stack up --airflow` creates it", pytrace=False)
 
     hot = new_topic(3, prefix=f"e2e-{tag}-hot")
     cold = new_topic(1, prefix=f"e2e-{tag}-cold")

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from test_ui import Seed, seed_cluster
 
-from lagsched.adapters.airflow_api import PASSWORDS_FILE, AirflowAPI
-from lagsched.stack.config import StackConfig
+from lagsched_dev.airflow_api import PASSWORDS_FILE, AirflowAPI
+from lagsched_dev.stack.config import StackConfig
 
 CHROMIUM = "/usr/bin/chromium"
 SCREENSHOT = Path(__file__).parents[2] / "docs" / "img" / "lagsched-page.png"

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from lagsched.adapters.airflow_api import AirflowAPI, AirflowAPIError
 from lagsched.connections import kafka_config, mysql_params, redis_params
-from lagsched.stack.config import StackConfig
+from lagsched_dev.airflow_api import AirflowAPI, AirflowAPIError
+from lagsched_dev.stack.config import StackConfig
 
 pytestmark = pytest.mark.e2e
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from lagsched.adapters.airflow_api import AirflowAPI
+from lagsched_dev.airflow_api import AirflowAPI
 
 #: Every route of the app (relative to its mount point), and whether it answers 200 when logged in.
 ROUTES = [

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from consumer_support import ConsumerHarness
 
-from lagsched.stack.config import StackConfig
+from lagsched_dev.stack.config import StackConfig
 
 
 @pytest.fixture
@@ -26,8 +26,8 @@ def consumer(
 
 @pytest.fixture(scope="session")
 def rack_cluster(stack: StackConfig) -> Iterator[StackConfig]:
-    from lagsched.stack import kafka_cluster
-    from lagsched.stack.process import ServiceError
+    from lagsched_dev.stack import kafka_cluster
+    from lagsched_dev.stack.process import ServiceError
 
     was_up = all(s.healthy for s in kafka_cluster.status(stack))
     try:

@@ -1,4 +1,4 @@
-"""The consumer harness pointed at the 3-broker rack cluster (lagsched.stack.kafka_cluster).
+"""The consumer harness pointed at the 3-broker rack cluster (lagsched_dev.stack.kafka_cluster).
 
 ``ConsumerHarness`` hands the slots the stack's Kafka Connection from the environment; here the
 slots get ``AIRFLOW_CONN_LAGSCHED_KAFKA`` of the rack cluster instead, so the same job, claim table
@@ -28,7 +28,7 @@ def wait_for_leaders(bootstrap: str, topic: str, *, timeout_s: float, accept: An
     """Poll the topic's leader racks until ``accept(racks)`` holds; returns them, or fails naming them."""
     import time
 
-    from lagsched.bench.rack import current_leader_racks
+    from lagsched_dev.bench.rack import current_leader_racks
 
     deadline = time.monotonic() + timeout_s
     racks = current_leader_racks(bootstrap, topic)

@@ -30,7 +30,10 @@ import pytest
 from lagsched.adapters.claims import ClaimStore, open_claim_store, server_lock_mode
 from lagsched.adapters.mysql import connect
 from lagsched.adapters.ownership import current_assignment, wants_for
-from lagsched.bench.claims import (
+from lagsched.connections import MySQLParams, mysql_params
+from lagsched.core.claims import ClaimLostError, ClaimStatus, LockMode, RetryPolicy, StaleReason
+from lagsched.core.errors import StaleClaimError
+from lagsched_dev.bench.claims import (
     OFFSET_EPOCH,
     ClaimerSpec,
     RunResult,
@@ -40,9 +43,6 @@ from lagsched.bench.claims import (
     run_claimers,
     seed_topics,
 )
-from lagsched.connections import MySQLParams, mysql_params
-from lagsched.core.claims import ClaimLostError, ClaimStatus, LockMode, RetryPolicy, StaleReason
-from lagsched.core.errors import StaleClaimError
 
 MODES = ["skip_locked", "optimistic", "for_update"]
 SOAK_S = float(os.environ.get("LAGSCHED_CLAIM_SOAK_S", "60"))
@@ -295,7 +295,7 @@ def test_soak_never_holds_a_row_twice_nor_commits_stale(soaks: dict[str, Any], m
     assert poll.polls > 10
     # Every claim is accounted for: each row's epoch is the number of claims logged for it, and its
     # committed offset is the highest one any claimer committed.
-    from lagsched.bench.claims import read_events
+    from lagsched_dev.bench.claims import read_events
 
     claims_per_row: dict[tuple[str, int], int] = {}
     best_offset: dict[tuple[str, int], int] = {}

@@ -1,4 +1,5 @@
-"""The `lagsched` command through its installed entry point, against the real stack's services."""
+"""The `lagsched` and `lagsched-dev` commands through their installed entry points, against the real
+stack's services."""
 
 from __future__ import annotations
 
@@ -22,12 +23,24 @@ from lagsched.core.registry import BrokerTopic, plan_sync
 
 REPO = Path(__file__).resolve().parents[2]
 LAGSCHED = str(Path(sys.executable).parent / "lagsched")
-SUBCOMMANDS = ("status", "override", "simulate", "bench", "demo", "stack", "kafka-tool", "loadgen")
+LAGSCHED_DEV = str(Path(sys.executable).parent / "lagsched-dev")
+SUBCOMMANDS = ("status", "override")
+DEV_SUBCOMMANDS = ("simulate", "bench", "demo", "stack", "kafka-tool", "loadgen")
+
+
+def run(command: str, *args: str, env: dict[str, str] | None, timeout: float) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "PYTHONPATH": str(REPO / "plugins"), **(env or {})}
+    return subprocess.run([command, *args], env=full_env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def lagsched(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "PYTHONPATH": str(REPO / "plugins"), **(env or {})}
-    return subprocess.run([LAGSCHED, *args], env=full_env, capture_output=True, text=True, timeout=timeout, check=False)
+    return run(LAGSCHED, *args, env=env, timeout=timeout)
+
+
+def lagsched_dev(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return run(LAGSCHED_DEV, *args, env=env, timeout=timeout)
 
 
 @pytest.fixture
@@ -54,14 +67,24 @@ def test_help_lists_every_subcommand() -> None:
     assert done.returncode == 0, done.stderr
     for name in SUBCOMMANDS:
         assert name in done.stdout, name
+    dev = lagsched_dev("--help")
+    assert dev.returncode == 0, dev.stderr
+    for name in DEV_SUBCOMMANDS:
+        assert name in dev.stdout, name
+
+
+def test_the_runtime_command_offers_no_developer_tool() -> None:
+    done = lagsched("stack", "status")
+    assert done.returncode == 2
+    assert "invalid choice: 'stack'" in done.stderr
 
 
 @pytest.mark.parametrize(
-    ("subcommand", "option"),
-    [("demo", "--duration"), ("loadgen", "--peak-rate"), ("status", "--json")],
+    ("command", "subcommand", "option"),
+    [(lagsched_dev, "demo", "--duration"), (lagsched_dev, "loadgen", "--peak-rate"), (lagsched, "status", "--json")],
 )
-def test_each_delegated_subcommand_has_its_modules_options(subcommand: str, option: str) -> None:
-    done = lagsched(subcommand, "--help")
+def test_each_delegated_subcommand_has_its_modules_options(command: Any, subcommand: str, option: str) -> None:
+    done = command(subcommand, "--help")
     assert done.returncode == 0, done.stderr
     assert option in done.stdout
 
@@ -101,14 +124,14 @@ def test_status_names_the_connection_it_cannot_reach(connections: dict[str, str]
 
 
 def test_bench_refuses_an_unknown_benchmark_without_running_any() -> None:
-    done = lagsched("bench", "lagsched.bench.nope")
+    done = lagsched_dev("bench", "lagsched_dev.bench.nope")
     assert done.returncode == 2
-    assert "unknown benchmark(s) lagsched.bench.nope" in done.stdout
-    assert "lagsched.bench.assignment" in done.stdout  # the choices are listed
+    assert "unknown benchmark(s) lagsched_dev.bench.nope" in done.stdout
+    assert "lagsched_dev.bench.assignment" in done.stdout  # the choices are listed
 
 
 def test_stack_status_reports_the_running_services(stack: Any) -> None:
-    done = lagsched("stack", "status")
+    done = lagsched_dev("stack", "status")
     assert done.returncode == 0, done.stdout + done.stderr
     for name in ("kafka", "mariadb", "redis"):
         assert any(line.startswith(name) and "healthy" in line for line in done.stdout.splitlines()), name
@@ -132,9 +155,9 @@ def test_only_the_chosen_subcommands_module_is_imported() -> None:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command", required=True)
     # Not chosen: never imported, so a module that is missing or broken costs the others nothing.
-    cli._add_delegated(sub, "other", "lagsched.not_written_yet", "status", help="y")
-    cli._add_delegated(sub, "status", "lagsched.status_cli", "status", help="x")
+    cli.add_delegated(sub, "other", "lagsched.not_written_yet", "status", help="y")
+    cli.add_delegated(sub, "status", "lagsched.status_cli", "status", help="x")
     args = parser.parse_args(["status", "--json"])
     assert args.json is True and callable(args.func)
     with pytest.raises(ModuleNotFoundError):
-        cli._add_delegated(sub, "later", "lagsched.not_written_yet", "later", help="z")
+        cli.add_delegated(sub, "later", "lagsched.not_written_yet", "later", help="z")

@@ -20,7 +20,7 @@ import pytest
 from lagsched.connections import mysql_params, redis_params
 from lagsched.hooks.mysql import MySQLHook
 from lagsched.hooks.redis import RedisHook
-from lagsched.stack.config import StackConfig
+from lagsched_dev.stack.config import StackConfig
 
 pytestmark = pytest.mark.integration
 
@@ -149,7 +149,7 @@ def test_airflow_discovers_the_provider_and_tests_connections_as_the_api_server_
     """``POST /api/v2/connections/test`` runs ``airflow.models.Connection(...).test_connection()``:
     the hook comes from the ProvidersManager by conn type. Run exactly that, in a server process on
     the stack's metadata database (read only), where a Connection no backend has is "not defined"."""
-    from lagsched.stack.environment import stack_environment
+    from lagsched_dev.stack.environment import stack_environment
 
     mysql = mysql_form()
     redis = redis_params()

@@ -18,8 +18,11 @@ from typing import Any
 import pytest
 from consumer_support import ConsumerHarness, assert_exactly_once, latest_offsets, produce, wait_until
 
-from lagsched.stack.config import StackConfig
-from lagsched.stack.services import Kafka, MariaDB, Redis
+from lagsched_dev.stack.config import StackConfig
+from lagsched_dev.stack.services import Kafka, MariaDB, Redis
+
+# Stopping the stack's own Kafka, MariaDB or Redis would fail every test running beside it.
+pytestmark = pytest.mark.serial
 
 SERVICES = {"kafka": Kafka, "mysql": MariaDB, "redis": Redis}
 #: How long each service stays down: the issue saw a Kafka stop of ~20 s end both slots.

@@ -237,11 +237,11 @@ def test_mirrored_consumer_group_lag_equals_lagscheds_own_lag(
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient
 
-    from lagsched.adapters.kafka_tools import consumer_groups_describe
     from lagsched.adapters.lag_store import LagStore
     from lagsched.adapters.mysql import connect
     from lagsched.core.config import parse_settings
     from lagsched.workflows.lag_monitor import measure
+    from lagsched_dev.kafka_tools import consumer_groups_describe
 
     topic = new_topic(4)
     produce(kafka_config, topic, 2_000, partitions=4)
@@ -343,8 +343,8 @@ def test_a_retention_gap_is_recorded_logged_and_skipped_and_the_rest_lands_once(
 @pytest.fixture(scope="module")
 def spark_master(stack: Any) -> Iterator[str]:
     """The local standalone cluster's master URL; started here if it was not up, stopped after only then."""
-    from lagsched import stack as local_stack
-    from lagsched.stack.services import spark_cluster_services
+    from lagsched_dev import stack as local_stack
+    from lagsched_dev.stack.services import spark_cluster_services
 
     master, workers = spark_cluster_services(stack)
     was_up = all(s.status().healthy for s in (master, *workers))

@@ -10,7 +10,7 @@ from test_scaling import add_topic
 
 from lagsched.adapters.status_queries import recent_decisions
 from lagsched.adapters.topics import load_topics
-from lagsched.demo import DEMO_CLUSTER, reset_workers
+from lagsched_dev.demo import DEMO_CLUSTER, reset_workers
 
 
 def test_the_demo_topics_go_back_to_one_worker_with_a_decision_and_the_others_stay(db: Any) -> None:

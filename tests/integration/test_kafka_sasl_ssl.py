@@ -23,7 +23,7 @@ from consumer_support import ConsumerHarness, assert_exactly_once, produce
 from lagsched.adapters.health import check_kafka
 from lagsched.adapters.kafka_admin import admin_client, read_offsets
 from lagsched.core.errors import ConnectionFailure
-from lagsched.stack.config import StackConfig
+from lagsched_dev.stack.config import StackConfig
 from secure_services import KAFKA_PASSWORD, sasl_ssl_kafka
 
 PASSWORD = KAFKA_PASSWORD

@@ -10,14 +10,14 @@ import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from lagsched.adapters.kafka_tools import (
+from lagsched_dev.cli import main
+from lagsched_dev.kafka_tools import (
     GroupNotFoundError,
     KafkaToolError,
     consumer_groups_describe,
     consumer_perf_test,
     run_tool,
 )
-from lagsched.cli import main
 
 VALUE = b"x" * 100
 KEY = b"kkkk"

@@ -38,7 +38,7 @@ def prefix(kafka_config: dict[str, Any]) -> Iterator[str]:
 
 def start(prefix: str, kafka_config: dict[str, Any], stats: Path, *extra: str) -> subprocess.Popen[str]:
     args = [f"--{k.replace('_', '-')}={v}" for k, v in PROFILE.items()]
-    argv = [sys.executable, "-m", "lagsched.loadgen", "--prefix", prefix, "--stats-file", str(stats), *args, *extra]
+    argv = [sys.executable, "-m", "lagsched_dev.loadgen", "--prefix", prefix, "--stats-file", str(stats), *args, *extra]
     env = {**os.environ, "PYTHONPATH": str(REPO / "plugins")}
     env.pop("AIRFLOW_HOME", None)
     argv += ["--bootstrap", kafka_config["bootstrap.servers"]]

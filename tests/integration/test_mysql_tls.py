@@ -28,7 +28,7 @@ from lagsched.adapters.sink import catalog_conf, ensure_catalog_tables, ensure_t
 from lagsched.connections import mysql_params, where_mysql
 from lagsched.core.errors import ConnectionFailure, ConnectionInvalid
 from lagsched.core.lake import LakeTable
-from lagsched.stack.config import StackConfig
+from lagsched_dev.stack.config import StackConfig
 from secure_services import certificates, tls_mariadb
 
 CONN_ID = "secure_mysql"

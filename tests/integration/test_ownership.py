@@ -22,10 +22,10 @@ from lagsched.adapters import ownership
 from lagsched.adapters.mysql import connect
 from lagsched.adapters.ownership import current_assignment, load_stored
 from lagsched.adapters.slots import slot_id_for
-from lagsched.bench.claims import seed_topics
 from lagsched.connections import MySQLParams
 from lagsched.core.balance import balanced_assign
 from lagsched.core.rendezvous import Assignment, TopicSpec
+from lagsched_dev.bench.claims import seed_topics
 
 
 @pytest.fixture

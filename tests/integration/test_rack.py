@@ -1,6 +1,6 @@
 """Rack-aware routing on the real 3-broker cluster (racks a, b, c; docs/rack.md).
 
-The cluster is started once for the session by ``lagsched.stack.kafka_cluster`` (and stopped at the
+The cluster is started once for the session by ``lagsched_dev.stack.kafka_cluster`` (and stopped at the
 end unless it was already up or ``LAGSCHED_KEEP_STACK`` is set); a cluster that cannot start fails
 the tests, never skips them. The test that stops broker 1 runs last and starts it again.
 """
@@ -18,7 +18,7 @@ import pytest
 from consumer_support import assert_exactly_once, latest_offsets, produce, wait_until
 from rack_support import RackHarness, wait_for_leaders
 
-from lagsched.stack.config import StackConfig
+from lagsched_dev.stack.config import StackConfig
 
 # ------------------------------------------------------------------------------------- fixtures
 
@@ -33,7 +33,7 @@ def rack_topic(bootstrap: str) -> Iterator[Callable[..., str]]:
     """Factory: a topic on the rack cluster (replication factor 3 unless told), deleted afterwards."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from lagsched.bench.rack import create_topic, delete_topic
+    from lagsched_dev.bench.rack import create_topic, delete_topic
 
     made: list[str] = []
 
@@ -97,7 +97,7 @@ def produce_mixed(producer: Any, topic: str, count: int, deliveries: Deliveries,
 def test_a_producer_in_rack_a_writes_only_to_partitions_led_in_a(
     bootstrap: str, rack_topic: Callable[..., str]
 ) -> None:
-    from lagsched.adapters.rack_producer import RackAwareProducer
+    from lagsched_dev.rack_producer import RackAwareProducer
 
     topic = rack_topic(12)
     leaders = settled_leaders(bootstrap, topic, 12)
@@ -123,8 +123,8 @@ def test_slots_read_from_same_rack_replicas(bootstrap: str, rack_topic: Callable
     from confluent_kafka import Producer
 
     from lagsched.adapters.spark import read_offset_ranges, with_client_rack
-    from lagsched.bench.rack import fetch, spark_fetch_bytes
     from lagsched.core.offsets import OffsetRange
+    from lagsched_dev.bench.rack import fetch, spark_fetch_bytes
 
     topic = rack_topic(6)
     # Records everywhere, through the leaders of every rack.
@@ -173,8 +173,8 @@ def test_slots_read_from_same_rack_replicas(bootstrap: str, rack_topic: Callable
 def test_claims_with_rack_targets_take_and_keep_only_target_rows(mysql_db: Any, mode: str) -> None:
     from lagsched.adapters.claims import ClaimStore
     from lagsched.adapters.mysql import connect
-    from lagsched.bench.claims import seed_topics
     from lagsched.core.claims import ClaimStatus, LockMode
+    from lagsched_dev.bench.claims import seed_topics
 
     tid = seed_topics(mysql_db, [12])[0]
     conn = connect(mysql_db)
@@ -259,8 +259,8 @@ def test_rack_slots_consume_exactly_once_and_hold_their_racks_partitions(
 def test_the_producer_falls_back_when_rack_a_has_no_leader(
     rack_cluster: StackConfig, bootstrap: str, rack_topic: Callable[..., str]
 ) -> None:
-    from lagsched.adapters.rack_producer import RackAwareProducer
-    from lagsched.stack import kafka_cluster
+    from lagsched_dev.rack_producer import RackAwareProducer
+    from lagsched_dev.stack import kafka_cluster
 
     topic = rack_topic(12)
     assert "a" in settled_leaders(bootstrap, topic, 12).values()

@@ -26,7 +26,7 @@ from urllib.parse import quote
 import pytest
 
 from lagsched.adapters.s3a import pyiceberg_s3_properties
-from lagsched.stack.config import StackConfig
+from lagsched_dev.stack.config import StackConfig
 
 pytestmark = pytest.mark.integration
 
@@ -93,12 +93,12 @@ class Lake:
 @pytest.fixture(scope="module")
 def s3_endpoint(stack: StackConfig) -> str:
     """The stack's S3Proxy, which must be up and answering: a test here fails, never skips, without it."""
-    from lagsched.stack.services import S3Proxy
+    from lagsched_dev.stack.services import S3Proxy
 
     proxy = S3Proxy(stack)
     status = proxy.status()
     if not status.healthy:
-        pytest.fail(f"S3Proxy is not up at {proxy.endpoint} (running={status.running}); `lagsched stack up`")
+        pytest.fail(f"S3Proxy is not up at {proxy.endpoint} (running={status.running}); `lagsched-dev stack up`")
     assert os.environ["LAGSCHED_S3_ENDPOINT"] == proxy.endpoint
     return proxy.endpoint
 

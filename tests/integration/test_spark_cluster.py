@@ -1,4 +1,4 @@
-"""The Spark standalone cluster of `lagsched stack up --spark-cluster`: its workers register, and a job
+"""The Spark standalone cluster of `lagsched-dev stack up --spark-cluster`: its workers register, and a job
 submitted with ``--master spark://...`` reads exact Kafka offset ranges on both of them."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from lagsched.stack.config import StackConfig
+from lagsched_dev.stack.config import StackConfig
 
 PARTITIONS = 4
 RECORDS = 2_000  # record i in partition i % 4 with value v<i>, so offset o of partition p is v<4o+p>
@@ -82,8 +82,8 @@ def master_state(cfg: StackConfig) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def spark_cluster(stack: StackConfig) -> Iterator[StackConfig]:
     """The local standalone cluster; started here if it was not up, and then stopped at the end."""
-    from lagsched import stack as local_stack
-    from lagsched.stack.services import spark_cluster_services
+    from lagsched_dev import stack as local_stack
+    from lagsched_dev.stack.services import spark_cluster_services
 
     master, workers = spark_cluster_services(stack)
     was_up = all(s.status().healthy for s in (master, *workers))

@@ -23,7 +23,7 @@ from rack_support import RackHarness, wait_for_leaders
 
 from lagsched.adapters.mysql import connect
 from lagsched.adapters.slots import SlotRegistry, slot_id_for
-from lagsched.stack.config import StackConfig
+from lagsched_dev.stack.config import StackConfig
 
 SINGLE_PARTITIONS, RACK_PARTITIONS = 4, 6
 RECORDS = 6_000

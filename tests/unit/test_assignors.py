@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lagsched.core.assignors import range_assign, ring_assign, roundrobin_assign
 from lagsched.core.rendezvous import AssignmentError, TopicSpec
+from lagsched_dev.bench.assignors import range_assign, ring_assign, roundrobin_assign
 
 T0_T1 = [TopicSpec("t0", 2), TopicSpec("t1", 2)]
 

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Message
 
-from lagsched.bench.consumer import (
+from lagsched_dev.bench.consumer import (
     CpuSnapshot,
     Knobs,
     batch_ranges,
@@ -36,7 +36,7 @@ from lagsched.bench.consumer import (
     thread_group,
     window_cpu,
 )
-from lagsched.bench.raw_consumer import SCHEMA, PartitionFiles, batch_arrays, file_name, runs
+from lagsched_dev.bench.raw_consumer import SCHEMA, PartitionFiles, batch_arrays, file_name, runs
 
 DAY_MS = 86_400_000
 T0 = 20_000 * DAY_MS  # 2024-10-04T00:00:00Z

@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from lagsched.bench.claims import OFFSET_EPOCH, check_history, summarize, targets
 from lagsched.core.claims import (
     Claim,
     ClaimLostError,
@@ -33,6 +32,7 @@ from lagsched.core.claims import (
 )
 from lagsched.core.errors import ConfigError, StaleClaimError
 from lagsched.core.rendezvous import Assignment, TopicSpec
+from lagsched_dev.bench.claims import OFFSET_EPOCH, check_history, summarize, targets
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 

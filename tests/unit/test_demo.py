@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from lagsched.core.errors import ConfigError
-from lagsched.demo import (
+from lagsched_dev.demo import (
     DEMO_TOPIC_SETTINGS,
     Snapshot,
     _loadgen_argv,
@@ -22,7 +22,7 @@ from lagsched.demo import (
     sink_rows,
     status_line,
 )
-from lagsched.loadgen import add_arguments as loadgen_arguments
+from lagsched_dev.loadgen import add_arguments as loadgen_arguments
 
 
 def test_merge_settings_sets_the_demo_topics_and_keeps_everything_else() -> None:
@@ -82,7 +82,7 @@ def test_sink_rows_counts_only_the_consumed_ranges_and_sees_duplicates() -> None
 
 
 def test_the_demo_table_follows_the_clusters_variable(tmp_path: Path) -> None:
-    from lagsched.stack.config import load
+    from lagsched_dev.stack.config import load
 
     cfg = load()
     default = demo_lake(cfg, None)
@@ -98,7 +98,7 @@ def test_the_load_generator_gets_exactly_the_demos_profile(duration: float | Non
 
     loads = _profile(duration, 1234.0)
     argv = _loadgen_argv(loads, 1234.0, Path("/tmp/stats.json"))
-    assert argv[1:3] == ["-m", "lagsched.loadgen"]
+    assert argv[1:3] == ["-m", "lagsched_dev.loadgen"]
     parser = argparse.ArgumentParser()
     loadgen_arguments(parser)
     args = parser.parse_args(argv[3:])
@@ -132,9 +132,9 @@ def test_the_demo_settings_scale_the_demo_profile_up_step_by_step_and_back_in_th
     cannot carry the peak, so the hevo policy steps 1 -> 2 -> 3 on the ramp (one worker a step: the
     topic keeps a week), drains, and comes back to 1 after it; nothing is lost."""
     from lagsched.core.config import TopicPolicyConfig
-    from lagsched.demo import DEMO_SLOT_MAX_RATE, DEMO_TOPIC_SETTINGS
-    from lagsched.sim.engine import simulate
-    from lagsched.sim.traces import TRACES
+    from lagsched_dev.demo import DEMO_SLOT_MAX_RATE, DEMO_TOPIC_SETTINGS
+    from lagsched_dev.sim.engine import simulate
+    from lagsched_dev.sim.traces import TRACES
 
     trace = TRACES["demo"]
     assert trace.worker_rate == DEMO_SLOT_MAX_RATE

@@ -1,4 +1,5 @@
-"""The docstrings' examples run: every lagsched module's doctests, as part of `make test`."""
+"""The docstrings' examples run: every module's doctests, the runtime's and the tooling's, as part of
+`make test`."""
 
 from __future__ import annotations
 
@@ -9,8 +10,13 @@ import pkgutil
 import pytest
 
 import lagsched
+import lagsched_dev
 
-MODULES = sorted(m.name for m in pkgutil.walk_packages(lagsched.__path__, "lagsched."))
+MODULES = sorted(
+    m.name
+    for package in (lagsched, lagsched_dev)
+    for m in pkgutil.walk_packages(package.__path__, f"{package.__name__}.")
+)
 
 
 @pytest.mark.parametrize("name", MODULES)

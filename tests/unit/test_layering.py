@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 CORE = Path(__file__).parents[2] / "plugins" / "lagsched" / "core"
-FORBIDDEN = {"confluent_kafka", "pymysql", "redis", "pyspark", "airflow", "lagsched.adapters", "lagsched.stack"}
+FORBIDDEN = {"confluent_kafka", "pymysql", "redis", "pyspark", "airflow", "lagsched.adapters", "lagsched_dev"}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -103,6 +103,10 @@ def test_the_redis_adapter_does_not_load_kafka() -> None:
 
 
 PACKAGE = CORE.parent
+#: The developer's tooling (the local stack, the demo, load generator, benchmarks, simulator):
+#: it imports the runtime, never the reverse, so a deployment needs none of it.
+TOOLING = PACKAGE.parent / "lagsched_dev"
+REPO = PACKAGE.parents[1]
 
 
 def module_name(path: Path) -> str:
@@ -123,8 +127,8 @@ def lagsched_imports(path: Path, modules: set[str]) -> set[str]:
     return found - {module_name(path)}
 
 
-def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
-    paths = sorted(package.rglob("*.py"))
+def import_graph(*packages: Path) -> dict[str, set[str]]:
+    paths = sorted(p for package in packages or (PACKAGE, TOOLING) for p in package.rglob("*.py"))
     modules = {module_name(p) for p in paths}
     return {module_name(p): lagsched_imports(p, modules) for p in paths}
 
@@ -171,3 +175,13 @@ def test_the_import_graph_has_no_circle() -> None:
 def test_the_circle_check_finds_a_loop() -> None:
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert circles({"a": {"b"}, "b": set()}) == []
+
+
+RUNTIME_FILES = sorted([*PACKAGE.rglob("*.py"), *(REPO / "dags").glob("*.py"), *(REPO / "jobs").glob("*.py")])
+
+
+@pytest.mark.parametrize("path", RUNTIME_FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_the_runtime_never_imports_the_tooling(path: Path) -> None:
+    # imported_modules walks the whole tree: imports inside functions count too.
+    tooling = {m for m in imported_modules(path) if m == "lagsched_dev" or m.startswith("lagsched_dev.")}
+    assert not tooling, f"{path.relative_to(REPO)} imports {sorted(tooling)}: a deployment installs no tooling"

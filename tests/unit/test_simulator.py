@@ -13,12 +13,12 @@ import pytest
 from lagsched.core import evaluator as core_evaluator
 from lagsched.core.config import TopicPolicyConfig
 from lagsched.core.evaluator import is_evaluation_due
-from lagsched.sim import engine
-from lagsched.sim.cli import add_arguments, plot_path, run
-from lagsched.sim.engine import DEFAULT_REBALANCE_PAUSE_S, Figures, Run, simulate
-from lagsched.sim.keda import KedaHpa
-from lagsched.sim.report import is_lag_stable, judge, results_json, run_grid
-from lagsched.sim.traces import HOUR, TRACES, WORKER_RATE, Rates, Trace
+from lagsched_dev.sim import engine
+from lagsched_dev.sim.cli import add_arguments, plot_path, run
+from lagsched_dev.sim.engine import DEFAULT_REBALANCE_PAUSE_S, Figures, Run, simulate
+from lagsched_dev.sim.keda import KedaHpa
+from lagsched_dev.sim.report import is_lag_stable, judge, results_json, run_grid
+from lagsched_dev.sim.traces import HOUR, TRACES, WORKER_RATE, Rates, Trace
 
 FIGURE_KEYS = {
     "peak_lag",

@@ -1,4 +1,4 @@
-"""Health probes of the real services, used by the setup DAG and `lagsched stack status`.
+"""Health probes of the real services, used by the setup DAG and `lagsched-dev stack status`.
 
 Each probe raises `ConnectionFailure` naming the Connection it checked, where it points (never a
 password), what failed and where to fix it; `ConnectionFailure.permanent` says whether a retry

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pymysql
 
-from lagsched.stack.config import REPO_ROOT
-
 log = logging.getLogger(__name__)
 
-SQL_DIR = REPO_ROOT / "sql"
+#: The package's ``sql/``: in a checkout a link to the repository's ``sql/``, in an installed wheel
+#: the migrations themselves (package data), so `pip install` carries what the setup DAG applies.
+SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
 _NAME = re.compile(r"^V(\d{3,})__([a-z0-9_]+)\.sql$")
 
 

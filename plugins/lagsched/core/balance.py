@@ -2,7 +2,7 @@
 
 Why: plain HRW places each topic by hash alone, so with few topics per slot and skewed partition
 counts some slots carry far more than the mean (max/mean 1.2 to 1.6 in
-``lagsched.bench.assignment``). Bounded loads fix the peak, but a *stateless* bounded-load
+``lagsched_dev.bench.assignment``). Bounded loads fix the peak, but a *stateless* bounded-load
 assignment reshuffles about twice what the slot change requires (every slot's capacity moves by
 ~1/N, so every full slot changes what it accepts; Mirrokni, Thorup and Zadimoghaddam bound it by
 O(1/eps^2)). So the balanced assignment is computed from the previous one, as Kafka's sticky
@@ -56,7 +56,7 @@ Proved (and property-tested in ``tests/unit/test_balance.py``):
 * The result depends only on (topics, live slot ids, previous assignment, eps, move_slack), not
   on the order of either list; feeding a from-scratch result back in returns it unchanged.
 
-Measured, not proved (``lagsched.bench.assignment``, docs/assignment.md): max/mean after a join
+Measured, not proved (``lagsched_dev.bench.assignment``, docs/assignment.md): max/mean after a join
 stays under ``keep``; after a leave it does too unless the departed slot held lanes larger than
 the room left on the others, when getting under ``keep`` would move more than the allowance, and
 the allowance wins.

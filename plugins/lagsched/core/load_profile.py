@@ -1,6 +1,6 @@
 """The demo's traffic: records per second per topic over time, and how many records are due now.
 
-Pure: `lagsched.loadgen` drives a Kafka producer with it; tests check the arithmetic with a fake
+Pure: `lagsched_dev.loadgen` drives a Kafka producer with it; tests check the arithmetic with a fake
 clock. A profile is piecewise linear in time (rates between two points are interpolated; the last
 rate holds for ever), so the number of records due between two instants is an exact integral and
 the generator produces the profile's records however its loop is timed.

@@ -4,7 +4,7 @@ Such a pass makes several objects per partition or topic (offsets, samples, lags
 client's answers: about a million at 100,000 partitions), all acyclic and freed by reference
 counting. The collector, run every few hundred allocations, scans them again and again while they
 pile up: a third of a measurement at 10,000 partitions (0.85 s against 0.51 s, worst of 10,
-``python -m lagsched.bench.lag``).
+``python -m lagsched_dev.bench.lag``).
 """
 
 from __future__ import annotations

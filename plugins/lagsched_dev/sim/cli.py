@@ -1,4 +1,4 @@
-"""``lagsched simulate``: run the policy simulator, print and store the figures, plot each trace.
+"""``lagsched-dev simulate``: run the policy simulator, print and store the figures, plot each trace.
 
 The ``lagsched`` command wires this in with::
 
@@ -19,8 +19,8 @@ from pathlib import Path
 
 from lagsched.core.config import TopicPolicyConfig, parse_settings
 from lagsched.core.errors import ConfigError
-from lagsched.sim.engine import DEFAULT_REBALANCE_PAUSE_S, PAUSE_MODELS
-from lagsched.sim.report import (
+from lagsched_dev.sim.engine import DEFAULT_REBALANCE_PAUSE_S, PAUSE_MODELS
+from lagsched_dev.sim.report import (
     KEDA_SWEEP,
     POLICY_NAMES,
     format_sweep,
@@ -31,7 +31,7 @@ from lagsched.sim.report import (
     results_json,
     run_grid,
 )
-from lagsched.sim.traces import TRACES, trace_names
+from lagsched_dev.sim.traces import TRACES, trace_names
 
 __all__ = ["DEFAULT_OUT", "DEFAULT_PLOT", "add_arguments", "plot_path", "run"]
 
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = _base_config(args.settings)
     except ConfigError as exc:
-        print(f"lagsched simulate: {exc}", file=sys.stderr)
+        print(f"lagsched-dev simulate: {exc}", file=sys.stderr)
         return 2
     if args.keda_lag_threshold is not None:
         config = config.model_copy(update={"keda_lag_threshold": args.keda_lag_threshold})

@@ -189,7 +189,7 @@ TRACES: Mapping[str, Trace] = {
 """The traces by name, in the order they are reported."""
 
 #: Traces run only when asked for (``--trace demo``): the demo's, at its own settings (the demo
-#: topics' entries of `lagsched.demo.DEMO_TOPIC_SETTINGS`), not the defaults the report compares.
+#: topics' entries of `lagsched_dev.demo.DEMO_TOPIC_SETTINGS`), not the defaults the report compares.
 ON_REQUEST = frozenset({"demo"})
 
 

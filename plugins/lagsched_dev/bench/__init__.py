@@ -13,8 +13,8 @@ def use_local_stack_connections() -> None:
     """
     import sys
 
-    from lagsched.stack.config import load
-    from lagsched.stack.environment import connection_environment, spark_jars
+    from lagsched_dev.stack.config import load
+    from lagsched_dev.stack.environment import connection_environment, spark_jars
 
     cfg = load()
     if "LAGSCHED_SPARK_JARS" not in os.environ:

@@ -186,8 +186,8 @@ class BrokerLimits:
 
 def broker_limits() -> BrokerLimits | None:
     """The stack's broker's limits, or None when it is not a local process this user can read."""
-    from lagsched.stack.config import load
-    from lagsched.stack.process import read_pid
+    from lagsched_dev.stack.config import load
+    from lagsched_dev.stack.process import read_pid
 
     pid = read_pid(load().run / "kafka.pid")
     if pid is None:
@@ -361,11 +361,11 @@ def run(topics: int, partitions: int, runs: int, *, full_windows: bool = False) 
     from lagsched.adapters.kafka_admin import admin_client
     from lagsched.adapters.lag_store import LagStore, redis_client
     from lagsched.adapters.mysql import connect
-    from lagsched.bench.claims import create_database, drop_database
     from lagsched.connections import kafka_config, mysql_params, redis_params
     from lagsched.core.config import parse_settings
     from lagsched.workflows.lag_monitor import measure
     from lagsched.workflows.topic_sync import sync_registry
+    from lagsched_dev.bench.claims import create_database, drop_database
 
     prefix = f"bench-lag-{uuid.uuid4().hex[:6]}"
     names = [f"{prefix}-{i:05d}" for i in range(topics)]
@@ -540,7 +540,7 @@ def _load_average() -> list[float] | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lagsched.bench.lag", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m lagsched_dev.bench.lag", description=__doc__.split("\n\n")[0])
     parser.add_argument("--topics", type=int, default=1000)
     parser.add_argument("--large-topics", type=int, default=10_000, help="the second section; 0 skips it")
     parser.add_argument("--partitions", type=int, default=10)
@@ -559,7 +559,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--topics 1..10000, --large-topics 0..10000, --partitions 1..100")
     if not (5 <= args.runs <= 100 and 5 <= args.large_runs <= 100):
         parser.error("--runs and --large-runs 5..100 (the figures are the worst of at least 5 runs)")
-    from lagsched.bench import use_local_stack_connections
+    from lagsched_dev.bench import use_local_stack_connections
 
     use_local_stack_connections()
     before = broker_limits()
@@ -597,8 +597,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _large_section(wanted: int, partitions: int, runs: int) -> dict[str, Any]:
     """The 100k section: on the stack's broker when it has room, else on a cluster of as many
     brokers as the per-process limits need (`brokers_for`), started for it and removed after."""
-    from lagsched.bench import scale_cluster
-    from lagsched.stack.config import load
+    from lagsched_dev.bench import scale_cluster
+    from lagsched_dev.stack.config import load
 
     need = wanted * partitions
     topics, reason = fit_topics(wanted, partitions)

@@ -2,13 +2,13 @@
 
 Run from the repository root (the local stack must be up)::
 
-    PYTHONPATH=plugins python -m lagsched.bench lagsched.bench.consumer   # or -m lagsched.bench.consumer [--help]
+    PYTHONPATH=plugins python -m lagsched_dev.bench.consumer [--help]   # or -m lagsched_dev.bench <module>
 
 Loads a backlog (`Knobs`: ``LAGSCHED_BENCH_CONSUMER_RECORDS``, default 24,000,000 records of
 ~100-byte values, a key and one header each, into a 12-partition topic), then,
 ``LAGSCHED_BENCH_DRAWS`` times (default 3), reads it with three readers, in a rotating order:
 
-* ``raw``: `lagsched.bench.raw_consumer`, a tuned confluent-kafka consumer writing the job's
+* ``raw``: `lagsched_dev.bench.raw_consumer`, a tuned confluent-kafka consumer writing the job's
   Parquet layout with pyarrow, over the whole backlog;
 * ``perf``: Kafka's own ``kafka-consumer-perf-test`` (``ConsumerPerformance``): the ceiling of
   reading on this machine, nothing written;
@@ -576,7 +576,7 @@ def job_cpu_per_record(window: Mapping[str, Any], records_per_s: float) -> dict[
 def _broker_pid() -> int | None:
     """The local stack's Kafka broker, if this machine runs it (its CPU is counted apart)."""
     try:
-        from lagsched.stack.config import load
+        from lagsched_dev.stack.config import load
 
         return int((load().run / "kafka.pid").read_text().split()[0])
     except (OSError, ValueError):
@@ -707,7 +707,7 @@ def check_offsets(table: Any, sink: str, topic: str, expected: Mapping[int, int]
 
 
 def run_raw(bootstrap: Mapping[str, Any], topic: str, expected: Mapping[int, int], max_records: int) -> dict[str, Any]:
-    from lagsched.bench.raw_consumer import RawSettings, consume_topic
+    from lagsched_dev.bench.raw_consumer import RawSettings, consume_topic
 
     sink = SINK_ROOT / f"lagsched-bench-raw-{uuid.uuid4().hex[:8]}"
     total = sum(expected.values())
@@ -742,9 +742,9 @@ def run_raw(bootstrap: Mapping[str, Any], topic: str, expected: Mapping[int, int
 
 def _use_local_stack() -> None:
     """Connections, Spark's jars and the S3 API server of the local stack, unless the environment has them."""
-    from lagsched.bench import use_local_stack_connections
-    from lagsched.stack.config import load
-    from lagsched.stack.environment import s3_environment, spark_jars
+    from lagsched_dev.bench import use_local_stack_connections
+    from lagsched_dev.stack.config import load
+    from lagsched_dev.stack.environment import s3_environment, spark_jars
 
     use_local_stack_connections()
     if not os.environ.get("LAGSCHED_SPARK_JARS"):
@@ -755,7 +755,7 @@ def _use_local_stack() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m lagsched.bench.consumer", description=(__doc__ or "").split("\n\n")[0]
+        prog="python -m lagsched_dev.bench.consumer", description=(__doc__ or "").split("\n\n")[0]
     )
     parser.add_argument("--records", type=int, default=None, help="default: LAGSCHED_BENCH_CONSUMER_RECORDS or 24M")
     parser.add_argument("--draws", type=int, default=None, help="default: LAGSCHED_BENCH_DRAWS or 3")
@@ -890,7 +890,7 @@ def run_perf(bootstrap: Mapping[str, Any], topic: str, records: int) -> dict[str
     ``records_per_s`` is the tool's ``fetch.nMsg.sec``: records over its fetch time, the group
     join excluded (the tool subscribes; the other readers assign).
     """
-    from lagsched.adapters.kafka_tools import consumer_perf_test
+    from lagsched_dev.kafka_tools import consumer_perf_test
 
     result = consumer_perf_test(
         str(bootstrap["bootstrap.servers"]),
@@ -960,8 +960,8 @@ def run_spark(topic: str, expected: Mapping[int, int], knobs: Knobs, broker_pid:
     import subprocess
 
     from lagsched.adapters.spark import submit_command
-    from lagsched.bench.claims import create_database, drop_database
     from lagsched.connections import mysql_params
+    from lagsched_dev.bench.claims import create_database, drop_database
 
     run_id = uuid.uuid4().hex[:8]
     cluster = f"bench-{run_id}"
@@ -1173,10 +1173,10 @@ def spark_phases(
     from lagsched.adapters import sink as sink_mod
     from lagsched.adapters import spark
     from lagsched.adapters.sink import BatchRead
-    from lagsched.bench.claims import create_database, drop_database
     from lagsched.connections import kafka_config, mysql_params
     from lagsched.core.lake import LakeTable
     from lagsched.core.offsets import OffsetRange
+    from lagsched_dev.bench.claims import create_database, drop_database
 
     settings = SPARK_VARIANTS[variant] if variant else {}
     work = SINK_ROOT / f"lagsched-bench-phases-{uuid.uuid4().hex[:8]}"
@@ -1273,7 +1273,7 @@ def run_spark_phases(
     import subprocess
 
     command = [
-        sys.executable, "-m", "lagsched.bench.consumer", "--spark-phases", topic,
+        sys.executable, "-m", "lagsched_dev.bench.consumer", "--spark-phases", topic,
         "--expected", json.dumps(expected), "--max-records", str(max_records),
         *(["--variant", variant] if variant else []),
     ]  # fmt: skip
@@ -1296,7 +1296,7 @@ def run_spark_phases(
 
 def _schema_matches(schema: Any) -> bool:
     """Whether the job's table has the raw consumer's columns and types (metadata and nullability aside)."""
-    from lagsched.bench.raw_consumer import SCHEMA
+    from lagsched_dev.bench.raw_consumer import SCHEMA
 
     def shape(s: Any) -> list[tuple[str, str]]:
         # pyiceberg reads binary and string columns as Arrow's large types and names a list's

@@ -1,6 +1,6 @@
 """Rack-aware routing on the 3-broker cluster (racks a, b, c): how much traffic stays in its rack.
 
-Needs the rack cluster (``python -m lagsched.stack.kafka_cluster up``; started here if it is down,
+Needs the rack cluster (``python -m lagsched_dev.stack.kafka_cluster up``; started here if it is down,
 and stopped again at the end unless ``LAGSCHED_KEEP_STACK`` is set). One topic of ``--partitions``
 (120) partitions, replication factor 3, so every rack holds a replica of every partition and leads
 about a third of them.
@@ -101,7 +101,7 @@ def produce(
     """``records`` records (even ones keyed ``key-<i>``, odd ones keyless) from a producer in ``rack``."""
     from confluent_kafka import Producer
 
-    from lagsched.adapters.rack_producer import RackAwareProducer
+    from lagsched_dev.rack_producer import RackAwareProducer
 
     leaders = current_leader_racks(bootstrap, topic)
     config = {"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": "all", "enable.idempotence": True}
@@ -361,15 +361,15 @@ def run(bootstrap: str, partitions: int, records: int, *, spark: Any = None) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lagsched.bench.rack", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m lagsched_dev.bench.rack", description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", type=int, default=120)
     parser.add_argument("--records", type=int, default=20_000, help="records per producer (default: %(default)s)")
     parser.add_argument("--out", default=DEFAULT_OUT)
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark reader's measurement")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    from lagsched.stack import kafka_cluster
-    from lagsched.stack.config import load
+    from lagsched_dev.stack import kafka_cluster
+    from lagsched_dev.stack.config import load
 
     cfg = load()
     was_up = all(s.healthy for s in kafka_cluster.status(cfg))
@@ -379,7 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         started = time.monotonic()
         if not args.no_spark:
             from lagsched.adapters.spark import session as spark_session
-            from lagsched.stack.environment import spark_jars
+            from lagsched_dev.stack.environment import spark_jars
 
             os.environ.setdefault("LAGSCHED_SPARK_JARS", ",".join(str(p) for p in spark_jars(cfg)))
             session = spark_session(

@@ -4,7 +4,7 @@ lagsched's numbers are checked against Kafka's own: ``kafka-consumer-groups --de
 lag of the consumer group lagsched mirrors its offsets into, and ``kafka-consumer-perf-test`` is the
 ceiling of reading on this machine. Both are Java classes in ``org.apache.kafka:kafka-tools`` of the
 broker's version, on the broker's classpath (``deps/kafka/pom.xml``), so no Kafka distribution is
-installed. The jars folder is ``LAGSCHED_KAFKA_JARS`` (set by ``lagsched stack env``; point it at a
+installed. The jars folder is ``LAGSCHED_KAFKA_JARS`` (set by ``lagsched-dev stack env``; point it at a
 distribution's ``libs/`` to use that), else the stack's ``.local/jars/kafka``.
 
 Example:
@@ -41,7 +41,7 @@ __all__ = [
     "with_bootstrap",
 ]
 
-#: The tools the CLI passthrough (``lagsched kafka-tool <name>``) knows, by the name of their
+#: The tools the CLI passthrough (``lagsched-dev kafka-tool <name>``) knows, by the name of their
 #: ``bin/kafka-<name>.sh`` script in Kafka's distribution.
 TOOLS: Mapping[str, str] = {
     "consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
@@ -109,7 +109,7 @@ def jars_dir() -> Path:
     raw = os.environ.get("LAGSCHED_KAFKA_JARS")
     if raw:
         return Path(raw)
-    from lagsched.stack.config import load
+    from lagsched_dev.stack.config import load
 
     return load().kafka_jars
 
@@ -261,7 +261,7 @@ def parse_consumer_groups_describe(stdout: str, group: str) -> list[GroupOffsetR
     ...     "org.apache.kafka.common.errors.GroupIdNotFoundException: Group g not found.", "g")
     Traceback (most recent call last):
     ...
-    lagsched.adapters.kafka_tools.GroupNotFoundError: kafka-consumer-groups --describe --group 'g': Error: ...
+    lagsched_dev.kafka_tools.GroupNotFoundError: kafka-consumer-groups --describe --group 'g': Error: ...
     """
     lines = stdout.splitlines()
     for line in lines:

@@ -74,7 +74,7 @@ class StackConfig:
     redis_port: int
     airflow_port: int
     s3_port: int = 19000
-    # The optional Spark standalone cluster (`lagsched stack up --spark-cluster`).
+    # The optional Spark standalone cluster (`lagsched-dev stack up --spark-cluster`).
     spark_master_port: int = 17077
     spark_master_webui_port: int = 17080
     #: The first worker's web UI port; worker ``i`` (0-based) uses this plus ``i``.
@@ -90,7 +90,7 @@ class StackConfig:
     #: ``LAGSCHED_KAFKA_JARS``: a folder of Kafka's jars to use instead of the ones `make deps`
     #: fetched (for example the libs/ folder of a Kafka distribution); see :attr:`kafka_jars`.
     kafka_jars_override: Path | None = None
-    #: The optional 3-broker rack cluster (``python -m lagsched.stack.kafka_cluster up``): broker
+    #: The optional 3-broker rack cluster (``python -m lagsched_dev.stack.kafka_cluster up``): broker
     #: ``i`` (0-based, rack ``a``, ``b``, ``c``) listens on this plus ``i``...
     kafka_rack_port: int = 19192
     #: ... and its controller on this plus ``i``.

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 
 from lagsched.core.config import PolicyName, TopicPolicyConfig
-from lagsched.sim.engine import DEFAULT_REBALANCE_PAUSE_S, PauseModel, Run, simulate
-from lagsched.sim.keda import KedaHpa
-from lagsched.sim.traces import TRACES
+from lagsched_dev.sim.engine import DEFAULT_REBALANCE_PAUSE_S, PauseModel, Run, simulate
+from lagsched_dev.sim.keda import KedaHpa
+from lagsched_dev.sim.traces import TRACES
 
 __all__ = [
     "KEDA_SWEEP",
@@ -48,7 +48,7 @@ def run_grid(
 ) -> dict[str, dict[str, Run]]:
     """Simulate every trace under every policy, all with the same settings but ``policy``.
 
-    ``keda`` is the KEDA/HPA model (`lagsched.sim.keda.KedaHpa`) with ``lagThreshold`` =
+    ``keda`` is the KEDA/HPA model (`lagsched_dev.sim.keda.KedaHpa`) with ``lagThreshold`` =
     ``base.lag_threshold`` and the same worker bounds; the others run through the real evaluator.
     """
     config = base if base is not None else TopicPolicyConfig()

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lagsched.stack import process
-from lagsched.stack.config import (
+from lagsched_dev.stack import process
+from lagsched_dev.stack.config import (
     MYSQL_DATABASE,
     MYSQL_USER,
     POSTGRES_SOCKET_PORT,
@@ -34,8 +34,8 @@ from lagsched.stack.config import (
     airflow_uses_postgres,
     stack_secrets,
 )
-from lagsched.stack.environment import CONSUME_POOL, CONSUME_POOL_SLOTS, stack_environment
-from lagsched.stack.process import ServiceError
+from lagsched_dev.stack.environment import CONSUME_POOL, CONSUME_POOL_SLOTS, stack_environment
+from lagsched_dev.stack.process import ServiceError
 
 
 def _port_open(port: int) -> bool:
@@ -468,7 +468,7 @@ class Airflow(Service):
         """
         import secrets
 
-        from lagsched.adapters.airflow_api import PASSWORDS_FILE
+        from lagsched_dev.airflow_api import PASSWORDS_FILE
 
         path = self.cfg.airflow_home / PASSWORDS_FILE
         if path.exists():
@@ -493,7 +493,7 @@ class Airflow(Service):
 
     def after_start(self) -> None:
         """Create the consume DAG's pool (its size bounds the slots running at once) unless it exists."""
-        from lagsched.adapters.airflow_api import AirflowAPI
+        from lagsched_dev.airflow_api import AirflowAPI
 
         api = AirflowAPI.for_simple_auth(f"http://127.0.0.1:{self.cfg.airflow_port}", self.cfg.airflow_home)
         api.ensure_pool(

@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from lagsched.stack.config import (
+from lagsched_dev.stack.config import (
     MYSQL_DATABASE,
     MYSQL_USER,
     POSTGRES_SOCKET_PORT,
@@ -83,7 +83,7 @@ def airflow_metadata_url(cfg: StackConfig) -> str:
     SQLite: Airflow itself puts every connection in WAL mode (readers never wait for the one
     writer; airflow.utils.orm_event_handlers). A writer still waits for another: 30 s rather than
     sqlite3's 5 s, which a loaded 2-core machine exceeded ("database is locked"; docs/dags.md has
-    the measurements). PostgreSQL (`lagsched.stack.services.Postgres`): its Unix socket, no password.
+    the measurements). PostgreSQL (`lagsched_dev.stack.services.Postgres`): its Unix socket, no password.
     """
     if airflow_uses_postgres():
         return f"postgresql+psycopg2://airflow@/airflow?host={cfg.postgres_socket_dir}&port={POSTGRES_SOCKET_PORT}"
@@ -120,10 +120,10 @@ def stack_environment(cfg: StackConfig) -> dict[str, str]:
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "LAGSCHED_SPARK_JARS": ",".join(str(p) for p in spark_jars(cfg)),
-        # The local standalone cluster's master, up after `lagsched stack up --spark-cluster`:
+        # The local standalone cluster's master, up after `lagsched-dev stack up --spark-cluster`:
         # `spark-submit --master "$LAGSCHED_SPARK_MASTER_URL" ...` (the Connection stays local[2]).
         "LAGSCHED_SPARK_MASTER_URL": cfg.spark_master_url,
-        # Kafka's jars (broker and CLI tools): lagsched.adapters.kafka_tools runs the tools from them.
+        # Kafka's jars (broker and CLI tools): lagsched_dev.kafka_tools runs the tools from them.
         "LAGSCHED_KAFKA_JARS": str(cfg.kafka_jars),
         "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(cfg.repo / "plugins"), os.environ.get("PYTHONPATH")])),

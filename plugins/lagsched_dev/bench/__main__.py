@@ -10,18 +10,18 @@ RESULTS = "bench/results"
 # The simulator is a benchmark of policies, not of speed: once with each pause model, with the KEDA
 # threshold sweep. Claims needs the running stack (make bench starts it).
 BENCHMARKS: list[tuple[str, list[str]]] = [
-    ("lagsched.bench.assignment", []),
-    ("lagsched.bench.claims", []),
-    ("lagsched.bench.lag", []),
-    ("lagsched.bench.consumer", []),
-    ("lagsched.bench.sink", []),
+    ("lagsched_dev.bench.assignment", []),
+    ("lagsched_dev.bench.claims", []),
+    ("lagsched_dev.bench.lag", []),
+    ("lagsched_dev.bench.consumer", []),
+    ("lagsched_dev.bench.sink", []),
     # Through Airflow (started with the stack if not running); the consume DAG must be paused.
-    ("lagsched.bench.lifecycle", []),
+    ("lagsched_dev.bench.lifecycle", []),
     # Starts (and stops) the 3-broker rack cluster unless it is up.
-    ("lagsched.bench.rack", []),
-    ("lagsched.sim.__main__", ["--keda-sweep", f"{RESULTS}/simulation_keda_sweep.json"]),
+    ("lagsched_dev.bench.rack", []),
+    ("lagsched_dev.sim.__main__", ["--keda-sweep", f"{RESULTS}/simulation_keda_sweep.json"]),
     (
-        "lagsched.sim.__main__",
+        "lagsched_dev.sim.__main__",
         [
             "--pause-model",
             "equal",
@@ -37,7 +37,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmarks named in `argv` (module names or their last part, ``sink`` for
-    ``lagsched.bench.sink``; default: all of `BENCHMARKS`)."""
+    ``lagsched_dev.bench.sink``; default: all of `BENCHMARKS`)."""
     wanted = [(n, a) for n, a in BENCHMARKS if not argv or n in argv or n.rsplit(".", 1)[-1] in argv]
     failed = []
     for name, args in wanted:

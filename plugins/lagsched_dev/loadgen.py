@@ -8,8 +8,8 @@ rest as dropped. A line every ``--report-every-s`` seconds says what was sent; `
 gets the same as JSON (the demo's summary reads it). SIGINT or SIGTERM stops it cleanly: what is
 in flight is delivered, the stats are written, the exit status is 0 (1 if any delivery failed).
 
-    python -m lagsched.loadgen --duration-s 600          # the local stack's broker, demo.* topics
-    python -m lagsched.loadgen --peak-rate 5000 --rack a # rack-aware producing (issue #11)
+    python -m lagsched_dev.loadgen --duration-s 600          # the local stack's broker, demo.* topics
+    python -m lagsched_dev.loadgen --peak-rate 5000 --rack a # rack-aware producing (issue #11)
 
 The broker comes from ``--bootstrap``, else the ``lagsched_kafka`` Connection (so SASL/SSL settings in
 its extra apply), else the local stack's broker.
@@ -139,7 +139,7 @@ def make_sender(kafka_config: dict[str, Any], stats: LoadStats, rack: str | None
         from confluent_kafka import Producer
 
         return _Counting(Producer(config), stats)
-    from lagsched.adapters.rack_producer import RackAwareProducer
+    from lagsched_dev.rack_producer import RackAwareProducer
 
     try:
         return _Counting(RackAwareProducer(config, rack), stats)
@@ -275,7 +275,7 @@ def resolve_kafka_config(bootstrap: str | None) -> dict[str, Any]:
         from lagsched.connections import kafka_config
 
         return kafka_config()
-    from lagsched.stack.config import load
+    from lagsched_dev.stack.config import load
 
     return {"bootstrap.servers": load().kafka_bootstrap}
 
@@ -298,7 +298,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lagsched.loadgen", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m lagsched_dev.loadgen", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
     return run(args)

@@ -1,13 +1,13 @@
 """``make demo``: lagsched closing the loop in Airflow, under uneven traffic, with a summary at the end.
 
-1. starts the local stack with Airflow (``lagsched stack up --airflow``; the Connections are its
+1. starts the local stack with Airflow (``lagsched-dev stack up --airflow``; the Connections are its
    ``AIRFLOW_CONN_*`` environment), waits for the lagsched DAGs to be parsed;
 2. merges the demo's entries into the Variables ``lagsched_settings`` (per-topic settings of the
    ``demo.*`` topics, tuned to scale within minutes) and ``lagsched_clusters`` (the cluster
    ``lagsched_kafka`` manages ``demo.*`` only), leaving every other entry alone; creates the topics;
 3. runs ``lagsched_setup`` and ``lagsched_topic_sync``, unpauses the DAGs (monitor, evaluator,
    consume, maintenance, override), prints the UI address, login and the lagsched page;
-4. starts the load generator (`lagsched.loadgen`: ``demo.orders`` ramps to ``--peak-rate``, three
+4. starts the load generator (`lagsched_dev.loadgen`: ``demo.orders`` ramps to ``--peak-rate``, three
    topics trickle, ``demo.archive`` stays idle) and prints a status line every 15 s until Ctrl-C
    or ``--duration`` seconds of traffic;
 5. stops the load generator, pauses ``lagsched_consume`` and stops its running slots gracefully
@@ -17,7 +17,7 @@
    sink (Parquet rows), and whether the sink holds every consumed record exactly once.
 
 Everything it adds is on the shared stack under the ``demo.`` prefix and the cluster
-``lagsched_kafka``; ``lagsched demo --down`` (``make demo-down``) stops the load generator and the
+``lagsched_kafka``; ``lagsched-dev demo --down`` (``make demo-down``) stops the load generator and the
 stack.
 """
 
@@ -39,11 +39,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from lagsched.adapters.airflow_api import PASSWORDS_FILE, AirflowAPI, AirflowAPIError
 from lagsched.core.load_profile import DEMO_PEAK_RATE, DEMO_SLOT_MAX_RATE, TopicLoad, demo_profile
 from lagsched.progress import Progress, format_duration
-from lagsched.stack.config import StackConfig, load
-from lagsched.stack.process import ServiceError
+from lagsched_dev.airflow_api import PASSWORDS_FILE, AirflowAPI, AirflowAPIError
+from lagsched_dev.stack.config import StackConfig, load
+from lagsched_dev.stack.process import ServiceError
 
 __all__ = [
     "DEMO_CLUSTER",
@@ -75,7 +75,7 @@ TABLE_CARE_DAG = "lagsched_table_care"
 #: workers its ingress needs at per_worker_rate (the slot cap). It decides from three one-minute
 #: measurements since the last change, scales up a minute after a change and down two minutes
 #: after, so a ten-minute run shows a full cycle: 1 -> 2 -> 3 workers on the ramp, back down
-#: after it (`python -m lagsched.sim --trace demo` plays the same profile through the same
+#: after it (`python -m lagsched_dev.sim --trace demo` plays the same profile through the same
 #: evaluator). Merged into lagsched_settings under "topics".
 DEMO_TOPIC_SETTINGS: dict[str, Any] = {
     "policy": "hevo",
@@ -375,7 +375,7 @@ def _loadgen_argv(loads: Sequence[TopicLoad], peak_rate: float, stats: Path) -> 
     return [
         sys.executable,
         "-m",
-        "lagsched.loadgen",
+        "lagsched_dev.loadgen",
         "--prefix",
         DEMO_PREFIX,
         "--peak-rate",
@@ -422,7 +422,7 @@ def _sent(stats: Mapping[str, Any]) -> int | None:
 
 
 def _stack_environment(cfg: StackConfig) -> dict[str, str]:
-    from lagsched.stack.environment import stack_environment
+    from lagsched_dev.stack.environment import stack_environment
 
     return stack_environment(cfg)
 
@@ -442,7 +442,7 @@ def stop_loadgen(cfg: StackConfig, timeout_s: float = 60.0) -> bool:
     except (OSError, ValueError):
         pid_file.unlink(missing_ok=True)
         return False
-    if b"lagsched.loadgen" not in cmdline:  # the pid was reused by another process: leave it alone
+    if b"lagsched_dev.loadgen" not in cmdline:  # the pid was reused by another process: leave it alone
         pid_file.unlink(missing_ok=True)
         return False
     os.kill(pid, signal.SIGTERM)
@@ -495,7 +495,7 @@ def run(args: argparse.Namespace) -> int:
     if args.down:
         stopped = stop_loadgen(cfg)
         print("load generator: " + ("stopped" if stopped else "was not running"), flush=True)
-        from lagsched import stack
+        from lagsched_dev import stack
 
         names = stack.down(cfg)
         print("stopped: " + (", ".join(names) if names else "nothing was running"), flush=True)
@@ -564,14 +564,14 @@ def _start_and_prepare(
     cfg: StackConfig, duration: float | None, peak_rate: float
 ) -> int | tuple[DemoAPI, tuple[TopicLoad, ...], Any]:
     """Stack up, everything set up; the API, the profile and the lake table, or the exit status on failure."""
-    from lagsched.cli import start_stack
+    from lagsched_dev.cli import start_stack
 
     try:
         start_stack(cfg, airflow=True)
     except ServiceError as exc:
         print(f"demo: {exc}", file=sys.stderr)
         return 2
-    from lagsched.stack.environment import connection_environment
+    from lagsched_dev.stack.environment import connection_environment
 
     for key, value in connection_environment(cfg).items():
         os.environ.setdefault(key, value)
@@ -594,7 +594,7 @@ def _start_and_prepare(
 def _prepare(api: DemoAPI, cfg: StackConfig, loads: Sequence[TopicLoad]) -> str | None:
     """DAGs parsed, Variables merged, topics created, setup and topic sync run, DAGs unpaused."""
     from lagsched.connections import kafka_config
-    from lagsched.loadgen import create_topics
+    from lagsched_dev.loadgen import create_topics
 
     with Progress("waiting for Airflow to parse the lagsched DAGs", total=len(REQUIRED_DAGS), stream=sys.stdout) as p:
         p.tick_every(0.5)
@@ -645,7 +645,7 @@ def _print_addresses(cfg: StackConfig, url: str, lake: Any) -> None:
   Airflow UI     {url}   user admin, password in {cfg.airflow_home / PASSWORDS_FILE}
   lagsched page  {url}/plugin/lagsched   ("lagsched" in Airflow's navigation)
   DAGs           {url}/dags?tags=lagsched
-  in a terminal  .venv/bin/lagsched status   (after: eval "$(.venv/bin/lagsched stack env)")
+  in a terminal  .venv/bin/lagsched status   (after: eval "$(.venv/bin/lagsched-dev stack env)")
   Iceberg table  {lake.identifier} in {lake.warehouse}
   logs           {cfg.logs}/   task logs {cfg.airflow_home / "logs"}/
 """,
@@ -837,7 +837,7 @@ def _summary(demo: Demo) -> dict[str, Any]:
         exactly_once = rows == distinct == consumed_total
         in_sink = f"{rows:,} rows ({distinct:,} distinct offsets)"
     decisions = view.decisions(started)
-    lines = ["", "=" * 78, "lagsched demo summary", "=" * 78]
+    lines = ["", "=" * 78, "lagsched-dev demo summary", "=" * 78]
     lines.append(
         f"{'topic':<16} {'peak lag':>10} {'final lag':>10} {'produced':>10} {'consumed':>10}  workers over time"
     )
@@ -990,7 +990,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lagsched.demo", description=(__doc__ or "").split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m lagsched_dev.demo", description=(__doc__ or "").split("\n\n")[0])
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

@@ -1,16 +1,16 @@
-"""``python -m lagsched.sim``: the simulator without the ``lagsched`` command."""
+"""``python -m lagsched_dev.sim``: the simulator without the ``lagsched`` command."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from lagsched.sim.cli import add_arguments, run
+from lagsched_dev.sim.cli import add_arguments, run
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse `argv` (default: sys.argv[1:]) and run the simulation."""
-    parser = argparse.ArgumentParser(prog="python -m lagsched.sim", description=run.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m lagsched_dev.sim", description=run.__doc__)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

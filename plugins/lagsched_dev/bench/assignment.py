@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    PYTHONPATH=plugins python -m lagsched.bench.assignment [--out PATH] [--draws N] [--trials N] [--no-db]
+    PYTHONPATH=plugins python -m lagsched_dev.bench.assignment [--out PATH] [--draws N] [--trials N] [--no-db]
 
 Scenarios (seeded; each *draw* redraws the slot ids, the joiners and the leavers, so the HRW
 rankings differ from draw to draw while the topics stay the same):
@@ -80,7 +80,6 @@ from typing import Any
 
 import mmh3
 
-from lagsched.core.assignors import PartitionMap, range_assign, ring_assign, roundrobin_assign
 from lagsched.core.balance import balanced_assign
 from lagsched.core.rendezvous import (
     SLOT_SEED,
@@ -92,6 +91,7 @@ from lagsched.core.rendezvous import (
     lane_loads,
     partition_map,
 )
+from lagsched_dev.bench.assignors import PartitionMap, range_assign, ring_assign, roundrobin_assign
 
 __all__ = [
     "Draw",
@@ -443,9 +443,9 @@ def measure_lock_hold(n_topics: int = 10_000, n_slots: int = 1_000, rounds: int 
     """
     from lagsched.adapters.mysql import connect
     from lagsched.adapters.ownership import current_assignment
-    from lagsched.bench import use_local_stack_connections
-    from lagsched.bench.claims import create_database, drop_database
     from lagsched.connections import mysql_params
+    from lagsched_dev.bench import use_local_stack_connections
+    from lagsched_dev.bench.claims import create_database, drop_database
 
     use_local_stack_connections()  # outside Airflow and the tests: the local stack, as the CLI does
     topics, slots, _ = speed_inputs(n_topics, n_slots, seed)
@@ -578,7 +578,7 @@ def _print(doc: dict[str, Any], table: dict[str, dict[str, dict[str, Any]]]) -> 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark, print the table and write the JSON document."""
-    parser = argparse.ArgumentParser(prog="python -m lagsched.bench.assignment")
+    parser = argparse.ArgumentParser(prog="python -m lagsched_dev.bench.assignment")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON path (default {DEFAULT_OUT})")
     parser.add_argument("--draws", type=int, default=20, help="draws of slot ids per scenario (default 20)")
     parser.add_argument("--trials", type=int, default=5, help="join trials per draw, and leave trials (skewed)")

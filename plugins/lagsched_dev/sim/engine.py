@@ -13,7 +13,7 @@ Each tick (one measurement run, a minute by default):
    per-worker rate observed while the workers had a backlog throughout;
 5. the real `lagsched.core.evaluator.evaluate` decides when `is_evaluation_due` says so, the rule
    production applies: at the first tick, then once ``evaluate_every`` measurements were taken
-   since the last evaluation (or, for the KEDA baseline, `lagsched.sim.keda.KedaHpa` every tick);
+   since the last evaluation (or, for the KEDA baseline, `lagsched_dev.sim.keda.KedaHpa` every tick);
    a change takes effect from the next tick. The evaluator is assumed to run after every
    measurement; a slower evaluator schedule (the DAG's 5 minutes) would evaluate less often.
 
@@ -41,8 +41,8 @@ from lagsched.core.lag import (
     ingress_rate,
     measure_partition_lag,
 )
-from lagsched.sim.keda import KedaHpa
-from lagsched.sim.traces import Trace
+from lagsched_dev.sim.keda import KedaHpa
+from lagsched_dev.sim.traces import Trace
 
 __all__ = ["DEFAULT_REBALANCE_PAUSE_S", "PAUSE_MODELS", "Figures", "PauseModel", "Run", "simulate"]
 

@@ -3,11 +3,14 @@ a Spark standalone cluster on request) on loopback."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import time
+from collections.abc import Iterator
 
-from lagsched.stack.config import StackConfig
-from lagsched.stack.services import (
+from lagsched_dev.stack.config import StackConfig
+from lagsched_dev.stack.services import (
     Airflow,
     Service,
     Status,
@@ -28,12 +31,23 @@ def up(cfg: StackConfig, *, airflow: bool = False, spark_cluster: bool = False) 
         groups += [[master], list(workers)]
     if airflow:
         groups.append([Airflow(cfg)])
-    for group in groups:
-        _start_group(group)
-    if not airflow:
-        # Airflow's own start migrates its DB; without it, tests still need one for dag.test().
-        migrate_airflow_db(cfg)
+    with _one_start_at_a_time(cfg):
+        for group in groups:
+            _start_group(group)
+        if not airflow:
+            # Airflow's own start migrates its DB; without it, tests still need one for dag.test().
+            migrate_airflow_db(cfg)
     return [s.status() for group in groups for s in group]
+
+
+@contextlib.contextmanager
+def _one_start_at_a_time(cfg: StackConfig) -> Iterator[None]:
+    """Two `up`s at once (the test suite's xdist workers, a demo beside a test run) would each start the
+    same services on the same ports: the second waits for the first, then finds them healthy."""
+    cfg.home.mkdir(parents=True, exist_ok=True)
+    with open(cfg.home / "stack-up.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
+        yield
 
 
 def spark_cluster_up(cfg: StackConfig) -> list[Status]:
@@ -56,7 +70,7 @@ def down(cfg: StackConfig) -> list[str]:
 
     The 3-broker rack cluster (docs/rack.md) too, when it runs.
     """
-    from lagsched.stack.kafka_cluster import brokers
+    from lagsched_dev.stack.kafka_cluster import brokers
 
     master, workers = spark_cluster_services(cfg)
     rack_brokers: list[Service] = list(reversed(brokers(cfg)))

@@ -2,13 +2,13 @@
 
 Run from the repository root (the local stack must be up)::
 
-    PYTHONPATH=plugins python -m lagsched.bench sink   # or -m lagsched.bench.sink
+    PYTHONPATH=plugins python -m lagsched_dev.bench sink   # or -m lagsched_dev.bench.sink
 
 For ``LAGSCHED_BENCH_SINK_S`` seconds (default 600) the demo's traffic profile
 (`lagsched.core.load_profile.demo_profile`, scaled to that duration) is produced into 5 fresh
 topics, the record timestamps replayed faster: spread over the past `REPLAY_HOURS` hours, so most
 of the table's (topic, hour) partitions are closed at the end. Two slots (spark-submit
-``jobs/consume.py``, as `lagsched.bench.consumer.run_spark` runs it) consume them concurrently into
+``jobs/consume.py``, as `lagsched_dev.bench.consumer.run_spark` runs it) consume them concurrently into
 one cluster table; once the producer is done and the slots caught up, they are stopped, then one
 maintenance run (``jobs/table_care.py``, the production table care, every hour before it closed)
 while a pyiceberg reader scans the table over and over, each scan checked exact.
@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lagsched.bench.consumer import PLUGINS, SINK_ROOT, _connection_env, _register, env_int, parse_stats
+from lagsched_dev.bench.consumer import PLUGINS, SINK_ROOT, _connection_env, _register, env_int, parse_stats
 
 DEFAULT_OUT = "bench/results/sink.json"
 DEFAULT_S = 600
@@ -239,11 +239,11 @@ def measure(warehouse: str, s3_endpoint: str | None, duration_s: int, peak: floa
     from lagsched.adapters.kafka_admin import admin_client
     from lagsched.adapters.lake_reader import load_table, read_rows, table_stats
     from lagsched.adapters.spark import submit_command
-    from lagsched.bench.claims import create_database, drop_database
-    from lagsched.bench.consumer import create_topic, delete_topics
     from lagsched.connections import kafka_config, mysql_params
     from lagsched.core.lake import LakeTable
     from lagsched.core.load_profile import demo_profile
+    from lagsched_dev.bench.claims import create_database, drop_database
+    from lagsched_dev.bench.consumer import create_topic, delete_topics
 
     run_id = uuid.uuid4().hex[:6]
     cluster = f"bench_sink_{run_id}"
@@ -368,10 +368,12 @@ def measure(warehouse: str, s3_endpoint: str | None, duration_s: int, peak: floa
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lagsched.bench.sink", description=(__doc__ or "").split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m lagsched_dev.bench.sink", description=(__doc__ or "").split("\n")[0]
+    )
     parser.add_argument("--out", default=DEFAULT_OUT)
     args = parser.parse_args(argv)
-    from lagsched.bench.consumer import _use_local_stack
+    from lagsched_dev.bench.consumer import _use_local_stack
 
     _use_local_stack()
     duration_s = env_int(os.environ, "LAGSCHED_BENCH_SINK_S", DEFAULT_S, minimum=30)

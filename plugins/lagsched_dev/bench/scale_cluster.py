@@ -17,9 +17,9 @@ import os
 import shutil
 from pathlib import Path
 
-from lagsched.stack.config import StackConfig
-from lagsched.stack.kafka_cluster import ClusterNode
-from lagsched.stack.services import ONE_REPLICA_INTERNAL_TOPICS, start_together
+from lagsched_dev.stack.config import StackConfig
+from lagsched_dev.stack.kafka_cluster import ClusterNode
+from lagsched_dev.stack.services import ONE_REPLICA_INTERNAL_TOPICS, start_together
 
 __all__ = ["ScaleBroker", "bootstrap", "down", "up"]
 

@@ -2,7 +2,7 @@
 
 Run from the repository root (starts Airflow with the stack if it is not running)::
 
-    PYTHONPATH=plugins python -m lagsched.bench lifecycle
+    PYTHONPATH=plugins python -m lagsched_dev.bench lifecycle
 
 It measures what an operator lives with, through the scheduler, the consume DAG, the override
 DAG and real Spark slots writing the cluster's Iceberg table, with records arriving all along
@@ -540,14 +540,14 @@ def _quietly(step: Callable[[], Any]) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m lagsched.bench.lifecycle", description=(__doc__ or "").split("\n")[0]
+        prog="python -m lagsched_dev.bench.lifecycle", description=(__doc__ or "").split("\n")[0]
     )
     parser.add_argument("--out", default=DEFAULT_OUT)
     args = parser.parse_args(argv)
-    from lagsched import stack as local_stack
-    from lagsched.adapters.airflow_api import AirflowAPI
-    from lagsched.bench.consumer import _use_local_stack
-    from lagsched.stack.config import load
+    from lagsched_dev import stack as local_stack
+    from lagsched_dev.airflow_api import AirflowAPI
+    from lagsched_dev.bench.consumer import _use_local_stack
+    from lagsched_dev.stack.config import load
 
     _use_local_stack()
     trials = int(env_number("LAGSCHED_BENCH_LIFECYCLE_TRIALS", 5, 1))

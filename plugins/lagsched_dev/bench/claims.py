@@ -2,7 +2,7 @@
 
 Run from the repository root (the local stack must be up)::
 
-    PYTHONPATH=plugins python -m lagsched.bench.claims [--out PATH] [--seconds S] [--draws D] [--topics T]
+    PYTHONPATH=plugins python -m lagsched_dev.bench.claims [--out PATH] [--seconds S] [--draws D] [--topics T]
 
 For each lock mode (``skip_locked``, ``for_update``, ``optimistic``) and 1, 4 and 16 claimer
 *processes*, on 10,000 rows in a fresh database ``lagsched_bench_<hex>`` (dropped afterwards),
@@ -767,9 +767,9 @@ def targets(runs: Sequence[dict[str, Any]], claimers: int) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark, print the table and write ``bench/results/claims.json``."""
     from lagsched.connections import mysql_params
-    from lagsched.stack.config import REPO_ROOT
+    from lagsched_dev.stack.config import REPO_ROOT
 
-    parser = argparse.ArgumentParser(prog="python -m lagsched.bench.claims", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m lagsched_dev.bench.claims", description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "claims.json")
     parser.add_argument("--seconds", type=float, default=6.0, help="measured seconds per draw (default 6)")
     parser.add_argument("--draws", type=int, default=3, help="draws per configuration, interleaved (default 3)")
@@ -781,7 +781,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--topics must divide {ROWS}")
     if args.draws < 1:
         parser.error("--draws must be >= 1")
-    from lagsched.bench import use_local_stack_connections
+    from lagsched_dev.bench import use_local_stack_connections
 
     use_local_stack_connections()  # outside Airflow and the tests: the local stack, as the CLI does
     modes = args.modes.split(",")

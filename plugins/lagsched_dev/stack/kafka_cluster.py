@@ -2,11 +2,11 @@
 
 The default stack runs one Kafka node; this cluster is started on demand, beside it::
 
-    python -m lagsched.stack.kafka_cluster up            # 3 KRaft nodes, racks a, b, c
-    python -m lagsched.stack.kafka_cluster status
-    python -m lagsched.stack.kafka_cluster stop-broker 1 # broker 1 (rack a) down, the others go on
-    python -m lagsched.stack.kafka_cluster start-broker 1
-    python -m lagsched.stack.kafka_cluster down
+    python -m lagsched_dev.stack.kafka_cluster up            # 3 KRaft nodes, racks a, b, c
+    python -m lagsched_dev.stack.kafka_cluster status
+    python -m lagsched_dev.stack.kafka_cluster stop-broker 1 # broker 1 (rack a) down, the others go on
+    python -m lagsched_dev.stack.kafka_cluster start-broker 1
+    python -m lagsched_dev.stack.kafka_cluster down
 
 Each node is a separate JVM (``kafka.Kafka``, the jars of `make deps`) acting as broker and
 controller, so the controller quorum of 3 survives one node stopped (the fallback tests stop one).
@@ -32,9 +32,9 @@ import time
 import uuid
 from pathlib import Path
 
-from lagsched.stack.config import StackConfig, load
-from lagsched.stack.process import ServiceError
-from lagsched.stack.services import Kafka, Status, _port_open, start_together
+from lagsched_dev.stack.config import StackConfig, load
+from lagsched_dev.stack.process import ServiceError
+from lagsched_dev.stack.services import Kafka, Status, _port_open, start_together
 
 __all__ = [
     "RACKS",
@@ -213,7 +213,7 @@ def start_broker(cfg: StackConfig, node_id: int) -> Status:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m lagsched.stack.kafka_cluster",
+        prog="python -m lagsched_dev.stack.kafka_cluster",
         description="The optional 3-broker Kafka cluster with racks a, b, c (docs/rack.md).",
     )
     sub = parser.add_subparsers(dest="command", required=True)
