@@ -316,15 +316,43 @@ def test_worker_rate_counts_only_holders_with_a_live_lease(
             (topic_id,),
         )
     db.commit()
-    measure_at(T0)
+    backlog = {"defaults": {"min_lag": 100}}  # 1,760 records behind: a backlog, so the rate is capacity
+    measure_at(T0, backlog)
     set_committed(db, topic_id, 0, 120)
     set_committed(db, topic_id, 1, 120)  # moved before slot-dead died; nobody holds it now
 
-    m = measure_at(T0 + 60).topic(topic)
+    m = measure_at(T0 + 60, backlog).topic(topic)
 
     assert m.consumption_rate == pytest.approx(4.0)  # 2 x 120 records in 60 s
     # One live worker: the dead slot must not halve the per-worker rate.
     assert m.worker_rate == pytest.approx(4.0)
+
+
+def test_a_caught_up_consumer_gives_no_worker_rate(
+    new_topic: Callable[..., str], kafka_config: dict[str, Any], db: Any, cluster: str, measure_at: Callable[..., Any]
+) -> None:
+    """A slot that keeps up trails the newest records by a batch: its rate is the ingress, not what it
+    could do. Counted, it would hold every step down at the workers there are (the ingress floor)."""
+    topic = new_topic(1)
+    produce(kafka_config, topic, 0, 300)
+    topic_id = register(db, cluster, topic, {0: 0}, claimed_by={0: "slot-1"})
+    with db.cursor() as cur:
+        cur.execute(
+            "UPDATE topic_partitions SET lease_expires_at = CURRENT_TIMESTAMP(6) + INTERVAL 1 HOUR WHERE topic_id = %s",
+            (topic_id,),
+        )
+    db.commit()
+    settings = {"defaults": {"min_lag": 100}}
+    set_committed(db, topic_id, 0, 150)
+    measure_at(T0, settings)  # 150 behind: a backlog
+    set_committed(db, topic_id, 0, 250)
+
+    m = measure_at(T0 + 60, settings).topic(topic)
+
+    assert (m.lag, m.consumption_rate) == (50, pytest.approx(100 / 60))
+    assert m.worker_rate is None  # 50 behind, within min_lag: caught up, no capacity observed
+    produce(kafka_config, topic, 0, 600)
+    assert measure_at(T0 + 120, settings).topic(topic).worker_rate is None  # the window still holds the catch-up
 
 
 def _lease(conn: Any, topic_id: str, holder: str | None, live: bool) -> None:

@@ -395,7 +395,9 @@ def measure(
                 slot_rates[holder] = slot_rates.get(holder, 0.0) + rate
         total = totals[name]
         lost_skipped = sum(skipped.get(reg.row.topic_id, {}).values())
-        worker_rate = _worker_rate(total.lag, consumed, reg, history.get(name, ()), oldest_committed)
+        worker_rate = _worker_rate(
+            total.lag, consumed, reg, history.get(name, ()), oldest_committed, min_lag=settings.for_topic(name).min_lag
+        )
         state = _pipeline_state(
             [
                 committed_windows[k].samples
@@ -476,22 +478,27 @@ def _pipeline_state(
 
 
 def _worker_rate(
-    lag: int, consumed: float, reg: _Registered, history: Sequence[LagRecord], since: float | None
+    lag: int, consumed: float, reg: _Registered, history: Sequence[LagRecord], since: float | None, *, min_lag: int
 ) -> float | None:
     """Records/s per active slot, only when the topic had a backlog over the whole rate window.
 
     A caught-up consumer's rate is the ingress rate, not its capacity: counting it would make the
-    capacity policy believe workers are slow and over-scale, so such windows give no observation.
+    capacity policy believe workers are slow and over-scale, and would hold every step down at
+    the workers there are (the ingress floor divides the ingress by this rate: ingress over
+    ingress per worker is the worker count). So a window in which the lag was ever at or below
+    `min_lag` (what the policies call nothing to drain; a caught-up slot still trails the newest
+    records by a batch) gives no observation.
     """
     # Live holders only: a dead slot whose lease ran out consumes nothing, and counting it would
     # lower the per-worker rate and make the capacity policy over-scale.
     active = len(set(reg.holders.values()))
-    if lag <= 0 or consumed <= 0.0 or active == 0 or since is None:
+    backlog = max(0, min_lag)
+    if lag <= backlog or consumed <= 0.0 or active == 0 or since is None:
         return None
     for r in reversed(history):  # newest first: the records since `since` are the newest ones
         if r.at < since:
             break
-        if r.lag <= 0:
+        if r.lag <= backlog:
             return None
     return consumed / active
 
