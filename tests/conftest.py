@@ -6,6 +6,7 @@ reads it when first imported; only the metadata DB and AIRFLOW_HOME are the sess
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -43,28 +44,84 @@ if XDIST_WORKER:
     if int(os.environ["LAGSCHED_TEST_REDIS_DB"]) < 1:
         raise RuntimeError(f"too many pytest-xdist workers for Redis DBs {_base_db}..1: {XDIST_WORKER}")
 
-#: Tests that share one resource of the stack run on one xdist worker (``--dist loadgroup``), keyed by
-#: the session fixture that starts it: the stack's own Airflow (the e2e tier), the 3-broker rack
-#: cluster, the Spark standalone cluster.
-SHARED_FIXTURE_GROUPS = {"airflow": "stack-airflow", "rack_cluster": "rack-cluster", "spark_cluster": "spark-cluster"}
+#: Tests that share one resource run on one xdist worker (``--dist loadgroup``), keyed by the fixture
+#: that starts it, the first match winning: the 3-broker rack cluster, the Spark standalone cluster,
+#: the stack's own Airflow (the e2e tier), and Spark itself. A consumer slot is a Spark application
+#: that takes a core while it starts: four side by side on two cores ran the load average to 18
+#: and every one of them slower than alone (two lines of Spark tests were no faster than one), so
+#: the slot tests (and those with an in-process Spark session, one JVM per worker) take turns on
+#: one worker while the others run everything else.
+#: A test file that starts Spark another way says so itself:
+#: ``pytestmark = pytest.mark.xdist_group("spark")``.
+SHARED_FIXTURE_GROUPS = {
+    "rack_cluster": "rack-cluster",
+    "spark_cluster": "spark-cluster",
+    "airflow": "stack-airflow",
+    "consumer": "spark",
+    "spark": "spark",
+}
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(AIRFLOW_TEST_HOME, ignore_errors=True)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test with its tier, taken from its folder (tests/<tier>/...), and with the xdist group
     of the shared resource it uses, if any."""
+    grouped: dict[str, str] = {}
     for item in items:
         tier = Path(str(item.path)).relative_to(Path(__file__).parent).parts[0]
         if tier in TIERS:
             item.add_marker(getattr(pytest.mark, tier))
-        groups = [g for fixture, g in SHARED_FIXTURE_GROUPS.items() if fixture in getattr(item, "fixturenames", ())]
-        if len(groups) > 1:
-            raise pytest.UsageError(f"{item.nodeid} uses two shared resources: {groups}; give it one xdist group")
-        if groups:
-            item.add_marker(pytest.mark.xdist_group(groups[0]))
+        if item.get_closest_marker("xdist_group") is None:
+            groups = [g for fixture, g in SHARED_FIXTURE_GROUPS.items() if fixture in getattr(item, "fixturenames", ())]
+            if groups:
+                item.add_marker(pytest.mark.xdist_group(groups[0]))
+        mark = item.get_closest_marker("xdist_group")
+        if mark is not None:
+            grouped[item.nodeid] = str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+    # Every worker collects the same items; the first tells the controller's scheduler the groups.
+    if XDIST_WORKER == "gw0" and os.environ.get(_GROUPS_FILE):
+        _write_json(Path(os.environ[_GROUPS_FILE]), grouped)
+
+
+#: The file through which worker gw0 hands the tests' groups to the controller (both set up here).
+#: xdist's own ``--dist loadgroup`` renames each grouped test's node id, which pytest 9 no longer
+#: lets it do (a node id is a computed property there): every test ran wherever, groups ignored.
+_GROUPS_FILE = "LAGSCHED_XDIST_GROUPS_FILE"
+
+
+def _write_json(path: Path, value: object) -> None:
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(value))
+    partial.replace(path)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _is_xdist_controller(config):
+        # Before the workers start: they inherit the environment.
+        os.environ[_GROUPS_FILE] = str(AIRFLOW_TEST_HOME / "xdist-groups.json")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` that works under pytest 9: each group is one unit of work, every other
+    test a unit of its own; the largest units go first."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        _groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._groups is None:
+                # Read once all workers collected: gw0 wrote it during its collection.
+                self._groups = json.loads(Path(os.environ[_GROUPS_FILE]).read_text())
+            return self._groups.get(nodeid, nodeid)
+
+    return GroupScheduling(config, log)
 
 
 _STACK_WAS_UP = pytest.StashKey[bool]()

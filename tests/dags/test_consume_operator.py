@@ -15,11 +15,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 from test_lag_dags import add_topic, env  # noqa: F401 - env is a fixture
 
 from lagsched.adapters.slots import SlotRegistry, slot_id_for
 from lagsched.operators import LagschedSparkSubmitOperator
+
+# Starts Spark applications: with the other Spark tests, one at a time (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("spark")
 
 JOB = Path(__file__).parents[2] / "jobs" / "consume.py"
 

@@ -26,6 +26,9 @@ from test_lag_dags import load_dag, state
 from lagsched_dev.stack.config import StackConfig
 from secure_services import KAFKA_PASSWORD, REDIS_PASSWORD, sasl_ssl_kafka, tls_acl_redis, tls_mariadb
 
+# Starts Spark applications: with the other Spark tests, one at a time (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("spark")
+
 JOB = Path(__file__).parents[2] / "jobs" / "consume.py"
 PARTITIONS, RECORDS = 2, 3_000
 

@@ -26,6 +26,9 @@ from lagsched.core.errors import ConnectionFailure
 from lagsched_dev.stack.config import StackConfig
 from secure_services import KAFKA_PASSWORD, sasl_ssl_kafka
 
+# Starts Spark applications: with the other Spark tests, one at a time (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("spark")
+
 PASSWORD = KAFKA_PASSWORD
 
 

@@ -4,15 +4,14 @@ evaluator while active and gone from its bounds once expired or cancelled; bad r
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from test_scaling import add_topic, decisions, messages, nothing_published, workers_of
+from test_scaling import add_topic, decisions, messages, nothing_published, subscribe, workers_of
 
-from lagsched.adapters.lag_store import SCALING_CHANNEL, LagRecord, LagStore
+from lagsched.adapters.lag_store import LagRecord, LagStore
 from lagsched.adapters.overrides import active_overrides, cancel_override, get_override, list_overrides
 from lagsched.core.errors import ConfigError
 from lagsched.workflows.overrides import apply_override
@@ -23,14 +22,9 @@ SETTINGS = json.dumps({"defaults": {"evaluate_every": 1, "cooldown_s": 0}})
 
 
 @pytest.fixture
-def subscriber(redis_client: Any) -> Iterator[Any]:
-    """Subscribed to lagsched:scaling before anything is published."""
-    pubsub = redis_client.pubsub(ignore_subscribe_messages=True)
-    pubsub.subscribe(SCALING_CHANNEL)
-    deadline = time.monotonic() + 5
-    while redis_client.pubsub_numsub(SCALING_CHANNEL)[0][1] < 1 and time.monotonic() < deadline:
-        pubsub.get_message(timeout=0.1)
-    yield pubsub
+def subscriber(redis_client: Any, cluster: str) -> Iterator[Any]:
+    pubsub, own = subscribe(redis_client, cluster)
+    yield own
     pubsub.close()
 
 

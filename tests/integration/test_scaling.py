@@ -22,15 +22,41 @@ NOW = 1_790_000_000.0
 SETTINGS = {"defaults": {"evaluate_every": 1, "cooldown_s": 0}}
 
 
-@pytest.fixture
-def subscriber(redis_client: Any) -> Iterator[Any]:
-    """Subscribed to lagsched:scaling before anything is published."""
+class OwnMessages:
+    """lagsched:scaling as one test sees it: its own cluster's messages and its sentinels only.
+
+    A channel is the whole Redis server's, whatever the DB, and tests on other xdist workers
+    publish their clusters' changes on it too; another cluster's message reads as no message.
+    """
+
+    def __init__(self, pubsub: Any, cluster: str) -> None:
+        self.pubsub, self.cluster = pubsub, cluster
+
+    def get_message(self, timeout: float) -> dict[str, Any] | None:
+        m = self.pubsub.get_message(timeout=timeout)
+        if (
+            m is not None
+            and m["type"] == "message"
+            and json.loads(m["data"]).get("cluster", self.cluster) != self.cluster
+        ):
+            return None
+        return m  # type: ignore[no-any-return]
+
+
+def subscribe(redis_client: Any, cluster: str) -> tuple[Any, OwnMessages]:
+    """Subscribed to lagsched:scaling before anything is published: (the pubsub, its own messages)."""
     pubsub = redis_client.pubsub(ignore_subscribe_messages=True)
     pubsub.subscribe(SCALING_CHANNEL)
     deadline = time.monotonic() + 5
     while redis_client.pubsub_numsub(SCALING_CHANNEL)[0][1] < 1 and time.monotonic() < deadline:
         pubsub.get_message(timeout=0.1)
-    yield pubsub
+    return pubsub, OwnMessages(pubsub, cluster)
+
+
+@pytest.fixture
+def subscriber(redis_client: Any, cluster: str) -> Iterator[OwnMessages]:
+    pubsub, own = subscribe(redis_client, cluster)
+    yield own
     pubsub.close()
 
 
