@@ -837,7 +837,7 @@ def _summary(demo: Demo) -> dict[str, Any]:
         exactly_once = rows == distinct == consumed_total
         in_sink = f"{rows:,} rows ({distinct:,} distinct offsets)"
     decisions = view.decisions(started)
-    lines = ["", "=" * 78, "lagsched-dev demo summary", "=" * 78]
+    lines = ["", "=" * 78, "lagsched demo summary", "=" * 78]
     lines.append(
         f"{'topic':<16} {'peak lag':>10} {'final lag':>10} {'produced':>10} {'consumed':>10}  workers over time"
     )
