@@ -74,9 +74,10 @@ TABLE_CARE_DAG = "lagsched_table_care"
 #: week-long retention can afford to drain slowly); below min_lag it steps down, never below the
 #: workers its ingress needs at per_worker_rate (the slot cap). It decides from three one-minute
 #: measurements since the last change, scales up a minute after a change and down two minutes
-#: after, so a ten-minute run shows a full cycle: 1 -> 2 -> 3 workers on the ramp, back down
-#: after it (`python -m lagsched_dev.sim --trace demo` plays the same profile through the same
-#: evaluator). Merged into lagsched_settings under "topics".
+#: after, so a ten-minute run shows a full cycle: up on the ramp, back down after it (fresh-clone
+#: runs on 2 cores: 1 -> 2 at +2:29 and back to 1 at +8:29; `python -m lagsched_dev.sim --trace
+#: demo` plays the same profile through the same evaluator and steps 1 -> 2 -> 3 -> 1). Merged into
+#: lagsched_settings under "topics".
 DEMO_TOPIC_SETTINGS: dict[str, Any] = {
     "policy": "hevo",
     "min_lag": 1_000,
