@@ -66,7 +66,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(AIRFLOW_TEST_HOME, ignore_errors=True)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the xdist_group marks
+@pytest.hookimpl(tryfirst=True)  # the groups must be set before gw0 hands them over (below)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test with its tier, taken from its folder (tests/<tier>/...), and with the xdist group
     of the shared resource it uses, if any."""
