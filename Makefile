@@ -29,8 +29,8 @@ lint: deps
 typecheck: deps
 	$(PY) -m mypy
 
-# Every tier against one stack: TEST_WORKERS (default 4) xdist workers side by side, then the tests
-# that restart a service alone (scripts/test.sh says why).
+# Every tier against one stack, started once; TEST_WORKERS=4 runs them on xdist workers side by
+# side, then the tests that restart a service alone (scripts/test.sh says why it is not the default).
 test: deps lint typecheck
 	@bash scripts/test.sh
 

@@ -23,7 +23,7 @@ SETTINGS = {"defaults": {"evaluate_every": 1, "cooldown_s": 0}}
 
 
 class OwnMessages:
-    """lagsched:scaling as one test sees it: its own cluster's messages and its sentinels only.
+    """lagsched:scaling as one test sees it: its own cluster's messages (its sentinels carry it too).
 
     A channel is the whole Redis server's, whatever the DB, and tests on other xdist workers
     publish their clusters' changes on it too; another cluster's message reads as no message.
@@ -34,11 +34,7 @@ class OwnMessages:
 
     def get_message(self, timeout: float) -> dict[str, Any] | None:
         m = self.pubsub.get_message(timeout=timeout)
-        if (
-            m is not None
-            and m["type"] == "message"
-            and json.loads(m["data"]).get("cluster", self.cluster) != self.cluster
-        ):
+        if m is not None and m["type"] == "message" and json.loads(m["data"]).get("cluster") != self.cluster:
             return None
         return m  # type: ignore[no-any-return]
 
@@ -76,7 +72,7 @@ def nothing_published(pubsub: Any, redis_client: Any) -> bool:
     Redis delivers one channel's messages in publish order, so waiting for our own sentinel proves
     that no earlier message is still on its way, however slow the machine (no fixed wait).
     """
-    sentinel = {"sentinel": uuid.uuid4().hex}
+    sentinel = {"sentinel": uuid.uuid4().hex, "cluster": pubsub.cluster}
     redis_client.publish(SCALING_CHANNEL, json.dumps(sentinel))
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
