@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "OverrideRow",
     "active_overrides",
+    "aware_utc",
     "cancel_override",
     "delete_ended_overrides",
     "evaluation_id_of",
@@ -145,7 +146,7 @@ def insert_override(
 ) -> int:
     """INSERT one override inside the caller's transaction and cancel the topic's other active ones
     (``replaced by override <id>``); returns its id. The caller has validated the request."""
-    now = _aware(now)
+    now = aware_utc(now)
     cur.execute(
         "INSERT INTO scaling_overrides (cluster, topic_id, topic, linker_workers, previous_workers, reason,"
         " created_by, created_at, expires_at, request_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
@@ -175,7 +176,7 @@ def active_overrides(conn: Connection, cluster: str | None, now: datetime) -> li
     """The overrides active at `now` (not cancelled, not expired) of `cluster` (all when None),
     at most one per topic (the newest), by topic name."""
     where = ["cancelled_at IS NULL", "expires_at > %s"]
-    args: list[Any] = [_to_db(_aware(now))]
+    args: list[Any] = [_to_db(aware_utc(now))]
     if cluster is not None:
         where.insert(0, "cluster = %s")
         args.insert(0, validate_cluster_name(cluster))
@@ -203,7 +204,7 @@ def list_overrides(
         args.append(validate_cluster_name(cluster))
     if since is not None:
         where.append("expires_at > %s")
-        args.append(_to_db(_aware(since)))
+        args.append(_to_db(aware_utc(since)))
     sql = f"SELECT {_COLUMNS} FROM scaling_overrides"  # noqa: S608 - fixed column list
     if where:
         sql += " WHERE " + " AND ".join(where)
@@ -226,7 +227,7 @@ def cancel_override(conn: Connection, override_id: int, now: datetime, cancelled
     The worker count stays where it is until the next evaluation, which decides normally (its
     change, if any, is recorded with rule ``override_expired``).
     """
-    at = _to_db(_aware(now))
+    at = _to_db(aware_utc(now))
     with transaction(conn) as cur:
         cur.execute(
             "UPDATE scaling_overrides SET cancelled_at = %s, cancelled_by = %s"
@@ -243,7 +244,7 @@ def delete_ended_overrides(conn: Connection, before: datetime, *, batch_rows: in
     ``before`` is: ``before`` is a past time and an active override ends after now. In batches of
     at most ``batch_rows`` (`delete_in_batches`).
     """
-    cutoff = _to_db(_aware(before))
+    cutoff = _to_db(aware_utc(before))
     return delete_in_batches(
         conn,
         "DELETE FROM scaling_overrides WHERE expires_at < %s OR cancelled_at < %s ORDER BY id LIMIT %s",
@@ -260,7 +261,7 @@ def is_overridden(cur: Cursor, topic_id: str, at: datetime) -> bool:
     """
     cur.execute(
         "SELECT 1 FROM scaling_overrides WHERE topic_id = %s AND cancelled_at IS NULL AND expires_at > %s LIMIT 1",
-        (topic_id, _to_db(_aware(at))),
+        (topic_id, _to_db(aware_utc(at))),
     )
     return cur.fetchone() is not None
 
@@ -286,7 +287,8 @@ def _row(r: Sequence[Any]) -> OverrideRow:
     )
 
 
-def _aware(at: datetime) -> datetime:
+def aware_utc(at: datetime) -> datetime:
+    """`at` in UTC; a naive datetime is refused (overrides' times are compared with the table's UTC)."""
     if at.tzinfo is None:
         raise ValueError(f"a naive datetime is ambiguous; pass an aware UTC datetime, got {at!r}")
     return at.astimezone(UTC)

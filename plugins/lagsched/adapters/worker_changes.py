@@ -9,12 +9,13 @@ Announcing a change on Redis is the caller's part (`lagsched.workflows.scaling`,
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 from lagsched.adapters.decisions import insert_decision
 from lagsched.adapters.overrides import (
     OverrideRow,
+    aware_utc,
     evaluation_id_of,
     find_by_request,
     insert_override,
@@ -93,9 +94,7 @@ def create_override(
             `cluster`; ``linker_workers``: below 1 or above the partition count; ``duration``:
             not in (0, 7 days]; ``reason``/``created_by``: empty or too long). Nothing is written.
     """
-    if now.tzinfo is None:
-        raise ValueError(f"a naive datetime is ambiguous; pass an aware UTC datetime, got {now!r}")
-    now = now.astimezone(UTC)
+    now = aware_utc(now)
     validate_cluster_name(cluster)
     check_duration(duration_s)
     if request_id is not None and not 1 <= len(request_id) <= 250:

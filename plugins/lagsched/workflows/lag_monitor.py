@@ -492,13 +492,12 @@ def _worker_rate(
     # Live holders only: a dead slot whose lease ran out consumes nothing, and counting it would
     # lower the per-worker rate and make the capacity policy over-scale.
     active = len(set(reg.holders.values()))
-    backlog = max(0, min_lag)
-    if lag <= backlog or consumed <= 0.0 or active == 0 or since is None:
+    if lag <= min_lag or consumed <= 0.0 or active == 0 or since is None:
         return None
     for r in reversed(history):  # newest first: the records since `since` are the newest ones
         if r.at < since:
             break
-        if r.lag <= backlog:
+        if r.lag <= min_lag:
             return None
     return consumed / active
 
