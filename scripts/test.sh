@@ -33,18 +33,24 @@ trap stop_stack EXIT
 say "starting the local stack (Kafka, MariaDB, Redis, S3Proxy)"
 "$LAGSCHED_DEV" stack up || { echo "the local stack could not start: see the lines above" >&2; exit 1; }
 
+# Test paths given on the command line replace the whole suite (`scripts/test.sh tests/integration/x.py`).
+where=tests
+for arg in "$@"; do
+  case "$arg" in tests|tests/*|./tests/*) where= ;; esac
+done
+
 started=$SECONDS
 if [ "$WORKERS" -le 1 ]; then
-  "$PY" -m pytest tests "$@"
+  "$PY" -m pytest $where "$@"
   status=$?
   say "pytest wall time: $((SECONDS - started)) s"
   exit "$status"
 fi
 say "tests beside each other on $WORKERS workers (TEST_WORKERS)"
-"$PY" -m pytest -n "$WORKERS" --dist loadgroup -m "not serial" tests "$@"
+"$PY" -m pytest -n "$WORKERS" --dist loadgroup -m "not serial" $where "$@"
 parallel=$?
 say "tests that restart a service of the stack, alone"
-"$PY" -m pytest -m serial tests "$@"
+"$PY" -m pytest -m serial $where "$@"
 serial=$?
 say "pytest wall time: $((SECONDS - started)) s (beside each other: exit $parallel; alone: exit $serial)"
 [ "$parallel" = 0 ] && [ "$serial" = 0 ]

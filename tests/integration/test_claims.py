@@ -595,6 +595,39 @@ def test_optimistic_claim_reports_a_row_committed_before_a_deadlock(mysql_db: My
     assert {p: r[0] for p, r in rows(mysql_db, topic).items()} == {0: s, 1: s}
 
 
+def test_a_row_whose_lease_ran_out_during_the_claim_is_reported_as_lapsed(
+    mysql_db: MySQLParams, conn: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A claim of several rounds can outlast its own lease: the row won in the first round is not
+    held when the call returns, yet it took an epoch. The soak's accounting (one epoch per logged
+    claim) found this under load; the result now says so instead of dropping the row silently."""
+    topic = add_topic(mysql_db, 2)
+    s = new_slot()
+    lease_s = 1.0
+    cas = FaultOn("claim_epoch = claim_epoch + 1", fail_calls={2})  # the second row's CAS deadlocks
+    watcher = connect(mysql_db)
+
+    def backoff_past_the_lease(_seconds: float) -> None:
+        won = rows(mysql_db, topic)[0]
+        assert won[0] == s, "the first round should have won partition 0"
+        wait_for_db_clock(watcher, won[3], bound_s=30)  # the backoff outlasts that row's lease
+
+    try:
+        store = ClaimStore(hooked(conn, cas), LockMode.OPTIMISTIC, sleep=backoff_past_the_lease)
+        with caplog.at_level("WARNING", logger="lagsched.adapters.claims"):
+            result = store.claim(s, {topic: 2}, lease_s)
+    finally:
+        watcher.close()
+    assert [(c.partition_id, c.claim_epoch) for c in result.lapsed] == [(0, 1)]
+    assert result.status is ClaimStatus.COMPLETE
+    # The retry took both rows again: partition 0 under a second epoch, partition 1 under its first.
+    assert sorted((c.partition_id, c.claim_epoch) for c in result.new) == [(0, 2), (1, 1)]
+    assert result.new == result.claims
+    # Every epoch a row went through is one this call reported, held or lapsed.
+    assert {p: r[1] for p, r in rows(mysql_db, topic).items()} == {0: 2, 1: 1}
+    assert "lost their 1.0 s lease before it returned" in caplog.text
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_one_retry_budget_bounds_every_attempt(mysql_db: MySQLParams, conn: Any, mode: str) -> None:
     topic = add_topic(mysql_db, 2)

@@ -385,7 +385,7 @@ class ClaimStore:
         _check_wants(wants)
         only = {t: sorted(set(ps)) for t, ps in (targets or {}).items()}
         lease_expiry(datetime.now(UTC), lease_s)  # validates lease_s before any I/O
-        won: dict[tuple[str, int], int] = {}  # key -> epoch, recorded as soon as it is committed
+        won: list[Claim] = []  # every row this call claimed, recorded as soon as it is committed
         last: list[_Pass | None] = [None]
 
         def attempt() -> bool:
@@ -405,6 +405,20 @@ class ClaimStore:
         final = last[0]
         # After a failed pass, read what is committed: rows won before the failure are in it.
         holding = final.holding if final is not None else self.held(slot_id)
+        held_now = {(c.key, c.claim_epoch) for c in holding}
+        # A row won in an early pass whose lease ran out before a later pass (backoffs, a slow
+        # database) is not the slot's any more: reported apart, so the epoch it took is accounted for.
+        lapsed = tuple(c for c in won if (c.key, c.claim_epoch) not in held_now)
+        if lapsed:
+            log.warning(
+                "slot %s: %d row(s) claimed in this call lost their %.1f s lease before it returned "
+                "(%s); the lease is too short for this claim's latency",
+                slot_id,
+                len(lapsed),
+                lease_s,
+                ", ".join(f"{c.topic_id}[{c.partition_id}]@{c.claim_epoch}" for c in lapsed),
+            )
+        won_keys = {(c.key, c.claim_epoch) for c in won}
         short = shortfall(wants, holding)
         # Whether rows are free matters only for a short claim that did not give up.
         free_left = bool(short) and not gave_up and self._any_free(short, only)
@@ -413,7 +427,8 @@ class ClaimStore:
             log.info("slot %s is short of %s: %s", slot_id, short, status)
         return ClaimResult(
             claims=tuple(holding),
-            new=tuple(c for c in holding if won.get(c.key) == c.claim_epoch),
+            new=tuple(c for c in holding if (c.key, c.claim_epoch) in won_keys),
+            lapsed=lapsed,
             short=short,
             status=status,
         )
@@ -423,14 +438,14 @@ class ClaimStore:
         slot_id: str,
         wants: Mapping[str, int],
         lease_s: float,
-        won: dict[tuple[str, int], int],
+        won: list[Claim],
         only: Mapping[str, Sequence[int]],
     ) -> _Pass:
         if self.mode is LockMode.OPTIMISTIC:
             return self._optimistic_pass(slot_id, wants, lease_s, won, only)
         got: list[Claim] = []
         done = self._transaction(lambda cur: self._locked_pass(cur, slot_id, wants, lease_s, got, only))
-        won.update((c.key, c.claim_epoch) for c in got)  # only now are they committed
+        won.extend(got)  # only now are they committed
         return done
 
     def _locked_pass(  # noqa: PLR0917 - private, called from one place
@@ -520,7 +535,7 @@ class ClaimStore:
         slot_id: str,
         wants: Mapping[str, int],
         lease_s: float,
-        won: dict[tuple[str, int], int],
+        won: list[Claim],
         only: Mapping[str, Sequence[int]],
     ) -> _Pass:
         """Read candidates unlocked, then compare-and-set each on its epoch, one commit per row.
@@ -549,7 +564,7 @@ class ClaimStore:
                     break
                 c = Claim(topic_id, int(p), _offset(off), int(epoch) + 1, expires)
                 if self._transaction(partial(self._cas, slot_id=slot_id, claim=c, now=now)):
-                    won[c.key] = c.claim_epoch
+                    won.append(c)
                     got.append(c)
                     taken += 1
                 else:

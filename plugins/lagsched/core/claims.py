@@ -429,10 +429,15 @@ class ClaimResult:
             any output of it not yet committed.
         short: rows wanted but not held, per topic; topics with nothing missing are absent.
         status: why it is short, if it is (``ClaimStatus``).
+        lapsed: rows this call claimed whose lease ran out before it returned (a claim of several
+            rounds that took longer than the lease). Not held and not in ``claims``: never consume
+            them. Each took an epoch, which is why they are reported; any of them means the lease
+            is too short for the database's latency.
     """
 
     claims: tuple[Claim, ...]
     new: tuple[Claim, ...] = ()
+    lapsed: tuple[Claim, ...] = ()
     short: Mapping[str, int] = field(default_factory=dict)
     status: ClaimStatus = ClaimStatus.COMPLETE
 

@@ -238,7 +238,8 @@ def claimer_loop(spec: ClaimerSpec, ready: Any, go: EventType) -> None:
             )
             t1 = time.time()
             log.write("call", t0, t1, len(result.new), str(result.status))
-            for c in result.new:
+            # A lapsed row was claimed too (it took an epoch) but is no longer held.
+            for c in (*result.new, *result.lapsed):
                 log.write("claim", c.topic_id, c.partition_id, c.claim_epoch, t0, t1, c.lease_expires_at.timestamp())
             held = result.claims  # everything it holds now: no merging
             if spec.stall_prob and rng.random() < spec.stall_prob:
