@@ -15,7 +15,7 @@ id                type                            read as
 lagsched_kafka    ``kafka`` (apache-kafka         the extra is the confluent-kafka client config,
                   provider)                       as-is, through the provider's hook
 lagsched_mysql    ``mysql`` (our hook,            host, port (3306), login, password, schema
-                  `lagsched.hooks.mysql`)         (the database)
+                  `lagsched.airflow.hooks.mysql`)         (the database)
 lagsched_redis    ``redis`` (redis provider) or   host (127.0.0.1), port (6379), password,
                   ``lagsched_redis`` (our hook,   extra ``db`` (0)
                   with a Test button)

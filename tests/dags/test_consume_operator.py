@@ -20,12 +20,13 @@ from confluent_kafka import Producer
 from test_lag_dags import add_topic, env  # noqa: F401 - env is a fixture
 
 from lagsched.adapters.slots import SlotRegistry, slot_id_for
-from lagsched.operators import LagschedSparkSubmitOperator
+from lagsched.airflow.operators import LagschedSparkSubmitOperator
+from lagsched.spark import CONSUME_JOB
 
 # Starts Spark applications: with the other Spark tests, one at a time (tests/conftest.py).
 pytestmark = pytest.mark.xdist_group("spark")
 
-JOB = Path(__file__).parents[2] / "jobs" / "consume.py"
+JOB = Path(CONSUME_JOB)
 
 
 def committed(conn: Any, topic_id: str) -> int:

@@ -23,13 +23,14 @@ from typing import Any
 import pytest
 from test_lag_dags import load_dag, state
 
+from lagsched.spark import CONSUME_JOB
 from lagsched_dev.stack.config import StackConfig
 from secure_services import KAFKA_PASSWORD, REDIS_PASSWORD, sasl_ssl_kafka, tls_acl_redis, tls_mariadb
 
 # Starts Spark applications: with the other Spark tests, one at a time (tests/conftest.py).
 pytestmark = pytest.mark.xdist_group("spark")
 
-JOB = Path(__file__).parents[2] / "jobs" / "consume.py"
+JOB = Path(CONSUME_JOB)
 PARTITIONS, RECORDS = 2, 3_000
 
 
@@ -72,9 +73,9 @@ def test_a_deployment_with_every_service_secured_measures_scales_consumes_and_le
     from lagsched.adapters.lag_store import LagRecord, LagStore, redis_client
     from lagsched.adapters.lake_reader import read_rows
     from lagsched.adapters.mysql import connect
+    from lagsched.airflow.operators import LagschedSparkSubmitOperator
     from lagsched.connections import mysql_params, redis_params
     from lagsched.core.lake import LakeTable
-    from lagsched.operators import LagschedSparkSubmitOperator
 
     caplog.set_level("INFO")
     monkeypatch.chdir(tmp_path)

@@ -1,4 +1,4 @@
-"""The consumer harness: run real `jobs/consume.py` slots with spark-submit, and check the sink.
+"""The consumer harness: run real `lagsched/spark/consume.py` slots with spark-submit, and check the sink.
 
 Each test gets its own MySQL database (so its own Iceberg catalog), Redis DB
 (``LAGSCHED_TEST_REDIS_DB``), cluster name and warehouse folder, so the slots of one test never see
@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lagsched.spark import CONSUME_JOB
+
 REPO = Path(__file__).resolve().parents[2]
-JOB = REPO / "jobs" / "consume.py"
+JOB = Path(CONSUME_JOB)
 #: Test runs are short: the C1 compiler alone and the serial GC start a JVM on half the CPU, which
 #: matters when three slots and the services share two cores. Production runs keep the defaults.
 TEST_JVM = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")

@@ -156,7 +156,7 @@ def test_only_the_chosen_subcommands_module_is_imported() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     # Not chosen: never imported, so a module that is missing or broken costs the others nothing.
     cli.add_delegated(sub, "other", "lagsched.not_written_yet", "status", help="y")
-    cli.add_delegated(sub, "status", "lagsched.status_cli", "status", help="x")
+    cli.add_delegated(sub, "status", "lagsched.cli.status", "status", help="x")
     args = parser.parse_args(["status", "--json"])
     assert args.json is True and callable(args.func)
     with pytest.raises(ModuleNotFoundError):

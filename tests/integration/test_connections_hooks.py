@@ -17,9 +17,9 @@ from urllib.parse import quote
 
 import pytest
 
+from lagsched.airflow.hooks.mysql import MySQLHook
+from lagsched.airflow.hooks.redis import RedisHook
 from lagsched.connections import mysql_params, redis_params
-from lagsched.hooks.mysql import MySQLHook
-from lagsched.hooks.redis import RedisHook
 from lagsched_dev.stack.config import StackConfig
 
 pytestmark = pytest.mark.integration
@@ -138,7 +138,7 @@ def provider_dist(tmp_path: Path) -> Path:
     info.mkdir(parents=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: lagsched\nVersion: 0.1.0\n")
     (info / "entry_points.txt").write_text(
-        "[apache_airflow_provider]\nprovider_info = lagsched.provider:get_provider_info\n"
+        "[apache_airflow_provider]\nprovider_info = lagsched.airflow.provider:get_provider_info\n"
     )
     return root
 
@@ -191,8 +191,8 @@ def test_airflow_discovers_the_provider_and_tests_connections_as_the_api_server_
     """
     result = run_python(code, env)
     assert result["hooks"] == {
-        "mysql": ["lagsched.hooks.mysql.MySQLHook", True],
-        "lagsched_redis": ["lagsched.hooks.redis.RedisHook", True],
+        "mysql": ["lagsched.airflow.hooks.mysql.MySQLHook", True],
+        "lagsched_redis": ["lagsched.airflow.hooks.redis.RedisHook", True],
     }
     tests = result["tests"]
     assert tests["mysql"][0] is True, tests["mysql"]

@@ -209,7 +209,7 @@ def test_the_cli_adds_lists_and_cancels(
 ) -> None:
     import argparse
 
-    from lagsched import override_cli
+    from lagsched.cli import override as override_cli
 
     monkeypatch.setenv(
         "AIRFLOW_CONN_LAGSCHED_MYSQL",

@@ -22,11 +22,11 @@ from lagsched.adapters.lag_store import LagRecord, LagStore
 from lagsched.adapters.slots import SlotRegistry, slot_id_for
 from lagsched.adapters.topics import apply_sync
 from lagsched.adapters.worker_changes import apply_change, create_override
+from lagsched.cli.status import format_status
 from lagsched.core.evaluator import Decision
 from lagsched.core.lag import OffsetSample
 from lagsched.core.registry import BrokerTopic, plan_sync
 from lagsched.core.status import render_prometheus
-from lagsched.status_cli import format_status
 from lagsched.workflows.status import cluster_status, lag_history, list_clusters, metrics
 
 

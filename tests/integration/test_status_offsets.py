@@ -28,9 +28,9 @@ from lagsched.adapters.lag_store import LagStore
 from lagsched.adapters.mysql import connect
 from lagsched.adapters.slots import SlotRegistry, slot_id_for
 from lagsched.adapters.topics import apply_sync
+from lagsched.cli.status import format_status
 from lagsched.core.config import parse_settings
 from lagsched.core.registry import BrokerTopic, plan_sync
-from lagsched.status_cli import format_status
 from lagsched.workflows.lag_monitor import measure
 from lagsched.workflows.status import cluster_status
 

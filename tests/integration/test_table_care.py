@@ -1,4 +1,4 @@
-"""Table care on the real stack: `jobs/table_care.py` (spark-submit) over an Iceberg table the sink wrote.
+"""Table care on the real stack: `lagsched/spark/table_care.py` (spark-submit) over an Iceberg table the sink wrote.
 
 The table gets many small files in closed hours and a few in an hour still open, plus orphan files;
 one run must compact the closed hours to the target (files per partition within 1.5 x what their
@@ -27,10 +27,11 @@ from consumer_support import REPO, TEST_JVM, register_catalog
 from lagsched.adapters.lake_reader import read_rows
 from lagsched.adapters.sink import BatchRead, IcebergSink, ensure_table
 from lagsched.core.lake import LakeTable
+from lagsched.spark import TABLE_CARE_JOB
 
 pytestmark = pytest.mark.integration
 
-JOB = REPO / "jobs" / "table_care.py"
+JOB = Path(TABLE_CARE_JOB)
 HOUR_MS = 3_600_000
 
 

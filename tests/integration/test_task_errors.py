@@ -16,9 +16,9 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 from lagsched.adapters.health import check_kafka, check_redis
+from lagsched.airflow.tasks import fail_fast, run_check_kafka, run_check_redis, run_evaluation, run_registry_sync
 from lagsched.connections import RedisParams
 from lagsched.core.errors import ConnectionFailure
-from lagsched.tasks import fail_fast, run_check_kafka, run_check_redis, run_evaluation, run_registry_sync
 
 #: Generous bound for "at once": the old behaviour took 35-80 s (two retries), and a wrong
 #: password answers in milliseconds, so this only catches a retry or a timeout sneaking back in.
@@ -169,7 +169,7 @@ def test_redis_password_the_server_ignores_is_a_warning_in_the_tasks(
     p = redis_client.connection_pool.connection_kwargs
     set_conn(monkeypatch, "lagsched_redis", {"conn_type": "redis", "host": p["host"], "port": p["port"],
                                              "password": "r3dis-pw", "extra": {"db": p["db"]}})  # fmt: skip
-    with caplog.at_level(logging.WARNING, logger="lagsched.tasks"):
+    with caplog.at_level(logging.WARNING, logger="lagsched.airflow.tasks"):
         summary = evaluate()
     assert isinstance(summary, dict)
     assert any(

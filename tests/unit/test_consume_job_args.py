@@ -7,13 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lagsched.spark import CONSUME_JOB
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_negative_warm_up_is_refused_with_a_usage_error() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "plugins")}
     done = subprocess.run(
-        [sys.executable, str(ROOT / "jobs" / "consume.py"), "--slot", "s1", "--warm-up-rows", "-5"],
+        [sys.executable, CONSUME_JOB, "--slot", "s1", "--warm-up-rows", "-5"],
         capture_output=True, text=True, env=env, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 2

@@ -19,6 +19,7 @@ from lagsched.adapters.failures import (
     naming_connections,
     redis_target,
 )
+from lagsched.airflow.tasks import fail_fast
 from lagsched.connections import MySQLParams, RedisParams
 from lagsched.core.errors import (
     ConfigError,
@@ -28,7 +29,6 @@ from lagsched.core.errors import (
     KafkaOffsetsError,
     TopicNameError,
 )
-from lagsched.tasks import fail_fast
 
 MYSQL = MySQLParams("db.example", 3307, "app", "s3cret-pw", "lagsched")
 REDIS = RedisParams("cache.example", 6380, 2, "r3dis-pw")

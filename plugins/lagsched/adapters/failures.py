@@ -32,7 +32,7 @@ becomes permanent by being listed here.
 
 `naming_connections` turns a client error raised inside it into a `ConnectionFailure` that names
 the Connection it came from, where that points (never a password), what failed and where to fix
-it. `is_permanent` is the one decision the task wrapper (`lagsched.tasks.fail_fast`) makes.
+it. `is_permanent` is the one decision the task wrapper (`lagsched.airflow.tasks.fail_fast`) makes.
 
 Client modules are never imported here: an exception of a client can only exist once its module
 is loaded, so the checks look the module up in ``sys.modules`` (importing the Redis adapter must

@@ -95,7 +95,7 @@ def check_redis(params: RedisParams, *, timeout_s: float = 10.0) -> dict[str, An
     is not the Redis that was meant (a password-protected production Redis, reached instead on an
     open one), or the server's authentication was switched off. Both need a person: remove the
     password from the Connection, or set ``requirepass`` on the server. The scheduled tasks only
-    warn (`lagsched.tasks`): their data path works, and failing every run over a credential that
+    warn (`lagsched.airflow.tasks`): their data path works, and failing every run over a credential that
     grants nothing would turn a configuration smell into an outage.
     """
     import redis

@@ -96,7 +96,8 @@ def table_name_for(cluster: str) -> str:
 
 
 def default_warehouse(env: Mapping[str, str], repo_local: str) -> str:
-    """``LAGSCHED_WAREHOUSE``, else ``file://<LAGSCHED_HOME or repo_local>/warehouse`` (under ``.local/``)."""
+    """``LAGSCHED_WAREHOUSE``, else ``file://<LAGSCHED_HOME or repo_local>/warehouse`` (the jobs pass
+    ``.local/`` of their working directory, where the local stack keeps its data)."""
     if env.get("LAGSCHED_WAREHOUSE"):
         return env["LAGSCHED_WAREHOUSE"]
     home = env.get("LAGSCHED_HOME") or repo_local
@@ -193,7 +194,7 @@ def sink_problems(cluster: str, body: Any) -> list[tuple[str, object, str]]:
 
 
 def job_args(sink: Mapping[str, str]) -> list[str]:
-    """A cluster's ``sink`` settings as ``jobs/consume.py`` options; absent fields keep the job's defaults.
+    """A cluster's ``sink`` settings as ``lagsched/spark/consume.py`` options; absent fields keep the job's defaults.
 
     >>> job_args({"warehouse": "s3a://b/lake", "s3_endpoint": "http://127.0.0.1:19000"})
     ['--warehouse', 's3a://b/lake', '--s3-endpoint', 'http://127.0.0.1:19000']
@@ -206,7 +207,7 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--warehouse",
         help="the Iceberg catalog's warehouse: file://, s3a:// or hdfs:// (default: $LAGSCHED_WAREHOUSE, else "
-        "file://$LAGSCHED_HOME/warehouse, LAGSCHED_HOME defaulting to the repository's .local/)",
+        "file://$LAGSCHED_HOME/warehouse, LAGSCHED_HOME defaulting to .local/ in the working directory)",
     )
     parser.add_argument("--catalog", help=f"the Iceberg catalog's name (default: {DEFAULT_CATALOG})")
     parser.add_argument("--namespace", help=f"the table's namespace (default: {DEFAULT_NAMESPACE})")

@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 
 #: Slot names the consume DAG gives (``<cluster>-slot-<n>``) are recognised up to this n.
 SLOT_NAMES_TRIED = 256
-#: The evaluator's default slot timeout (`lagsched.tasks.run_evaluation`): live means the same here.
+#: The evaluator's default slot timeout (`lagsched.airflow.tasks.run_evaluation`): live means the same here.
 DEFAULT_SLOT_TIMEOUT_S = 60.0
 
 

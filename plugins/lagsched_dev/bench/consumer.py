@@ -12,7 +12,7 @@ Loads a backlog (`Knobs`: ``LAGSCHED_BENCH_CONSUMER_RECORDS``, default 24,000,00
   Parquet layout with pyarrow, over the whole backlog;
 * ``perf``: Kafka's own ``kafka-consumer-perf-test`` (``ConsumerPerformance``): the ceiling of
   reading on this machine, nothing written;
-* ``spark``: the production slot ``jobs/consume.py`` under spark-submit (``local[2]``) with the
+* ``spark``: the production slot ``lagsched/spark/consume.py`` under spark-submit (``local[2]``) with the
   job's defaults, a long-lived slot's life in small: busy on the backlog for its time budget
   (``LAGSCHED_BENCH_SLOT_S``, 240 s); its steady rate counts the batches after its first minute
   (`spark_figures`), its first batch and start-up apart; its CPU sampled per thread group.
@@ -45,6 +45,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from lagsched.spark import CONSUME_JOB
 
 DEFAULT_OUT = "bench/results/consumer.json"
 DEFAULT_RECORDS = 24_000_000
@@ -983,7 +985,7 @@ def run_spark(topic: str, expected: Mapping[int, int], knobs: Knobs, broker_pid:
         java = [f"-XX:StartFlightRecording=filename={work / 'job.jfr'},settings=profile"] if knobs.jfr else []
         # Experiments: JVM options of the job's driver (in local mode the executors' JVM too).
         java += shlex.split(os.environ.get("LAGSCHED_BENCH_JAVA_OPTS", ""))
-        job = str(PLUGINS.parent / "jobs" / "consume.py")
+        job = CONSUME_JOB
         env = {
             **os.environ,
             **_connection_env(database.database, env_int(os.environ, "LAGSCHED_BENCH_REDIS_DB", 14, minimum=0)),

@@ -8,9 +8,9 @@ For ``LAGSCHED_BENCH_SINK_S`` seconds (default 600) the demo's traffic profile
 (`lagsched.core.load_profile.demo_profile`, scaled to that duration) is produced into 5 fresh
 topics, the record timestamps replayed faster: spread over the past `REPLAY_HOURS` hours, so most
 of the table's (topic, hour) partitions are closed at the end. Two slots (spark-submit
-``jobs/consume.py``, as `lagsched_dev.bench.consumer.run_spark` runs it) consume them concurrently into
+``lagsched/spark/consume.py``, as `lagsched_dev.bench.consumer.run_spark` runs it) consume them concurrently into
 one cluster table; once the producer is done and the slots caught up, they are stopped, then one
-maintenance run (``jobs/table_care.py``, the production table care, every hour before it closed)
+maintenance run (``lagsched/spark/table_care.py``, the production table care, every hour before it closed)
 while a pyiceberg reader scans the table over and over, each scan checked exact.
 
 Per warehouse (``file``, and ``s3a`` when ``LAGSCHED_S3_ENDPOINT`` is set) writes the figures of
@@ -38,6 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from lagsched.spark import CONSUME_JOB, TABLE_CARE_JOB
 from lagsched_dev.bench.consumer import PLUGINS, SINK_ROOT, _connection_env, _register, env_int, parse_stats
 
 DEFAULT_OUT = "bench/results/sink.json"
@@ -142,7 +143,7 @@ def committed(bootstrap: Mapping[str, Any], group: str, keys: Sequence[tuple[str
 
 def driver_pid(submit_pid: int) -> int:
     """The job's Python driver: the child spark-submit's JVM started (client mode)."""
-    job = str(PLUGINS.parent / "jobs" / "consume.py").encode()
+    job = CONSUME_JOB.encode()
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
@@ -190,7 +191,7 @@ def partition_files(table: Any) -> dict[tuple[str, int], tuple[int, int]]:
 
 
 def maintain(cluster: str, lake: Any, database: Any, now: datetime) -> dict[str, Any]:
-    """One run of the production table care (``jobs/table_care.py``) as of ``now``, every hour before
+    """One run of the production table care (``lagsched/spark/table_care.py``) as of ``now``, every hour before
     it closed; its JSON summary."""
     from lagsched.adapters.spark import submit_command
     from lagsched.core.lake import job_args
@@ -204,7 +205,7 @@ def maintain(cluster: str, lake: Any, database: Any, now: datetime) -> dict[str,
     settings = json.dumps({"closed_after_minutes": 0, "target_file_mb": TARGET_FILE_BYTES // 2**20})
     sink = {k: v for k, v in lake.as_dict().items() if v}
     argv = ["--cluster", cluster, "--now", now.isoformat(), "--settings", settings, *job_args(sink)]
-    care = PLUGINS.parent / "jobs" / "table_care.py"
+    care = Path(TABLE_CARE_JOB)
     done = subprocess.run(  # noqa: S603 - our own spark-submit argv
         submit_command(str(care), argv), env=env, capture_output=True, text=True, timeout=3600, check=False
     )
@@ -278,7 +279,7 @@ def measure(warehouse: str, s3_endpoint: str | None, duration_s: int, peak: floa
             with (work / f"slot-{i}.log").open("w") as log_file:
                 procs.append(
                     subprocess.Popen(  # noqa: S603 - our own spark-submit argv
-                        submit_command(str(PLUGINS.parent / "jobs" / "consume.py"), args),
+                        submit_command(CONSUME_JOB, args),
                         env=env,
                         stdout=log_file,
                         stderr=subprocess.STDOUT,
@@ -399,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "load": "demo_profile (5 topics) scaled to duration_s, timestamps replayed over the past "
             f"{REPLAY_HOURS} h, hot topic peak {peak:.0f} records/s",
             "slots": SLOTS,
-            "maintenance": "jobs/table_care.py as of the end, every earlier hour closed",
+            "maintenance": "lagsched/spark/table_care.py as of the end, every earlier hour closed",
             "targets": {"max_files_per_partition_after": 1.5},
         },
         "duration_s": duration_s,

@@ -4,7 +4,7 @@ Airflow's trigger form already checks each Param's JSON schema, but a run can al
 through the API or the CLI with any conf, so every value is checked again here, before any
 connection is opened; what only the registry knows (the topic exists, its partition count) is
 checked by `lagsched.adapters.worker_changes.create_override` inside its transaction. Either way a bad
-value raises `ConfigError` naming the field, which `lagsched.tasks.fail_fast` turns into an
+value raises `ConfigError` naming the field, which `lagsched.airflow.tasks.fail_fast` turns into an
 ``AirflowFailException`` (the run fails at once, without retries) and nothing is changed.
 
 Example (the DAG's task)::

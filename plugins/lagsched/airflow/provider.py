@@ -4,11 +4,11 @@ Airflow finds it through the ``apache_airflow_provider`` entry point of the inst
 distribution (pyproject.toml), as it finds any provider; the API server, scheduler and workers read
 entry points at start, so they need a restart after lagsched is (re)installed.
 
-- ``mysql``: `lagsched.hooks.mysql.MySQLHook` (PyMySQL). Providers are registered in the order of
+- ``mysql``: `lagsched.airflow.hooks.mysql.MySQLHook` (PyMySQL). Providers are registered in the order of
   their package names, and the first to claim a type keeps it: with the MySQL provider installed,
   its hook serves ``mysql`` instead (and Airflow logs that lagsched's was not registered); lagsched
   reads a ``mysql`` Connection the same way either way.
-- ``lagsched_redis``: `lagsched.hooks.redis.RedisHook`, the Redis provider's hook with a Test
+- ``lagsched_redis``: `lagsched.airflow.hooks.redis.RedisHook`, the Redis provider's hook with a Test
   button. ``redis`` belongs to the Redis provider, whose hook has no ``test_connection``.
 """
 
@@ -31,7 +31,7 @@ def get_provider_info() -> dict[str, Any]:
         "connection-types": [
             {
                 "connection-type": "mysql",
-                "hook-class-name": "lagsched.hooks.mysql.MySQLHook",
+                "hook-class-name": "lagsched.airflow.hooks.mysql.MySQLHook",
                 "hook-name": "MySQL (lagsched, PyMySQL)",
                 "ui-field-behaviour": {
                     "hidden-fields": ["extra"],
@@ -41,7 +41,7 @@ def get_provider_info() -> dict[str, Any]:
             },
             {
                 "connection-type": "lagsched_redis",
-                "hook-class-name": "lagsched.hooks.redis.RedisHook",
+                "hook-class-name": "lagsched.airflow.hooks.redis.RedisHook",
                 "hook-name": "Redis (lagsched)",
                 "ui-field-behaviour": {
                     "hidden-fields": ["schema", "login", "extra"],

@@ -1,6 +1,6 @@
 """lagsched's consumer: one worker slot's Spark application (docs/consumer.md).
 
-    spark-submit --master <master> --jars "$LAGSCHED_SPARK_JARS" jobs/consume.py --slot worker-1 [options]
+    spark-submit --master <master> --jars "$LAGSCHED_SPARK_JARS" lagsched/spark/consume.py --slot worker-1 [options]
 
 Connections come from the environment as Airflow Connections (``AIRFLOW_CONN_LAGSCHED_KAFKA``,
 ``..._MYSQL``, ``..._REDIS``); the ``lagsched`` package from ``PYTHONPATH`` (or ``--py-files``).
@@ -129,7 +129,7 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     from lagsched.workflows.consume import ConsumerSettings
 
     cluster = validate_cluster_name(args.cluster)
-    lake = from_job_arguments(cluster, args, os.environ, str(Path(__file__).resolve().parents[1] / ".local"))
+    lake = from_job_arguments(cluster, args, os.environ, str(Path.cwd() / ".local"))
     try:
         slot_id = str(uuid.UUID(args.slot))
     except ValueError:

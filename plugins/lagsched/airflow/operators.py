@@ -50,9 +50,9 @@ __all__ = ["CHILD_CONNECTIONS", "EXIT_LOST_CLAIM", "LagschedSparkSubmitOperator"
 
 #: Connections the consumer job reads (docs/consumer.md), under these ids.
 CHILD_CONNECTIONS = ("lagsched_kafka", "lagsched_mysql", "lagsched_redis")
-#: `jobs/consume.py` exits with 3 when the slot lost a claim (a stale holder).
+#: `lagsched/spark/consume.py` exits with 3 when the slot lost a claim (a stale holder).
 EXIT_LOST_CLAIM = 3
-_PLUGINS = Path(__file__).resolve().parents[1]
+_PLUGINS = Path(__file__).resolve().parents[2]  # the directory holding the lagsched package
 
 
 def _env_name(conn_id: str) -> str:
@@ -196,7 +196,7 @@ class LagschedSparkSubmitOperator(SparkSubmitOperator):
             self.jars = connector_jars_from_environment()
         conf = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable}
         log4j = os.path.join(os.path.dirname(os.path.abspath(self.application)), "log4j2.properties")
-        if os.path.exists(log4j):  # the job's quiet logging (jobs/log4j2.properties)
+        if os.path.exists(log4j):  # the job's quiet logging (lagsched/spark/log4j2.properties)
             conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
         self.conf = {**conf, **(self.conf or {})}
         child = child_connections_environment(self.kafka_conn_id)

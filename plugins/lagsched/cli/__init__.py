@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_delegated(
         sub,
         "status",
-        "lagsched.status_cli",
+        "lagsched.cli.status",
         chosen,
         help="topics (lag, time lag, linker_workers, owners, state) and slots with their claims",
         description="The lagsched page's view in a terminal, from the lagsched_mysql and lagsched_redis "
@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_delegated(
         sub,
         "override",
-        "lagsched.override_cli",
+        "lagsched.cli.override",
         chosen,
         help="pin a topic's linker_workers for a while, list or cancel overrides",
     )

@@ -1,6 +1,6 @@
 """lagsched's table care: compact, expire, clean one cluster's Iceberg table (docs/table-care.md).
 
-    spark-submit --master local[2] --jars "$LAGSCHED_SPARK_JARS" jobs/table_care.py --cluster lagsched_kafka
+    spark-submit --master local[2] --jars "$LAGSCHED_SPARK_JARS" lagsched/spark/table_care.py --cluster lagsched_kafka
 
 Run by the ``lagsched_table_care`` DAG, or by hand. The MySQL Connection (the catalog's database)
 comes from the environment (``AIRFLOW_CONN_LAGSCHED_MYSQL``); the table's settings from the same
@@ -66,7 +66,7 @@ def _run(args: argparse.Namespace) -> dict[str, object]:
     now = datetime.fromisoformat(args.now) if args.now else datetime.now(UTC)
     if now.tzinfo is None:
         now = now.replace(tzinfo=UTC)
-    lake = from_job_arguments(cluster, args, os.environ, str(Path(__file__).resolve().parents[1] / ".local"))
+    lake = from_job_arguments(cluster, args, os.environ, str(Path.cwd() / ".local"))
     mysql = mysql_params()
     conf = sink.catalog_conf(
         lake, jdbc_url=sink.jdbc_url(mysql.host, mysql.port, mysql.database), user=mysql.user, password=mysql.password
