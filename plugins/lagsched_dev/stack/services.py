@@ -179,7 +179,15 @@ class MariaDB(Service):
                 "--auth-root-authentication-method=socket"]  # fmt: skip
         if self._as_root():
             argv.append("--user=mysql")
-        result = subprocess.run(argv, capture_output=True, text=True, check=False)  # noqa: S603
+        # A temporary directory of its own: two installs at once (the stack and a test's own server)
+        # collided on a temporary table in a shared /tmp ("Unknown table 'mysql.tmp_user_sys'").
+        scratch = top / "install-tmp"
+        scratch.mkdir(exist_ok=True)
+        if self._as_root():
+            shutil.chown(scratch, "mysql", "mysql")
+        env = {**os.environ, "TMPDIR": str(scratch)}
+        result = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)  # noqa: S603
+        shutil.rmtree(scratch, ignore_errors=True)
         if result.returncode != 0:
             raise ServiceError(f"mariadb-install-db failed:\n{result.stdout}\n{result.stderr}")
 

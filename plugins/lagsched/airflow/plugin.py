@@ -1,13 +1,14 @@
 """Airflow plugin: the lagsched page in Airflow's UI (docs/ui.md).
 
-Airflow imports every module of its plugins folder and registers the ``AirflowPlugin``
-subclasses it finds; this one mounts `lagsched.ui.app` at ``/lagsched`` in the API server and
+Registered through the ``airflow.plugins`` entry point of the installed ``lagsched`` distribution
+(pyproject.toml), so ``pip install`` of the wheel is all a deployment does; Airflow reads entry
+points when a process starts. It mounts `lagsched.ui.app` at ``/lagsched`` in the API server and
 adds a "lagsched" entry to the navigation that shows the page inside Airflow (an iframe at
 ``/plugin/lagsched``). Every route of the app checks Airflow's own login and permissions.
 
-Every Airflow process loads the plugins folder (task runners too, for macros and listeners),
-so the app is built on its first request, not at import: a task never pays for importing
-FastAPI and the API server's security modules.
+Every Airflow process loads the plugins (task runners too, for macros and listeners), so the app
+is built on its first request, not at import: a task never pays for importing FastAPI and the API
+server's security modules.
 """
 
 from __future__ import annotations

@@ -1,0 +1,282 @@
+"""lagsched installed the way an Airflow user installs it: a wheel in a fresh virtualenv, nothing else.
+
+For each Python this machine has among those Airflow 3.3 and pyspark 4.0 both support (3.11 to
+3.13; ``LAGSCHED_TEST_PYTHONS`` names them instead), the test builds the wheel, installs it with
+its locked dependencies into a new virtualenv, and from a working directory outside the repository,
+with a DAGs folder of one-line files and no ``PYTHONPATH``:
+
+1. runs the setup DAG (``airflow dags test lagsched_setup``) against a fresh database: every
+   migration comes from the wheel;
+2. registers a topic with the topic sync DAG, and runs the consume DAG for a short budget: its one
+   slot is the wheel's ``lagsched/spark/consume.py`` under that virtualenv's spark-submit;
+3. checks that every record reached the cluster's Iceberg table once and its offsets were stored.
+
+The first install of a Python downloads its wheels (minutes); later runs install from pip's cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from lagsched.airflow.dags import DAG_MODULES
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "integration"))
+from consumer_support import assert_exactly_once, latest_offsets
+
+REPO = Path(__file__).resolve().parents[2]
+SUPPORTED = ("3.11", "3.12", "3.13")
+RECORDS = 500
+
+# Starts a Spark application: with the other Spark tests, one at a time (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("spark")
+
+
+def _runs(python: str, version: str) -> bool:
+    try:
+        out = subprocess.run(
+            [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except OSError:
+        return False
+    return out.returncode == 0 and out.stdout.strip() == version
+
+
+def find_pythons() -> dict[str, str]:
+    """version -> interpreter: 3.11 (the lock file's) and the newest other supported version found
+    (on PATH, or installed by pyenv). Each costs a virtualenv and a Spark slot; 3.12 sits between
+    the two and was tried by hand (docs/install.md)."""
+    if os.environ.get("LAGSCHED_TEST_PYTHONS"):
+        named = [p for p in os.environ["LAGSCHED_TEST_PYTHONS"].split(",") if p]
+        found = {}
+        for python in named:
+            out = subprocess.run(
+                [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            found[out.stdout.strip()] = python
+        return found
+    found = {}
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    for version in SUPPORTED:
+        candidates = [shutil.which(f"python{version}"), *sorted(pyenv.glob(f"{version}.*/bin/python{version}"))]
+        python = next((str(c) for c in candidates if c and _runs(str(c), version)), None)
+        if python:
+            found[version] = python
+    newest = max((v for v in found if v != "3.11"), default=None, key=lambda v: tuple(map(int, v.split("."))))
+    return {v: p for v, p in found.items() if v in {"3.11", newest}}
+
+
+PYTHONS = find_pythons()
+
+
+def test_the_machine_has_the_python_of_the_lock_file() -> None:
+    # The suite's own Python; a second one is tested where the machine has it (the note says which).
+    assert "3.11" in PYTHONS, f"no Python 3.11 found; found {sorted(PYTHONS)}"
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel `pip wheel .` builds from this checkout."""
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(REPO)],
+        check=True,
+        timeout=300,
+    )
+    (built,) = out.glob("lagsched-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module", params=sorted(PYTHONS))
+def venv(request: pytest.FixtureRequest, wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A new virtualenv of that Python holding the wheel and its locked dependencies, nothing else."""
+    python = PYTHONS[request.param]
+    root = tmp_path_factory.mktemp(f"venv{request.param}")
+    # Nothing of this checkout on the path: pip would take its lagsched.egg-info (plugins/, on the
+    # suite's PYTHONPATH) for an installed lagsched and skip the wheel.
+    clean = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"}}
+    subprocess.run([python, "-m", "venv", str(root)], check=True, timeout=120, env=clean)
+    print(f"\n[wheel] installing {wheel.name} into a fresh Python {request.param} virtualenv", flush=True)
+    done = subprocess.run(
+        [
+            str(root / "bin" / "pip"),
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "-c",
+            str(REPO / "requirements.lock"),
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+        env=clean,
+    )
+    assert done.returncode == 0, f"pip install of the wheel failed on Python {request.param}:\n{done.stderr[-4000:]}"
+    site = subprocess.run(
+        [str(root / "bin" / "python"), "-c", "import lagsched, sys; print(lagsched.__file__)"],
+        capture_output=True, text=True, check=True, env=clean, cwd=root,
+    )  # fmt: skip
+    assert site.stdout.startswith(str(root)), f"lagsched is imported from {site.stdout.strip()}, not the virtualenv"
+    return root
+
+
+@pytest.fixture
+def deployment(
+    venv: Path,
+    stack: Any,
+    empty_mysql_db: Any,
+    redis_client: Any,
+    tmp_path: Path,
+) -> Iterator[Callable[..., subprocess.CompletedProcess[str]]]:
+    """``airflow ...`` of the fresh virtualenv, as a deployment runs it: its own AIRFLOW_HOME, a
+    DAGs folder holding only the repository's one-line DAG files, Connections from the environment."""
+    from lagsched_dev.stack.environment import connection_environment, spark_jars
+
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    for f in sorted((REPO / "dags").glob("*.py")):
+        assert len(f.read_text().strip().splitlines()) == 1, f"{f.name} is not a one-line DAG file"
+        shutil.copy(f, dags / f.name)
+    conns = {k: json.loads(v) for k, v in connection_environment(stack).items()}
+    conns["AIRFLOW_CONN_LAGSCHED_MYSQL"]["schema"] = empty_mysql_db.database
+    conns["AIRFLOW_CONN_LAGSCHED_REDIS"]["extra"] = {"db": redis_client.connection_pool.connection_kwargs["db"]}
+    home = tmp_path / "airflow"
+    (home / "plugins").mkdir(parents=True)
+    env = {
+        "PATH": f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": os.environ.get("HOME", "/root"),
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(home / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "PYSPARK_PYTHON": str(venv / "bin" / "python"),
+        "PYSPARK_DRIVER_PYTHON": str(venv / "bin" / "python"),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "LAGSCHED_SPARK_JARS": ",".join(str(p) for p in spark_jars(stack)),
+        **{k: json.dumps(v) for k, v in conns.items()},
+    }
+    if os.environ.get("JAVA_HOME"):
+        env["JAVA_HOME"] = os.environ["JAVA_HOME"]
+    cwd = tmp_path / "cwd"  # outside the repository: nothing may come from the checkout
+    cwd.mkdir()
+
+    def airflow(*args: str, extra_env: dict[str, str] | None = None, timeout: float = 600) -> Any:
+        done = subprocess.run(
+            [str(venv / "bin" / "airflow"), *args],
+            env={**env, **(extra_env or {})},
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        assert done.returncode == 0, f"airflow {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+        return done
+
+    airflow("db", "migrate", timeout=600)
+    yield airflow
+
+
+def test_the_wheel_carries_what_a_deployment_needs(wheel: Path) -> None:
+    import zipfile
+
+    names = set(zipfile.ZipFile(wheel).namelist())
+    needed = {
+        "lagsched/spark/consume.py",
+        "lagsched/spark/table_care.py",
+        "lagsched/spark/log4j2.properties",
+        "lagsched/airflow/dags/__init__.py",
+        *(f"lagsched/airflow/dags/{m}.py" for m in DAG_MODULES.values()),
+    }
+    assert needed <= names, sorted(needed - names)
+    migrations = sorted(p.name for p in (REPO / "sql").glob("V*.sql"))
+    assert migrations and all(f"lagsched/sql/{m}" in names for m in migrations)
+    # Every one-line file of dags/ names a DAG the package builds, and every DAG has its file.
+    lines = {f.stem: f.read_text().strip() for f in (REPO / "dags").glob("*.py")}
+    assert lines == {d: f"from lagsched.airflow.dags import {d}" for d in DAG_MODULES}
+
+
+def test_setup_and_one_consume_slot_from_the_installed_wheel(
+    deployment: Callable[..., Any],
+    empty_mysql_db: Any,
+    new_topic: Callable[..., str],
+    kafka_config: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    from lagsched.adapters.mysql import connect
+
+    # 1. The setup DAG applies every migration (from the wheel) to the fresh database.
+    deployment("dags", "test", "lagsched_setup")
+    conn = connect(empty_mysql_db)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT COUNT(*) FROM schema_migrations")
+            (applied,) = cur.fetchone()
+        conn.commit()
+        assert applied == len(list((REPO / "sql").glob("V*.sql")))
+
+        # 2. A topic of this cluster only, registered by the topic sync DAG, consumed by one slot.
+        topic = new_topic(2)
+        producer = Producer(kafka_config)
+        for i in range(RECORDS):
+            producer.produce(topic, key=str(i).encode(), value=f"v{i}".encode(), partition=i % 2)
+        assert producer.flush(30) == 0
+        cluster = f"wheel_{uuid.uuid4().hex[:8]}"
+        warehouse = tmp_path / "warehouse"
+        clusters = {cluster: {"topics": [topic], "sink": {"warehouse": f"file://{warehouse}"}}}
+        variables = {"AIRFLOW_VAR_LAGSCHED_CLUSTERS": json.dumps(clusters)}
+        deployment("dags", "test", "lagsched_topic_sync", "-c", json.dumps({"cluster": cluster}), extra_env=variables)
+        with conn.cursor() as cur:
+            cur.execute("SELECT linker_workers, enabled FROM topics WHERE cluster = %s AND name = %s", (cluster, topic))
+            registered = cur.fetchall()
+        conn.commit()
+        assert len(registered) == 1 and registered[0][1], registered
+
+        run = deployment(
+            "dags",
+            "test",
+            "lagsched_consume",
+            "-c",
+            json.dumps({"cluster": cluster, "budget_s": 25}),
+            extra_env=variables,
+            timeout=900,
+        )
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT SUM(committed_offset), COUNT(claimed_by) FROM topic_partitions p JOIN topics t"
+                " ON t.topic_id = p.topic_id WHERE t.cluster = %s",
+                (cluster,),
+            )
+            committed, still_claimed = cur.fetchone()
+        conn.commit()
+    finally:
+        conn.close()
+    assert int(committed or 0) == RECORDS, f"offsets stored: {committed}\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+    assert still_claimed == 0  # the slot released its rows at its budget
+
+    # 3. Every record is in the cluster's Iceberg table once (read with pyiceberg, the same catalog).
+    from lagsched.adapters.lake_reader import read_rows
+    from lagsched.core.lake import LakeTable
+
+    lake = LakeTable.of(cluster, {"warehouse": f"file://{warehouse}"}, default_warehouse=f"file://{warehouse}")
+    assert_exactly_once(read_rows(lake, empty_mysql_db), topic, latest_offsets(kafka_config, topic, 2))
