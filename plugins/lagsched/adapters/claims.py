@@ -33,7 +33,6 @@ cycle either.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import random
@@ -50,6 +49,7 @@ import pymysql.cursors
 import tenacity
 
 from lagsched.adapters.mysql import connect
+from lagsched.adapters.transactions import DEADLOCK, LOCK_WAIT_TIMEOUT, is_transient, transaction
 from lagsched.connections import MySQLParams
 from lagsched.core.claims import (
     Claim,
@@ -77,11 +77,6 @@ if TYPE_CHECKING:
 Cursor = pymysql.cursors.Cursor
 T = TypeVar("T")
 
-#: MySQL error codes worth retrying: the transaction was rolled back (deadlock) or its statement
-#: gave up waiting for a row lock; running it again is safe because nothing was written.
-LOCK_WAIT_TIMEOUT = 1205
-DEADLOCK = 1213
-_TRANSIENT = frozenset({LOCK_WAIT_TIMEOUT, DEADLOCK})
 
 _MAX_ID_LEN = 36  # CHAR(36) columns
 
@@ -145,10 +140,6 @@ class ClaimContentionError(LagschedError):
     the operation can be retried later, and ``innodb_lock_wait_timeout`` and the retry policy bound
     how long it waited. A claim never raises it: it reports ``ClaimStatus.CONTENDED`` instead.
     """
-
-
-def _is_transient(exc: BaseException) -> bool:
-    return isinstance(exc, pymysql.MySQLError) and bool(exc.args) and exc.args[0] in _TRANSIENT
 
 
 def _to_db(value: datetime) -> datetime:
@@ -278,25 +269,20 @@ class ClaimStore:
     # ------------------------------------------------------------------ plumbing
 
     def _transaction(self, op: Callable[[Cursor], T]) -> T:
-        """Run ``op`` in one transaction: commit, or roll back and re-raise."""
+        """Run ``op`` in one transaction (`lagsched.adapters.transactions`), counting what was transient."""
         try:
-            with self.conn.cursor() as cur:
-                result = op(cur)
-            self.conn.commit()
-            return result
+            with transaction(self.conn) as cur:
+                return op(cur)
         except BaseException as exc:
-            if _is_transient(exc):
+            if is_transient(exc):
                 self.deadlocks += exc.args[0] == DEADLOCK
                 self.lock_wait_timeouts += exc.args[0] == LOCK_WAIT_TIMEOUT
-            # A rollback on a broken connection fails too; the first error is the one to see.
-            with contextlib.suppress(pymysql.MySQLError):
-                self.conn.rollback()
             raise
 
     def _retrying(self, what: str, *, retry_result: Callable[[Any], bool] | None = None) -> tenacity.Retrying:
         """The one retry policy: transient errors (and, for claims, fruitless rounds) retried with
         full-jitter backoff, ``max_attempts`` attempts in all."""
-        retry: Any = tenacity.retry_if_exception(_is_transient)
+        retry: Any = tenacity.retry_if_exception(is_transient)
         if retry_result is not None:
             retry = retry | tenacity.retry_if_result(retry_result)
 
@@ -321,7 +307,7 @@ class ClaimStore:
         try:
             result: T = self._retrying(what)(self._transaction, op)
         except pymysql.MySQLError as exc:
-            if _is_transient(exc):
+            if is_transient(exc):
                 raise ClaimContentionError(
                     f"{what}: still hitting lock-wait timeouts or deadlocks after {self.retry.max_attempts} "
                     f"attempts ({exc}); nothing was written, try again later"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from lagsched.adapters.topics import transaction
+from lagsched.adapters.transactions import transaction
 from lagsched.core.evaluator import Decision
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from lagsched.adapters.topics import delete_in_batches, transaction
+from lagsched.adapters.transactions import delete_in_batches, transaction
 
 if TYPE_CHECKING:
     import pymysql

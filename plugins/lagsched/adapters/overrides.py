@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from lagsched.adapters.topics import delete_in_batches, transaction
+from lagsched.adapters.transactions import delete_in_batches, transaction
 from lagsched.core.names import validate_cluster_name
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from lagsched.adapters.topics import transaction
+from lagsched.adapters.transactions import transaction
 from lagsched.core.names import validate_cluster_name, validate_topic_name
 from lagsched.core.status import DecisionView, GapView
 

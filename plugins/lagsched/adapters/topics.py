@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from lagsched.adapters.transactions import transaction
 from lagsched.core.names import validate_cluster_name, validate_topic_name
 from lagsched.core.registry import SyncPlan, TopicRow
 
@@ -29,11 +29,9 @@ __all__ = [
     "PartitionRow",
     "TopicRow",
     "apply_sync",
-    "delete_in_batches",
     "load_topics",
     "load_topics_with_partitions",
     "set_linker_workers",
-    "transaction",
 ]
 
 log = logging.getLogger(__name__)
@@ -60,49 +58,6 @@ class PartitionRow:
     partition_id: int
     committed_offset: int | None
     holder: str | None = field(default=None)
-
-
-@contextmanager
-def transaction(conn: Connection) -> Iterator[Cursor]:
-    """A cursor in one transaction: committed at the end, rolled back on any error.
-
-    Reads end their transaction too, so a long-lived connection sees other writers' commits next
-    time. A failed statement's rollback error (the connection broke) must not hide the
-    statement's own error, so it is only logged.
-    """
-    try:
-        with conn.cursor() as cur:
-            yield cur
-    except BaseException:
-        _rollback_quietly(conn)
-        raise
-    conn.commit()
-
-
-def delete_in_batches(conn: Connection, sql: str, params: Sequence[Any], batch_rows: int) -> int:
-    """Run ``sql`` (a ``DELETE ... LIMIT %s``; ``batch_rows`` is appended to ``params``) until it
-    deletes fewer than ``batch_rows`` rows, each run its own transaction; returns the rows deleted.
-
-    Short transactions: under the session's READ COMMITTED, InnoDB holds locks only on the rows a
-    run deletes, so writers of the same table wait at most one batch.
-    """
-    if batch_rows < 1:
-        raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
-    deleted = 0
-    while True:
-        with transaction(conn) as cur:
-            cur.execute(sql, (*params, int(batch_rows)))
-            gone = int(cur.rowcount)
-        deleted += gone
-        if gone < batch_rows:
-            return deleted
-
-
-def _rollback_quietly(conn: Connection) -> None:
-    try:
-        conn.rollback()
-    except Exception as exc:  # noqa: BLE001 - the original error is the one worth raising
-        log.debug("rollback after a failed statement failed too: %s", exc)
 
 
 def _topic(row: Sequence[Any]) -> TopicRow:

@@ -22,7 +22,8 @@ from lagsched.adapters.overrides import (
     is_overridden,
     link_decision,
 )
-from lagsched.adapters.topics import lock_cluster, set_linker_workers, transaction
+from lagsched.adapters.topics import lock_cluster, set_linker_workers
+from lagsched.adapters.transactions import run_transaction
 from lagsched.core.evaluator import Decision
 from lagsched.core.names import validate_cluster_name
 from lagsched.core.overrides import check_duration, override_decision, unknown_topic, validate_override
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     import pymysql.cursors
 
     Connection = pymysql.connections.Connection[pymysql.cursors.Cursor]
+    Cursor = pymysql.cursors.Cursor
 
 __all__ = ["Applied", "apply_change", "create_override"]
 
@@ -43,8 +45,9 @@ def apply_change(
 ) -> tuple[Applied, int | None]:
     """Set the topic's ``linker_workers`` from ``d.old_workers`` to ``d.new_workers`` and record why.
 
-    One transaction. Returns ``("applied", decision_id)``; ``("conflict", None)`` when the value
-    is no longer ``d.old_workers`` (another evaluator got there first: nothing written), or, with
+    One transaction, run again after a deadlock or lock-wait timeout. Returns
+    ``("applied", decision_id)``; ``("conflict", None)`` when the value is no longer
+    ``d.old_workers`` (another evaluator got there first: nothing written), or, with
     `unless_overridden`, when a manual override of the topic became active after the decision was
     made (the override wins; checked after the row is locked, so an override committed meanwhile
     is seen); or ``("already_applied", None)`` when this evaluation id already recorded a decision
@@ -52,17 +55,18 @@ def apply_change(
     """
     import pymysql
 
+    def change(cur: Cursor) -> tuple[Applied, int | None]:
+        if not set_linker_workers(cur, topic_id, d.old_workers, d.new_workers) or (
+            unless_overridden and is_overridden(cur, topic_id, d.at_datetime)
+        ):
+            conn.rollback()  # the compare-and-set may have written: the override wins
+            return "conflict", None
+        return "applied", insert_decision(cur, cluster=cluster, evaluation_id=evaluation_id, topic_id=topic_id, d=d)
+
     try:
-        with transaction(conn) as cur:
-            if not set_linker_workers(cur, topic_id, d.old_workers, d.new_workers) or (
-                unless_overridden and is_overridden(cur, topic_id, d.at_datetime)
-            ):
-                conn.rollback()
-                return "conflict", None
-            decision_id = insert_decision(cur, cluster=cluster, evaluation_id=evaluation_id, topic_id=topic_id, d=d)
+        return run_transaction(conn, change, what=f"linker_workers of topic {topic_id}")
     except pymysql.err.IntegrityError:
         return "already_applied", None
-    return "applied", decision_id
 
 
 def create_override(
@@ -79,7 +83,8 @@ def create_override(
     lag: int = 0,
     time_lag_s: float = 0.0,
 ) -> OverrideRow:
-    """Validate, record and apply an override of `topic`'s ``linker_workers``; one transaction.
+    """Validate, record and apply an override of `topic`'s ``linker_workers``; one transaction (run again
+    after a deadlock or lock-wait timeout).
 
     Replaces (cancels) any active override of the same topic, sets the topic's ``linker_workers``
     to `linker_workers` and records a ``scaling_decisions`` row with rule ``override`` (policy
@@ -99,7 +104,8 @@ def create_override(
     check_duration(duration_s)
     if request_id is not None and not 1 <= len(request_id) <= 250:
         raise ValueError(f"request_id must be 1 to 250 characters, got {len(request_id)}")
-    with transaction(conn) as cur:
+
+    def record(cur: Cursor) -> OverrideRow:
         if request_id is not None and (done := find_by_request(cur, request_id)) is not None:
             return done
         # Locking the cluster's rows serializes this with topic syncs and other overrides.
@@ -115,7 +121,7 @@ def create_override(
             reason=reason,
             created_by=created_by,
         )
-        reason, created_by = reason.strip(), created_by.strip()
+        why, by = reason.strip(), created_by.strip()
         override_id = insert_override(
             cur,
             cluster=cluster,
@@ -123,8 +129,8 @@ def create_override(
             topic=topic,
             linker_workers=linker_workers,
             previous_workers=row.linker_workers,
-            reason=reason,
-            created_by=created_by,
+            reason=why,
+            created_by=by,
             now=now,
             duration_s=duration_s,
             request_id=request_id,
@@ -138,8 +144,8 @@ def create_override(
             topic=topic,
             previous_workers=row.linker_workers,
             linker_workers=linker_workers,
-            reason=reason,
-            created_by=created_by,
+            reason=why,
+            created_by=by,
             duration_s=duration_s,
             now=now,
             lag=lag,
@@ -149,3 +155,5 @@ def create_override(
             cur, cluster=cluster, evaluation_id=evaluation_id_of(override_id), topic_id=row.topic_id, d=decision
         )
         return link_decision(cur, override_id, decision_id)
+
+    return run_transaction(conn, record, what=f"override of {cluster}/{topic}")

@@ -194,7 +194,7 @@ class _Solver:
     in step for its whole-ranking queries.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0915 - one statement per piece of the solver's state, in the order they depend on each other
         self, topics: list[TopicSpec], slots: list[str], previous: Assignment | None, eps: float, move_slack: float
     ) -> None:
         n = len(slots)
@@ -332,7 +332,7 @@ class _Solver:
             for r, i in enumerate(block):
                 self._place_topic(i, scores[r], tops[r], c < n)
 
-    def _place_topic(self, i: int, srow: U64Array, cands: list[int], partial: bool) -> None:
+    def _place_topic(self, i: int, srow: U64Array, cands: list[int], partial: bool) -> None:  # noqa: PLR0912 - the hot loop of placement: one pass over the ranking, attributes held in locals
         """Place topic ``i``'s ownerless lanes; ``cands`` is the top of its ranking (all of it unless ``partial``)."""
         row = self.own[i]
         lanes = self.lanes[i]

@@ -176,7 +176,10 @@ def _decode(raw: str | bytes | Mapping[str, Any] | None) -> Any:
         ) from None
 
 
-def _check_cluster(name: str, body: Any, problems: list[tuple[str, object, str]]) -> ClusterConfig | None:
+_Problems = list[tuple[str, object, str]]
+
+
+def _check_cluster(name: str, body: Any, problems: _Problems) -> ClusterConfig | None:
     before = len(problems)
     try:
         validate_cluster_name(name)
@@ -191,31 +194,67 @@ def _check_cluster(name: str, body: Any, problems: list[tuple[str, object, str]]
     conn_id = body.get("kafka_conn_id", DEFAULT_KAFKA_CONN_ID)
     if not isinstance(conn_id, str) or not _CONN_ID.fullmatch(conn_id):
         problems.append((f"{name}.kafka_conn_id", conn_id, "a Connection id of 1 to 250 characters [A-Za-z0-9_.-]"))
+    topics = _check_topics(name, body, problems)
+    pattern = body.get("topic_pattern")
+    _check_pattern(name, pattern, problems)
+    _check_slot_limits(name, body, problems)
+    sink = body.get("sink") or {}
+    problems.extend(sink_problems(name, sink))
+    if len(problems) > before:
+        return None
+    rate = body.get("slot_max_rate")
+    return ClusterConfig(
+        name,
+        conn_id,
+        tuple(dict.fromkeys(topics)),
+        pattern,
+        body.get("max_slots", DEFAULT_MAX_SLOTS),
+        tuple(sorted((k, v) for k, v in sink.items() if v is not None)),
+        body.get("slot_budget_s", DEFAULT_SLOT_BUDGET_S),
+        None if rate is None else float(rate),
+        body.get("standby_slots", 0),
+    )
+
+
+def _check_topics(name: str, body: Mapping[str, Any], problems: _Problems) -> list[Any]:
+    """The cluster's ``topics`` list (empty when it is not a list; each bad name is a problem)."""
     topics = body.get("topics", [])
     if not isinstance(topics, list):
         problems.append((f"{name}.topics", topics, "a list of topic names"))
-        topics = []
+        return []
     for i, topic in enumerate(topics):
         try:
             validate_topic_name(topic)
         except TopicNameError:
             problems.append((f"{name}.topics[{i}]", topic, "a legal Kafka topic name ([a-zA-Z0-9._-], 1-249)"))
-    pattern = body.get("topic_pattern")
-    if pattern is not None:
-        if not isinstance(pattern, str) or not pattern:
-            problems.append((f"{name}.topic_pattern", pattern, "a non-empty regular expression, or null"))
-        else:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                problems.append((f"{name}.topic_pattern", pattern, f"a valid Python regular expression ({exc})"))
-    max_slots = body.get("max_slots", DEFAULT_MAX_SLOTS)
+    return topics
+
+
+def _check_pattern(name: str, pattern: Any, problems: _Problems) -> None:
+    if pattern is None:
+        return
+    if not isinstance(pattern, str) or not pattern:
+        problems.append((f"{name}.topic_pattern", pattern, "a non-empty regular expression, or null"))
+        return
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        problems.append((f"{name}.topic_pattern", pattern, f"a valid Python regular expression ({exc})"))
+
+
+def _is_int_in(value: Any, low: int, high: int) -> bool:
     # bool is an int in Python; `true` slots is a mistake, not 1.
-    if isinstance(max_slots, bool) or not isinstance(max_slots, int) or not 1 <= max_slots <= MAX_SLOTS:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _check_slot_limits(name: str, body: Mapping[str, Any], problems: _Problems) -> None:
+    """``max_slots``, ``slot_budget_s``, ``slot_max_rate`` and ``standby_slots``."""
+    max_slots = body.get("max_slots", DEFAULT_MAX_SLOTS)
+    if not _is_int_in(max_slots, 1, MAX_SLOTS):
         problems.append((f"{name}.max_slots", max_slots, f"an integer from 1 to {MAX_SLOTS}"))
     budget = body.get("slot_budget_s", DEFAULT_SLOT_BUDGET_S)
     low, high = SLOT_BUDGET_RANGE_S
-    if isinstance(budget, bool) or not isinstance(budget, int) or not low <= budget <= high:
+    if not _is_int_in(budget, low, high):
         problems.append((f"{name}.slot_budget_s", budget, f"an integer number of seconds from {low} to {high}"))
     rate = body.get("slot_max_rate")
     if rate is not None and (
@@ -223,24 +262,8 @@ def _check_cluster(name: str, body: Any, problems: list[tuple[str, object, str]]
     ):
         problems.append((f"{name}.slot_max_rate", rate, f"records/s above 0 and at most {MAX_SLOT_RATE:,}, or null"))
     standby = body.get("standby_slots", 0)
-    if isinstance(standby, bool) or not isinstance(standby, int) or not 0 <= standby <= MAX_STANDBY_SLOTS:
+    if not _is_int_in(standby, 0, MAX_STANDBY_SLOTS):
         problems.append((f"{name}.standby_slots", standby, f"an integer from 0 to {MAX_STANDBY_SLOTS}"))
-    sink = body.get("sink") or {}
-    problems.extend(sink_problems(name, sink))
-    if len(problems) > before:
-        return None
-    settings = tuple(sorted((k, v) for k, v in sink.items() if v is not None))
-    return ClusterConfig(
-        name,
-        conn_id,
-        tuple(dict.fromkeys(topics)),
-        pattern,
-        max_slots,
-        settings,
-        budget,
-        None if rate is None else float(rate),
-        standby,
-    )
 
 
 def parse_clusters(raw: str | bytes | Mapping[str, Any] | None) -> tuple[ClusterConfig, ...]:

@@ -343,107 +343,146 @@ def measure(
         appended = background.submit(store.add_samples, committed_samples)
         broker = read_offsets(admin, counts, timeout_s=timeout_s)
         committed_windows = appended.result()
-    skipped = lost_records(mysql, [r.row.topic_id for r in by_name.values()])
-
-    lags: dict[str, list[PartitionLag]] = {}
+    lags = _partition_lags(by_name, broker, settings)
     latest_samples: dict[str, OffsetSample] = {}
     positions: dict[str, int] = {}
+    for name, plags in lags.items():
+        for p in plags:
+            key = store.latest_key(name, p.partition)
+            latest_samples[key] = OffsetSample(now, p.latest)
+            positions[key] = p.position  # the time lag reads the samples around it
+    # The windows come back as digests: the samples of each that the lag math below reads.
+    readings = _Readings(
+        now=now,
+        store=store,
+        settings=settings,
+        by_name=by_name,
+        broker=broker,
+        committed_windows=committed_windows,
+        latest_windows=store.add_samples(latest_samples, positions),
+        history=store.read_lag_records(list(lags)),
+        skipped=lost_records(mysql, [r.row.topic_id for r in by_name.values()]),
+        totals=aggregate_by_topic(p for ps in lags.values() for p in ps),
+    )
+    measured: list[TopicMeasurement] = []
+    slot_rates: dict[str, float] = {}
+    for name, plags in lags.items():
+        m, rates = _measure_topic(readings, name, plags)
+        measured.append(m)
+        for holder, rate in rates.items():
+            slot_rates[holder] = slot_rates.get(holder, 0.0) + rate
+    store.add_lag_records({m.topic: _lag_record(m, now) for m in measured})
+    measured.sort(key=lambda t: (-t.lag, -t.lost, t.topic))
+    _log_findings(measured)
+    return MeasureSummary(cluster, now, tuple(measured), missing, slot_rates)
+
+
+def _partition_lags(
+    by_name: Mapping[str, _Registered], broker: Mapping[str, Sequence[Any]], settings: Settings
+) -> dict[str, list[PartitionLag]]:
+    """Each topic's partition lags: the broker's offsets against the stored ones."""
+    lags: dict[str, list[PartitionLag]] = {}
     for name, parts in broker.items():
         reg = by_name[name]
         if reg.row.partition_count != len(parts):
             log.info("topic %s: registry has %d partitions, broker %d", name, reg.row.partition_count, len(parts))
-        policy = settings.for_topic(name).no_offset_policy
         offsets = [
             PartitionOffsets(name, b.partition, b.latest, b.log_start, reg.committed.get(b.partition)) for b in parts
         ]
-        lags[name] = measure_lag(offsets, policy)
-        for b, p in zip(parts, lags[name], strict=True):
-            key = store.latest_key(name, b.partition)
-            latest_samples[key] = OffsetSample(now, b.latest)
-            positions[key] = p.position  # the time lag reads the samples around it
+        lags[name] = measure_lag(offsets, settings.for_topic(name).no_offset_policy)
+    return lags
 
-    # The windows come back as digests: the samples of each that the lag math below reads.
-    latest_windows = store.add_samples(latest_samples, positions)
-    history = store.read_lag_records(list(lags))
-    totals = aggregate_by_topic(p for ps in lags.values() for p in ps)
 
-    measured: list[TopicMeasurement] = []
-    records: dict[str, LagRecord] = {}
+@dataclass(frozen=True, slots=True)
+class _Readings:
+    """What one measurement read, for the per-topic figures."""
+
+    now: float
+    store: LagStore
+    settings: Settings
+    by_name: Mapping[str, _Registered]
+    broker: Mapping[str, Sequence[Any]]
+    committed_windows: Mapping[str, Any]
+    latest_windows: Mapping[str, Any]
+    history: Mapping[str, Sequence[LagRecord]]
+    skipped: Mapping[str, Mapping[int, int]]
+    totals: Mapping[str, Any]
+
+
+def _measure_topic(r: _Readings, name: str, plags: Sequence[PartitionLag]) -> tuple[TopicMeasurement, dict[str, float]]:
+    """One topic's measurement, and the consumption rate of each slot holding one of its partitions."""
+    reg, now, store = r.by_name[name], r.now, r.store
+    topic_settings = r.settings.for_topic(name)
+    windows = {p.partition: r.latest_windows[store.latest_key(name, p.partition)].samples for p in plags}
+    time_lag = topic_time_lag(
+        estimate_time_lag(windows[p.partition], committed=p.position, now=now, latest=p.latest) for p in plags
+    )
+    held = {b.partition: b.held_by_transaction for b in r.broker[name] if b.held_by_transaction}
+    # The LSO stands still while a transaction is open: its trailing run of equal samples says since when.
+    held_since = [s for p in held if (s := last_progress_at([windows[p]])) is not None]
+    committed = [
+        (p.partition, w.samples)
+        for p in plags
+        if (w := r.committed_windows.get(store.committed_key(name, p.partition))) is not None and w.samples
+    ]
     slot_rates: dict[str, float] = {}
-    for name, plags in lags.items():
-        reg = by_name[name]
-        windows = {p.partition: latest_windows[store.latest_key(name, p.partition)].samples for p in plags}
-        time_lag = topic_time_lag(
-            estimate_time_lag(windows[p.partition], committed=p.position, now=now, latest=p.latest) for p in plags
-        )
-        ingress = topic_ingress_rate(windows)
-        held = {b.partition: b.held_by_transaction for b in broker[name] if b.held_by_transaction}
-        # The LSO stands still while a transaction is open: its trailing run of equal samples says since when.
-        held_since = [s for p in held if (s := last_progress_at([windows[p]])) is not None]
-        open_s = max(0.0, now - min(held_since)) if held_since else 0.0
-        consumed = 0.0
-        oldest_committed: float | None = None
-        for p in plags:
-            w = committed_windows.get(store.committed_key(name, p.partition))
-            if w is None or not w.samples:
-                continue
-            rate = consumption_rate(w.samples)
-            consumed += rate
-            oldest_committed = w.samples[0].at if oldest_committed is None else min(oldest_committed, w.samples[0].at)
-            holder = reg.holders.get(p.partition)
-            if holder is not None:
-                slot_rates[holder] = slot_rates.get(holder, 0.0) + rate
-        total = totals[name]
-        lost_skipped = sum(skipped.get(reg.row.topic_id, {}).values())
-        worker_rate = _worker_rate(
-            total.lag, consumed, reg, history.get(name, ()), oldest_committed, min_lag=settings.for_topic(name).min_lag
-        )
-        state = _pipeline_state(
-            [
-                committed_windows[k].samples
-                for p in plags
-                if (k := store.committed_key(name, p.partition)) in committed_windows
-            ],
-            history.get(name, ()),
-            LagPoint(now, total.lag),
-            live_holders=len(reg.holders),
-            stall_after=settings.for_topic(name).stall_after_measurements,
-        )
-        m = TopicMeasurement(
-            topic_id=reg.row.topic_id,
-            topic=name,
-            partitions=total.partitions,
-            lag=total.lag,
-            lost=total.lost + lost_skipped,
-            time_lag_s=time_lag,
-            ingress_rate=ingress,
-            consumption_rate=consumed,
-            worker_rate=worker_rate,
-            partitions_without_offset=total.partitions_without_offset,
-            max_partition_lag=total.max_partition_lag,
-            no_offset_policy=settings.for_topic(name).no_offset_policy,
-            partition_lags=tuple(plags),
-            lost_skipped=lost_skipped,
-            pipeline=state,
-            held_by_transaction=sum(held.values()),
-            transaction_open_s=open_s,
-        )
-        measured.append(m)
-        records[name] = LagRecord(
-            at=now,
-            lag=m.lag,
-            lost=m.lost,
-            time_lag_s=m.time_lag_s,
-            ingress_rate=m.ingress_rate,
-            consumption_rate=m.consumption_rate,
-            worker_rate=m.worker_rate,
-            state=state.state,
-            state_reason=state.reason,
-            held_by_transaction=m.held_by_transaction,
-            transaction_open_s=m.transaction_open_s,
-        )
-    store.add_lag_records(records)
-    measured.sort(key=lambda t: (-t.lag, -t.lost, t.topic))
+    for partition, samples in committed:
+        holder = reg.holders.get(partition)
+        if holder is not None:
+            slot_rates[holder] = slot_rates.get(holder, 0.0) + consumption_rate(samples)
+    consumed = sum(consumption_rate(samples) for _, samples in committed)
+    oldest_committed = min((samples[0].at for _, samples in committed), default=None)
+    total = r.totals[name]
+    lost_skipped = sum(r.skipped.get(reg.row.topic_id, {}).values())
+    history = r.history.get(name, ())
+    state = _pipeline_state(
+        [samples for _, samples in committed],
+        history,
+        LagPoint(now, total.lag),
+        live_holders=len(reg.holders),
+        stall_after=topic_settings.stall_after_measurements,
+    )
+    measurement = TopicMeasurement(
+        topic_id=reg.row.topic_id,
+        topic=name,
+        partitions=total.partitions,
+        lag=total.lag,
+        lost=total.lost + lost_skipped,
+        time_lag_s=time_lag,
+        ingress_rate=topic_ingress_rate(windows),
+        consumption_rate=consumed,
+        worker_rate=_worker_rate(total.lag, consumed, reg, history, oldest_committed, min_lag=topic_settings.min_lag),
+        partitions_without_offset=total.partitions_without_offset,
+        max_partition_lag=total.max_partition_lag,
+        no_offset_policy=topic_settings.no_offset_policy,
+        partition_lags=tuple(plags),
+        lost_skipped=lost_skipped,
+        pipeline=state,
+        held_by_transaction=sum(held.values()),
+        transaction_open_s=max(0.0, now - min(held_since)) if held_since else 0.0,
+    )
+    return measurement, slot_rates
+
+
+def _lag_record(m: TopicMeasurement, now: float) -> LagRecord:
+    """The history record of one topic's measurement (what the evaluator reads)."""
+    return LagRecord(
+        at=now,
+        lag=m.lag,
+        lost=m.lost,
+        time_lag_s=m.time_lag_s,
+        ingress_rate=m.ingress_rate,
+        consumption_rate=m.consumption_rate,
+        worker_rate=m.worker_rate,
+        state=m.pipeline.state,
+        state_reason=m.pipeline.reason,
+        held_by_transaction=m.held_by_transaction,
+        transaction_open_s=m.transaction_open_s,
+    )
+
+
+def _log_findings(measured: Sequence[TopicMeasurement]) -> None:
+    """Warnings an operator should see in the task log: impossible offsets, stuck pipelines, open transactions."""
     for m in measured:
         for p in m.anomalies:
             log.warning(
@@ -455,7 +494,6 @@ def measure(
             log.warning("topic %s is %s: %s", m.topic, m.state.upper(), m.pipeline.reason)
         if warning := m.open_transaction_warning:
             log.warning("%s", warning)
-    return MeasureSummary(cluster, now, tuple(measured), missing, slot_rates)
 
 
 def _pipeline_state(

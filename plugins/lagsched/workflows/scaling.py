@@ -275,47 +275,19 @@ def evaluate_cluster(
             key, cluster, f" (did you mean {hint!r}?)" if hint else "",
         )  # fmt: skip
     names = [t.name for t in topics]
+    ids = [t.topic_id for t in topics]
     done = decisions_of(mysql, evaluation_id)
-    last_change = last_change_times(mysql, [t.topic_id for t in topics])
-    last = last_decisions(mysql, [t.topic_id for t in topics])
-    pins = {o.topic_id: o for o in active_overrides(mysql, cluster, datetime.fromtimestamp(now, tz=UTC))}
-    history = store.read_lag_records(names)
-    evaluated = store.last_evaluated(names)
-    stale_after = STALE_AFTER_MEASUREMENTS * settings.measure_every_s
-    plans: list[tuple[TopicRow, Decision | None, str]] = []
-    for topic in topics:
-        if topic.topic_id in done:
-            plans.append((topic, None, "retry"))
-            continue
-        cfg = effective_config(settings, topic)
-        records = history.get(topic.name, ())
-        if records and now - records[-1].at > stale_after:
-            log.warning(
-                "topic %s: newest lag record is %.0fs old (> %.0fs); ignoring the stale history",
-                topic.name, now - records[-1].at, stale_after,
-            )  # fmt: skip
-            records = ()
-        last_eval = evaluated.get(topic.name)
-        since = None if last_eval is None else sum(1 for r in records if r.at > last_eval)
-        if not is_evaluation_due(since, cfg):
-            plans.append((topic, None, "not_due"))
-            continue
-        override = pins.get(topic.topic_id)
-        # The newest record's state: a stale history was dropped above, so an old "stuck" cannot hold.
-        state = stored_state(records[-1].state, records[-1].state_reason) if records else None
-        decision = evaluate(
-            _snapshot(topic, records, last_change.get(topic.topic_id), live_slots),
-            cfg,
-            now,
-            pin=None if override is None else _pin(override),
-            state=state,
-        )
-        previous = last.get(topic.topic_id)
-        if decision.changed and override is None and previous is not None and previous.rule == "override":
-            decision = after_override(decision, f"override ended ({previous.reason})")
-        if decision.rule == "stuck":
-            log.warning("topic %s: held at %d workers, %s", topic.name, decision.old_workers, decision.reason)
-        plans.append((topic, decision, "apply" if decision.changed else "held"))
+    inputs = _Inputs(
+        settings=settings,
+        now=now,
+        live_slots=live_slots,
+        history=store.read_lag_records(names),
+        evaluated=store.last_evaluated(names),
+        last_change=last_change_times(mysql, ids),
+        last=last_decisions(mysql, ids),
+        pins={o.topic_id: o for o in active_overrides(mysql, cluster, datetime.fromtimestamp(now, tz=UTC))},
+    )
+    plans = [(t, None, "retry") if t.topic_id in done else _plan(inputs, t) for t in topics]
 
     # Phase 2: apply, record and announce.
     outcomes: list[Outcome] = []
@@ -334,6 +306,54 @@ def evaluate_cluster(
         if o.status != "not_due":
             store.mark_evaluated(o.topic, now)
     return EvaluationSummary(cluster, evaluation_id, now, tuple(outcomes))
+
+
+@dataclass(frozen=True, slots=True)
+class _Inputs:
+    """What one evaluation read before deciding anything, for every topic of the cluster."""
+
+    settings: Settings
+    now: float
+    live_slots: int | None
+    history: Mapping[str, Sequence[LagRecord]]
+    evaluated: Mapping[str, float | None]
+    last_change: Mapping[str, float]
+    last: Mapping[str, DecisionRow]
+    pins: Mapping[str, OverrideRow]
+
+
+def _plan(inputs: _Inputs, topic: TopicRow) -> tuple[TopicRow, Decision | None, str]:
+    """One topic's plan: ``not_due`` (no decision), ``held`` or ``apply`` (with its decision)."""
+    now = inputs.now
+    cfg = effective_config(inputs.settings, topic)
+    records = inputs.history.get(topic.name, ())
+    stale_after = STALE_AFTER_MEASUREMENTS * inputs.settings.measure_every_s
+    if records and now - records[-1].at > stale_after:
+        log.warning(
+            "topic %s: newest lag record is %.0fs old (> %.0fs); ignoring the stale history",
+            topic.name, now - records[-1].at, stale_after,
+        )  # fmt: skip
+        records = ()
+    last_eval = inputs.evaluated.get(topic.name)
+    since = None if last_eval is None else sum(1 for r in records if r.at > last_eval)
+    if not is_evaluation_due(since, cfg):
+        return topic, None, "not_due"
+    override = inputs.pins.get(topic.topic_id)
+    # The newest record's state: a stale history was dropped above, so an old "stuck" cannot hold.
+    state = stored_state(records[-1].state, records[-1].state_reason) if records else None
+    decision = evaluate(
+        _snapshot(topic, records, inputs.last_change.get(topic.topic_id), inputs.live_slots),
+        cfg,
+        now,
+        pin=None if override is None else _pin(override),
+        state=state,
+    )
+    previous = inputs.last.get(topic.topic_id)
+    if decision.changed and override is None and previous is not None and previous.rule == "override":
+        decision = after_override(decision, f"override ended ({previous.reason})")
+    if decision.rule == "stuck":
+        log.warning("topic %s: held at %d workers, %s", topic.name, decision.old_workers, decision.reason)
+    return topic, decision, "apply" if decision.changed else "held"
 
 
 def _pin(override: OverrideRow) -> Pin:
