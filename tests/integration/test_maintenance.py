@@ -19,14 +19,13 @@ import pytest
 from lagsched.adapters.decisions import insert_decision, last_change_times, last_decisions
 from lagsched.adapters.gaps import RetentionGap, lost_records, record_gap
 from lagsched.adapters.overrides import active_overrides, cancel_override, list_overrides
-from lagsched.adapters.slots import SlotLock, SlotRegistry, slot_id_for
+from lagsched.adapters.slots import SlotLock, SlotRacks, SlotRegistry, slot_id_for
 from lagsched.adapters.topics import apply_sync
 from lagsched.adapters.transactions import transaction
 from lagsched.adapters.worker_changes import create_override
 from lagsched.core.evaluator import Decision
 from lagsched.core.registry import BrokerTopic, plan_sync
 from lagsched.core.retention import DAY_S, RetentionSettings
-from lagsched.workflows.consume import SlotRacks
 from lagsched.workflows.maintenance import maintain
 from lagsched.workflows.status import cluster_status
 

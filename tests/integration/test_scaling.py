@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from lagsched.adapters.lag_store import SCALING_CHANNEL, LagRecord, LagStore
+from lagsched.adapters.lag_store import LagRecord, LagStore
+from lagsched.adapters.scaling_messages import SCALING_CHANNEL
 from lagsched.core.config import parse_settings
 from lagsched.core.errors import ConfigError
 from lagsched.core.evaluator import Decision

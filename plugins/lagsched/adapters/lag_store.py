@@ -55,20 +55,21 @@ from lagsched.core.names import validate_cluster_name, validate_topic_name
 
 __all__ = [
     "DEFAULT_PREFIX",
-    "SCALING_CHANNEL",
+    "HISTORY_KINDS",
     "LagRecord",
     "LagStore",
     "PackedRecords",
     "PartitionKey",
     "WindowDigest",
     "redis_client",
+    "trim_history",
 ]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PREFIX = "lagsched:"
-SCALING_CHANNEL = "lagsched:scaling"
-"""The pub/sub channel scaling decisions are announced on (see docs/lag.md)."""
+#: The per-topic key kinds of this module (``<prefix><cluster>:<kind>:<topic>``), as `trim_history` reads them.
+HISTORY_KINDS = ("latest", "committed", "lag", "evaluated")
 
 PartitionKey = tuple[str, int]
 """(topic, partition)."""
@@ -313,6 +314,24 @@ class LagRecord:
 
 
 _RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(LagRecord))
+
+
+def trim_history(redis: Any, cluster: str, keep: Sequence[str], *, prefix: str = DEFAULT_PREFIX) -> int:
+    """Delete the lag history keys of ``cluster``'s topics not in ``keep``; returns how many.
+
+    Only keys of the lag store's own shape (``<prefix><cluster>:<kind>:<topic>``, kind in
+    `HISTORY_KINDS`) are considered, so slot keys and other clusters' keys are never touched.
+    """
+    wanted = set(keep)
+    doomed: list[str] = []
+    for raw in redis.scan_iter(match=f"{prefix}{cluster}:*", count=1000):
+        key = raw.decode() if isinstance(raw, bytes) else str(raw)
+        parts = key[len(prefix) :].split(":")
+        if len(parts) == 3 and parts[0] == cluster and parts[1] in HISTORY_KINDS and parts[2] not in wanted:
+            doomed.append(key)
+    for i in range(0, len(doomed), 500):
+        redis.delete(*doomed[i : i + 500])
+    return len(doomed)
 
 
 def redis_client(params: RedisParams, *, db: int | None = None) -> Any:

@@ -40,13 +40,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import redis
 
 from lagsched.core.names import validate_cluster_name
 
-__all__ = ["SLOT_NAMESPACE", "SlotLock", "SlotRegistry", "holder_is_gone", "lock_token", "new_slot_id", "slot_id_for"]
+__all__ = [
+    "SLOT_NAMESPACE",
+    "SlotLock",
+    "SlotRacks",
+    "SlotRegistry",
+    "holder_is_gone",
+    "lock_token",
+    "new_slot_id",
+    "slot_id_for",
+]
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +193,10 @@ class SlotRegistry:
     def _announce(self, slot_id: str, event: str) -> int:
         message = json.dumps({"cluster": self.cluster, "slot": slot_id, "event": event}, sort_keys=True)
         return int(self.client.publish(self.events_channel, message))
+
+    def ever_registered(self) -> bool:
+        """Whether any slot of the cluster ever heartbeat (its live set exists in Redis)."""
+        return bool(self.client.exists(self.set_key))
 
     def drop_leftovers(self, hash_key: str) -> int:
         """Delete the fields of ``hash_key`` (a hash keyed by slot id) whose slot is gone; returns how many.
@@ -341,3 +354,35 @@ def _no_such_process(pid: int) -> bool:
     except PermissionError:
         return False
     return False
+
+
+class SlotRacks:
+    """Each slot's rack, in the Redis hash ``<namespace>:slot_racks`` (slot id -> rack).
+
+    Owners of a topic read their co-owners' racks here to compute the same rack targets. A slot
+    without a rack is absent. Entries of slots that left are harmless: only live owners are read.
+    """
+
+    def __init__(self, client: Any, namespace: str = "lagsched") -> None:
+        self._client = client
+        self._key = f"{namespace}:slot_racks"
+
+    @property
+    def key(self) -> str:
+        """The hash (the maintenance DAG drops dead slots' entries from it)."""
+        return self._key
+
+    def announce(self, slot_id: str, rack: str | None) -> None:
+        if rack is None:
+            self._client.hdel(self._key, slot_id)
+        else:
+            self._client.hset(self._key, slot_id, rack)
+
+    def racks(self, slot_ids: Sequence[str]) -> dict[str, str | None]:
+        if not slot_ids:
+            return {}
+        values = self._client.hmget(self._key, list(slot_ids))
+        return {
+            s: (v.decode() if isinstance(v, bytes) else v) if v is not None else None
+            for s, v in zip(slot_ids, values, strict=True)
+        }

@@ -256,9 +256,10 @@ def _run_slot(
     from lagsched.adapters import sink, spark
     from lagsched.adapters.claims import open_claim_store
     from lagsched.adapters.kafka_admin import admin_client
-    from lagsched.adapters.lag_store import SCALING_CHANNEL, redis_client
-    from lagsched.adapters.slots import SlotRegistry
-    from lagsched.workflows.consume import ScalingListener, SlotRacks, SlotRun, SlotTakenError, run_slot
+    from lagsched.adapters.lag_store import redis_client
+    from lagsched.adapters.scaling_messages import SCALING_CHANNEL, ScalingListener
+    from lagsched.adapters.slots import SlotRacks, SlotRegistry
+    from lagsched.workflows.consume import SlotRun, SlotTakenError, run_slot
 
     slot_id, cluster = settings.slot_id, settings.cluster
     sink.ensure_catalog_tables(conn)  # before Spark's catalog would race other slots to create them

@@ -54,7 +54,7 @@ from lagsched.adapters.kafka_admin import (
 from lagsched.adapters.mysql import reconnect
 from lagsched.adapters.ownership import OwnershipView, current_assignment, wants_for
 from lagsched.adapters.sink import BatchRead, SinkConflictError, SinkWrite
-from lagsched.adapters.slots import SlotLock, SlotRegistry
+from lagsched.adapters.slots import SlotLock, SlotRacks, SlotRegistry
 from lagsched.adapters.topics import load_topics
 from lagsched.core.batches import (
     OffsetAheadError,
@@ -76,9 +76,7 @@ from lagsched.workflows.consume_plan import slots_needed
 __all__ = [
     "ConsumerSettings",
     "RunOutcome",
-    "ScalingListener",
     "SlotKeeper",
-    "SlotRacks",
     "SlotTakenError",
     "StopReason",
     "run_slot",
@@ -385,92 +383,6 @@ def ride_through(outage: Outage, exc: BaseException, now: float, who: str) -> Wa
             who, verdict.service, verdict.kind.value, short_reason(exc), outage.bound_s,
         )  # fmt: skip
     return wait
-
-
-class SlotRacks:
-    """Each slot's rack, in the Redis hash ``<namespace>:slot_racks`` (slot id -> rack).
-
-    Owners of a topic read their co-owners' racks here to compute the same rack targets. A slot
-    without a rack is absent. Entries of slots that left are harmless: only live owners are read.
-    """
-
-    def __init__(self, client: Any, namespace: str = "lagsched") -> None:
-        self._client = client
-        self._key = f"{namespace}:slot_racks"
-
-    def announce(self, slot_id: str, rack: str | None) -> None:
-        if rack is None:
-            self._client.hdel(self._key, slot_id)
-        else:
-            self._client.hset(self._key, slot_id, rack)
-
-    def racks(self, slot_ids: Sequence[str]) -> dict[str, str | None]:
-        if not slot_ids:
-            return {}
-        values = self._client.hmget(self._key, list(slot_ids))
-        return {
-            s: (v.decode() if isinstance(v, bytes) else v) if v is not None else None
-            for s, v in zip(slot_ids, values, strict=True)
-        }
-
-
-class ScalingListener:
-    """Wakes the loop when a scaling decision is published (``lagsched:scaling``) or a slot of the
-    cluster went live (`SlotRegistry.events_channel`).
-
-    A message for this cluster sets the event: the loop recomputes ownership at every batch
-    boundary anyway, the event only cuts a wait short so a rescale (or a new slot's share) takes
-    effect within one batch interval.
-    """
-
-    def __init__(self, client: Any, channels: Sequence[str], cluster: str, wake: threading.Event) -> None:
-        self._cluster = cluster
-        self._pubsub = client.pubsub(ignore_subscribe_messages=True)
-        self._pubsub.subscribe(**dict.fromkeys(channels, self._on_message))
-        self._wake = wake
-        self._thread: Any = None
-        self._down = False
-        self.decisions = 0
-
-    def _on_message(self, message: Mapping[str, Any]) -> None:
-        # Redis pub/sub channels span every database of the server: other clusters' (and other
-        # deployments') messages arrive here too, and only this cluster's matter.
-        try:
-            detail = json.loads(message.get("data") or "{}")
-        except (TypeError, ValueError):
-            log.warning("ignoring a malformed message on %s: %r", message.get("channel"), message.get("data"))
-            return
-        self._down = False
-        if not isinstance(detail, dict) or detail.get("cluster") != self._cluster:
-            return
-        if detail.get("event") == "joined":
-            log.info("slot %s joined the cluster: rebalancing now", detail.get("slot"))
-        elif detail.get("event") == "standby":
-            log.info("slot %s left the live set to stand by: rebalancing now", detail.get("slot"))
-        else:
-            self.decisions += 1
-            log.info("scaling decision: %s %s -> %s workers", detail.get("topic"), detail.get("old"), detail.get("new"))
-        self._wake.set()
-
-    def start(self) -> None:
-        self._thread = self._pubsub.run_in_thread(sleep_time=0.5, daemon=True, exception_handler=self._on_error)
-
-    def _on_error(self, exc: BaseException, pubsub: Any, thread: Any) -> None:
-        """Redis went away: keep the thread, which re-subscribes once Redis answers again (the
-        loop looks at every batch boundary anyway; the messages only cut waits short)."""
-        if not self._down:
-            log.warning("scaling messages: Redis unreachable (%s); listening again once it is back", exc)
-            self._down = True
-        time.sleep(1.0)
-
-    def stop(self) -> None:
-        if self._thread is not None:
-            # The worker closes the pubsub itself once it leaves get_message; closing it under the
-            # thread printed "Bad file descriptor" tracebacks into every slot's log.
-            self._thread.stop()
-            self._thread.join(timeout=5)
-        else:
-            self._pubsub.close()
 
 
 @dataclass

@@ -25,7 +25,7 @@ One `maintain` call, for the configured clusters:
    table's own repository. This runs before the report, so the retention losses it counts (like
    the page's) cover the retained ``gaps_days``.
 5. **Dead slots' leftovers in Redis**: entries of per-slot hashes that carry no TTL
-   (`SLOT_HASHES`: the racks of `lagsched.workflows.consume.SlotRacks`) whose slot is gone (not
+   (the racks of `lagsched.adapters.slots.SlotRacks`) whose slot is gone (not
    in the live set, no heartbeat key, no lock; `SlotRegistry.drop_leftovers`). A slot's heartbeat
    key and its lock expire on their own (TTL of the slot timeout), and the live set is pruned in
    step 1, so nothing else of a dead slot stays.
@@ -44,30 +44,23 @@ from typing import Any
 from lagsched.adapters.decisions import delete_old_decisions
 from lagsched.adapters.gaps import delete_old_gaps, lost_records
 from lagsched.adapters.kafka_admin import OffsetsAdmin, list_partitions, read_offsets
-from lagsched.adapters.lag_store import DEFAULT_PREFIX
+from lagsched.adapters.lag_store import trim_history
 from lagsched.adapters.overrides import active_overrides, delete_ended_overrides
-from lagsched.adapters.slots import SlotRegistry
+from lagsched.adapters.slots import SlotRacks, SlotRegistry
 from lagsched.adapters.topics import load_topics_with_partitions
 from lagsched.core.clusters import ClusterConfig
 from lagsched.core.lag import PartitionOffsets, measure_lag
 from lagsched.core.retention import RetentionSettings
 
 __all__ = [
-    "HISTORY_KINDS",
-    "SLOT_HASHES",
     "ClusterReport",
     "MaintenanceReport",
     "apply_retention",
     "maintain",
-    "trim_redis_history",
 ]
 
 log = logging.getLogger(__name__)
 
-#: The per-topic key kinds of `lagsched.adapters.lag_store` (``<prefix><cluster>:<kind>:<topic>``).
-HISTORY_KINDS = ("latest", "committed", "lag", "evaluated")
-#: Hashes keyed by slot id with no TTL (``<namespace>:<name>``): `lagsched.workflows.consume.SlotRacks`.
-SLOT_HASHES = ("slot_racks",)
 DEFAULT_RETENTION = RetentionSettings()
 
 
@@ -109,7 +102,7 @@ class MaintenanceReport:
     clusters: tuple[ClusterReport, ...]
     #: table -> rows deleted by retention (`apply_retention`).
     rows_deleted: Mapping[str, int] = field(default_factory=dict)
-    #: entries of dead slots deleted from `SLOT_HASHES`.
+    #: rack entries of dead slots deleted (`lagsched.adapters.slots.SlotRacks`).
     slot_entries_deleted: int = 0
     retention: RetentionSettings = field(default_factory=RetentionSettings)
 
@@ -157,24 +150,6 @@ class MaintenanceReport:
             if not (c.retention_losses or c.lost_pending or c.anomalies):
                 lines.append("  no retention loss, no anomaly")
         return "\n".join(lines)
-
-
-def trim_redis_history(redis: Any, cluster: str, keep: Sequence[str], *, prefix: str = DEFAULT_PREFIX) -> int:
-    """Delete the lag history keys of ``cluster``'s topics not in ``keep``; returns how many.
-
-    Only keys of the lag store's own shape (``<prefix><cluster>:<kind>:<topic>``, kind in
-    `HISTORY_KINDS`) are considered, so slot keys and other clusters' keys are never touched.
-    """
-    wanted = set(keep)
-    doomed: list[str] = []
-    for raw in redis.scan_iter(match=f"{prefix}{cluster}:*", count=1000):
-        key = raw.decode() if isinstance(raw, bytes) else str(raw)
-        parts = key[len(prefix) :].split(":")
-        if len(parts) == 3 and parts[0] == cluster and parts[1] in HISTORY_KINDS and parts[2] not in wanted:
-            doomed.append(key)
-    for i in range(0, len(doomed), 500):
-        redis.delete(*doomed[i : i + 500])
-    return len(doomed)
 
 
 def apply_retention(mysql: Any, retention: RetentionSettings, now: float) -> dict[str, int]:
@@ -265,11 +240,10 @@ def maintain(
     pruned = sum(registry.prune(at, slot_horizon_s) for registry in registries)
     if pruned:
         log.info("pruned %d slot(s) silent for more than %.0f s", pruned, slot_horizon_s)
-    leftovers = sum(
-        registry.drop_leftovers(f"{registry.namespace}:{name}") for registry in registries for name in SLOT_HASHES
-    )
+    # The per-slot hashes with no TTL: only the racks.
+    leftovers = sum(registry.drop_leftovers(SlotRacks(redis, registry.namespace).key) for registry in registries)
     if leftovers:
-        log.info("deleted %d entry(ies) of dead slots (%s)", leftovers, ", ".join(SLOT_HASHES))
+        log.info("deleted %d rack entry(ies) of dead slots", leftovers)
     rows_deleted = apply_retention(mysql, retention, now)
     reports = []
     for c in clusters:
@@ -277,7 +251,7 @@ def maintain(
         reports.append(
             ClusterReport(
                 cluster=c.name,
-                redis_keys_deleted=trim_redis_history(redis, c.name, enabled),
+                redis_keys_deleted=trim_history(redis, c.name, enabled),
                 retention_losses=losses,
                 lost_pending=lost,
                 anomalies=anomalies,

@@ -41,7 +41,6 @@ applied (the partition count and the min/max workers still bound every decision)
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,8 +54,9 @@ from lagsched.adapters.decisions import (
     last_decisions,
     mark_announced,
 )
-from lagsched.adapters.lag_store import SCALING_CHANNEL, LagRecord, LagStore
+from lagsched.adapters.lag_store import LagRecord, LagStore
 from lagsched.adapters.overrides import OverrideRow, active_overrides
+from lagsched.adapters.scaling_messages import SCALING_CHANNEL, publish_decision
 from lagsched.adapters.topics import TopicRow, load_topics
 from lagsched.adapters.worker_changes import apply_change
 from lagsched.core.config import Settings, TopicPolicyConfig, parse_settings, unknown_topic_overrides
@@ -407,7 +407,7 @@ def _apply(
 
 
 def _announce(conn: Any, redis: Any, message: Mapping[str, Any], decision_id: int, now: float) -> None:
-    receivers = redis.publish(SCALING_CHANNEL, json.dumps(message, sort_keys=True))
+    receivers = publish_decision(redis, message)
     log.info("announced decision %d on %s to %d subscriber(s)", decision_id, SCALING_CHANNEL, receivers)
     mark_announced(conn, decision_id, now)
 
@@ -428,6 +428,6 @@ def count_live_slots(client: Any, cluster: str, now: float, timeout_s: float) ->
     from lagsched.adapters.slots import SlotRegistry
 
     registry = SlotRegistry(client, cluster=cluster)
-    if not client.exists(registry.set_key):
+    if not registry.ever_registered():
         return None
     return len(registry.live_slots(datetime.fromtimestamp(now, tz=UTC), timeout_s))

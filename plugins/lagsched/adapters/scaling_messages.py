@@ -1,0 +1,87 @@
+"""Scaling messages over Redis pub/sub: the channel, publishing a decision, listening for them.
+
+The evaluator (and an override) publishes each applied change of ``linker_workers`` on
+`SCALING_CHANNEL`; running slots listen there and on their cluster's slot events channel
+(`lagsched.adapters.slots.SlotRegistry.events_channel`) to rebalance at once instead of at their
+next batch boundary. A message is JSON (docs/lag.md); missing one costs only that wait.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["SCALING_CHANNEL", "ScalingListener", "publish_decision"]
+
+log = logging.getLogger(__name__)
+
+SCALING_CHANNEL = "lagsched:scaling"
+"""The pub/sub channel scaling decisions are announced on (see docs/lag.md)."""
+
+
+def publish_decision(client: Any, message: Mapping[str, Any]) -> int:
+    """Publish one decision's message on `SCALING_CHANNEL`; returns how many subscribers got it."""
+    return int(client.publish(SCALING_CHANNEL, json.dumps(message, sort_keys=True)))
+
+
+class ScalingListener:
+    """Wakes the loop when a scaling decision is published (``lagsched:scaling``) or a slot of the
+    cluster went live (`SlotRegistry.events_channel`).
+
+    A message for this cluster sets the event: the loop recomputes ownership at every batch
+    boundary anyway, the event only cuts a wait short so a rescale (or a new slot's share) takes
+    effect within one batch interval.
+    """
+
+    def __init__(self, client: Any, channels: Sequence[str], cluster: str, wake: threading.Event) -> None:
+        self._cluster = cluster
+        self._pubsub = client.pubsub(ignore_subscribe_messages=True)
+        self._pubsub.subscribe(**dict.fromkeys(channels, self._on_message))
+        self._wake = wake
+        self._thread: Any = None
+        self._down = False
+        self.decisions = 0
+
+    def _on_message(self, message: Mapping[str, Any]) -> None:
+        # Redis pub/sub channels span every database of the server: other clusters' (and other
+        # deployments') messages arrive here too, and only this cluster's matter.
+        try:
+            detail = json.loads(message.get("data") or "{}")
+        except (TypeError, ValueError):
+            log.warning("ignoring a malformed message on %s: %r", message.get("channel"), message.get("data"))
+            return
+        self._down = False
+        if not isinstance(detail, dict) or detail.get("cluster") != self._cluster:
+            return
+        if detail.get("event") == "joined":
+            log.info("slot %s joined the cluster: rebalancing now", detail.get("slot"))
+        elif detail.get("event") == "standby":
+            log.info("slot %s left the live set to stand by: rebalancing now", detail.get("slot"))
+        else:
+            self.decisions += 1
+            log.info("scaling decision: %s %s -> %s workers", detail.get("topic"), detail.get("old"), detail.get("new"))
+        self._wake.set()
+
+    def start(self) -> None:
+        self._thread = self._pubsub.run_in_thread(sleep_time=0.5, daemon=True, exception_handler=self._on_error)
+
+    def _on_error(self, exc: BaseException, pubsub: Any, thread: Any) -> None:
+        """Redis went away: keep the thread, which re-subscribes once Redis answers again (the
+        loop looks at every batch boundary anyway; the messages only cut waits short)."""
+        if not self._down:
+            log.warning("scaling messages: Redis unreachable (%s); listening again once it is back", exc)
+            self._down = True
+        time.sleep(1.0)
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            # The worker closes the pubsub itself once it leaves get_message; closing it under the
+            # thread printed "Bad file descriptor" tracebacks into every slot's log.
+            self._thread.stop()
+            self._thread.join(timeout=5)
+        else:
+            self._pubsub.close()
