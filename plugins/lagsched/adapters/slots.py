@@ -19,7 +19,7 @@ cluster rebalance without waiting for their next look.
 ``leave`` removes both at once (graceful shutdown), so the others fail over without waiting for the
 timeout. ``prune`` drops members silent for much longer than any timeout, to keep the set small.
 Per-slot entries that carry no TTL of their own (a hash keyed by slot id, such as the racks of
-`lagsched.workflows.consume.SlotRacks`) outlive a slot that crashed or left; ``drop_leftovers``
+`SlotRacks`) outlive a slot that crashed or left; ``drop_leftovers``
 removes the entries of slots that are gone.
 
 `SlotLock` keeps a slot id in one process at a time: ``<ns>:slot_lock:<id>`` holds the running
