@@ -43,8 +43,8 @@ cannot fix fails the run at once, without retries: a wrong password or database,
 malformed Connection, an invalid Kafka setting, a bad `cluster` param, a malformed Variable. A
 broker or database that is down, unreachable or timing out is retried (twice, 10 s apart).
 
-The schedule is fixed in this file (every minute): a schedule cannot read a Variable at parse
-time. If you change `measure_every_s`, change the schedule to match. See docs/lag.md.
+The schedule is fixed (every minute, `lagsched.airflow.dags.lag_monitor`): a schedule cannot
+read a Variable at parse time. Keep `measure_every_s` at 60 to match it. See docs/lag.md.
 """
 
 
