@@ -74,3 +74,16 @@ def test_the_assets_are_the_codes() -> None:
     assert len(named) == 3
     for uri in named:
         assert f'"{uri}"' in assets, uri
+
+
+@pytest.mark.parametrize("title", ["## One record, from Kafka to the table", "## One decision, from a lag sample to a slot"])
+def test_a_flow_never_goes_back_to_a_module(title: str) -> None:
+    steps = re.split(r"\n(?=\d+\. )", section(title))[1:]
+    assert len(steps) >= 4, title
+    seen: dict[str, int] = {}
+    for number, step in enumerate(steps, 1):
+        for path in set(PATH.findall(step)):
+            assert path not in seen, f"{title}: step {number} goes back to {path}, first read at step {seen[path]}"
+            seen[path] = number
+    # The flow reaches the module that does the work at its end.
+    assert any(p.startswith("plugins/lagsched/") for p in seen)
