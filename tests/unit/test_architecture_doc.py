@@ -76,7 +76,10 @@ def test_the_assets_are_the_codes() -> None:
         assert f'"{uri}"' in assets, uri
 
 
-@pytest.mark.parametrize("title", ["## One record, from Kafka to the table", "## One decision, from a lag sample to a slot"])
+FLOWS = ["## One record, from Kafka to the table", "## One decision, from a lag sample to a slot"]
+
+
+@pytest.mark.parametrize("title", FLOWS)
 def test_a_flow_never_goes_back_to_a_module(title: str) -> None:
     steps = re.split(r"\n(?=\d+\. )", section(title))[1:]
     assert len(steps) >= 4, title
