@@ -48,7 +48,7 @@ import pymysql
 import pymysql.cursors
 import tenacity
 
-from lagsched.adapters.mysql import connect
+from lagsched.adapters.mysql import connect, from_db, to_db
 from lagsched.adapters.transactions import DEADLOCK, LOCK_WAIT_TIMEOUT, is_transient, transaction
 from lagsched.connections import MySQLParams
 from lagsched.core.claims import (
@@ -142,21 +142,8 @@ class ClaimContentionError(LagschedError):
     """
 
 
-def _to_db(value: datetime) -> datetime:
-    # pymysql formats datetimes without their offset; sessions run in UTC, so send naive UTC.
-    if value.tzinfo is None:
-        raise ValueError(f"{value!r} is naive; pass timezone-aware datetimes")
-    return value.astimezone(UTC).replace(tzinfo=None)
-
-
-def _from_db(value: Any) -> datetime:
-    if not isinstance(value, datetime):
-        raise TypeError(f"expected a TIMESTAMP from the database, got {value!r}")
-    return value.replace(tzinfo=UTC)
-
-
 def _maybe_from_db(value: Any) -> datetime | None:
-    return None if value is None else _from_db(value)
+    return None if value is None else from_db(value)
 
 
 def _offset(value: Any) -> int | None:
@@ -320,21 +307,21 @@ class ClaimStore:
         cur.execute("SELECT CURRENT_TIMESTAMP(6)")
         row = cur.fetchone()
         assert row is not None
-        return _from_db(row[0])
+        return from_db(row[0])
 
     @staticmethod
     def _holding(cur: Cursor, slot_id: str) -> list[Claim]:
         """Rows the slot holds now (the database's clock), by key."""
         cur.execute(_HOLDING, (slot_id,))
-        return [Claim(str(t), int(p), _offset(o), int(e), _from_db(x)) for t, p, o, e, x in cur.fetchall()]
+        return [Claim(str(t), int(p), _offset(o), int(e), from_db(x)) for t, p, o, e, x in cur.fetchall()]
 
     @staticmethod
     def _now_and_holding(cur: Cursor, slot_id: str) -> tuple[datetime, list[Claim]]:
         """The database's current time, and the rows the slot holds then."""
         cur.execute(_NOW_AND_HOLDING, (slot_id,))
         rows = cur.fetchall()
-        now = _from_db(rows[0][0])
-        holding = [Claim(str(t), int(p), _offset(o), int(e), _from_db(x)) for _, t, p, o, e, x in rows if t is not None]
+        now = from_db(rows[0][0])
+        holding = [Claim(str(t), int(p), _offset(o), int(e), from_db(x)) for _, t, p, o, e, x in rows if t is not None]
         return now, sorted(holding, key=lambda c: c.key)
 
     # ------------------------------------------------------------------ claim
@@ -455,7 +442,7 @@ class ClaimStore:
             if self.mode is LockMode.SKIP_LOCKED:
                 # Rows in claim order; SKIP LOCKED passes over rows others hold and never waits.
                 cur.execute(
-                    _only(_PICK, target) + " FOR UPDATE SKIP LOCKED", (topic_id, _to_db(now), *(target or ()), n)
+                    _only(_PICK, target) + " FOR UPDATE SKIP LOCKED", (topic_id, to_db(now), *(target or ()), n)
                 )
                 rows = [(int(p), _offset(o), int(e)) for p, o, e in cur.fetchall()]
             else:
@@ -466,7 +453,7 @@ class ClaimStore:
             marks = ", ".join(["%s"] * len(rows))
             cur.execute(
                 _SET_CLAIMED + f" WHERE topic_id = %s AND partition_id IN ({marks})",
-                (slot_id, _to_db(expires), _to_db(now), topic_id, *(p for p, _, _ in rows)),
+                (slot_id, to_db(expires), to_db(now), topic_id, *(p for p, _, _ in rows)),
             )
             # The rows are locked by this transaction, so the epoch read is the one incremented.
             got.extend(Claim(topic_id, p, off, epoch + 1, expires) for p, off, epoch in rows)
@@ -495,7 +482,7 @@ class ClaimStore:
         above = -1
         lost = 0
         for _ in range(_FOR_UPDATE_PICKS):
-            cur.execute(_only(_PICK_ABOVE, target), (topic_id, _to_db(now), above, *(target or ()), 2 * n))
+            cur.execute(_only(_PICK_ABOVE, target), (topic_id, to_db(now), above, *(target or ()), 2 * n))
             candidates = sorted(int(r[0]) for r in cur.fetchall())
             if not candidates:
                 break
@@ -505,7 +492,7 @@ class ClaimStore:
                 " FROM topic_partitions FORCE INDEX (PRIMARY)"
                 f" WHERE topic_id = %s AND partition_id IN ({marks}) AND {_CLAIMABLE}"
                 " ORDER BY partition_id FOR UPDATE",
-                (topic_id, *candidates, _to_db(now)),
+                (topic_id, *candidates, to_db(now)),
             )
             locked = cur.fetchall()
             lost = min(n, len(candidates)) - min(n, len(locked))
@@ -542,7 +529,7 @@ class ClaimStore:
             # Read twice what is needed, so one lost race moves on to the next-oldest row instead
             # of a full retry (Hevo: "retry with n different Topic Partitions").
             candidates = self._transaction(
-                partial(self._fetch, sql=_only(_PICK, target), args=(topic_id, _to_db(now), *(target or ()), 2 * n))
+                partial(self._fetch, sql=_only(_PICK, target), args=(topic_id, to_db(now), *(target or ()), 2 * n))
             )
             taken = lost_here = 0
             for p, off, epoch in candidates:
@@ -573,12 +560,12 @@ class ClaimStore:
             _SET_CLAIMED + f" WHERE topic_id = %s AND partition_id = %s AND claim_epoch = %s AND {_CLAIMABLE}",
             (
                 slot_id,
-                _to_db(claim.lease_expires_at),
-                _to_db(now),
+                to_db(claim.lease_expires_at),
+                to_db(now),
                 claim.topic_id,
                 claim.partition_id,
                 claim.claim_epoch - 1,
-                _to_db(now),
+                to_db(now),
             ),
         )
         return cur.rowcount == 1
@@ -636,17 +623,17 @@ class ClaimStore:
                     "UPDATE topic_partitions SET lease_expires_at = %s"
                     " WHERE topic_id = %s AND partition_id = %s AND claimed_by = %s AND claim_epoch = %s"
                     " AND lease_expires_at > CURRENT_TIMESTAMP(6)",
-                    (_to_db(expires), c.topic_id, c.partition_id, slot_id, c.claim_epoch),
+                    (to_db(expires), c.topic_id, c.partition_id, slot_id, c.claim_epoch),
                 )
             # Read back rather than trust rowcount: it counts changed rows, and an expiry equal to
             # the old one (same microsecond) changes nothing yet is renewed.
             cur.execute(
                 "SELECT topic_id, partition_id, committed_offset, claim_epoch, lease_expires_at"
                 " FROM topic_partitions WHERE claimed_by = %s AND lease_expires_at = %s",
-                (slot_id, _to_db(expires)),
+                (slot_id, to_db(expires)),
             )
             fresh = {
-                ((str(t), int(p)), int(e)): Claim(str(t), int(p), _offset(o), int(e), _from_db(x))
+                ((str(t), int(p)), int(e)): Claim(str(t), int(p), _offset(o), int(e), from_db(x))
                 for t, p, o, e, x in cur.fetchall()
             }
             renewed = [fresh[(c.key, c.claim_epoch)] for c in todo if (c.key, c.claim_epoch) in fresh]
@@ -680,7 +667,7 @@ class ClaimStore:
             # and nothing needs reading back.
             cur.execute(
                 _COMMIT + " AND lease_expires_at = %s AND lease_expires_at > CURRENT_TIMESTAMP(6)",
-                (offset, topic_id, partition_id, slot_id, epoch, _to_db(claim.lease_expires_at)),
+                (offset, topic_id, partition_id, slot_id, epoch, to_db(claim.lease_expires_at)),
             )
             if cur.rowcount == 1:
                 return dataclasses.replace(claim, committed_offset=offset)
@@ -809,7 +796,7 @@ class ClaimStore:
             int(epoch),
             _maybe_from_db(lease),
             _maybe_from_db(picked),
-            _from_db(now),
+            from_db(now),
         )
         return state, _offset(committed)
 

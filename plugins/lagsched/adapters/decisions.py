@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from lagsched.adapters.mysql import to_db
 from lagsched.adapters.transactions import transaction
 from lagsched.core.evaluator import Decision
 
@@ -112,7 +113,7 @@ def insert_decision(cur: Cursor, *, cluster: str, evaluation_id: str, topic_id: 
         " new_workers, lag_records, time_lag_s, slope, fit_r2, policy, rule, reason)"
         " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         (
-            evaluation_id, _to_db(d.at), topic_id, cluster, d.topic, d.old_workers, d.new_workers,
+            evaluation_id, to_db(d.at), topic_id, cluster, d.topic, d.old_workers, d.new_workers,
             d.lag, d.time_lag_s, d.slope, d.fit_r2, d.policy, d.rule, d.reason[:1000],
         ),
     )  # fmt: skip
@@ -165,7 +166,7 @@ def delete_old_decisions(conn: Connection, before: float, *, batch_rows: int = 5
     """
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
-    cutoff, kept = _to_db(before), set(keep)
+    cutoff, kept = to_db(before), set(keep)
     deleted, after = 0, 0
     while True:
         with transaction(conn) as cur:
@@ -198,13 +199,8 @@ def mark_announced(conn: Connection, decision_id: int, at: float) -> None:
     with transaction(conn) as cur:
         cur.execute(
             "UPDATE scaling_decisions SET announced_at = %s WHERE decision_id = %s AND announced_at IS NULL",
-            (_to_db(at), decision_id),
+            (to_db(at), decision_id),
         )
-
-
-def _to_db(at: float) -> datetime:
-    # pymysql writes a datetime without its zone; sessions run in UTC, so hand it UTC wall time.
-    return datetime.fromtimestamp(at, tz=UTC).replace(tzinfo=None)
 
 
 def _epoch(value: datetime) -> float:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from datetime import UTC, datetime
+from typing import Any
 
 import pymysql
 import pymysql.cursors
@@ -70,3 +72,24 @@ def reconnect(conn: pymysql.connections.Connection[pymysql.cursors.Cursor]) -> N
         conn.rollback()  # a transaction cut by the outage is gone with its session anyway
     conn.ping(reconnect=True)
     _set_isolation(conn)
+
+
+def to_db(at: datetime | float) -> datetime:
+    """A time as the sessions store it: naive UTC wall time (pymysql sends a datetime without its
+    zone, and every session runs in UTC). ``at`` is timezone-aware, or seconds since the epoch.
+
+    Raises:
+        ValueError: a naive datetime (its zone would be a guess).
+    """
+    if isinstance(at, datetime):
+        if at.tzinfo is None:
+            raise ValueError(f"{at!r} is naive; pass timezone-aware datetimes")
+        return at.astimezone(UTC).replace(tzinfo=None)
+    return datetime.fromtimestamp(at, tz=UTC).replace(tzinfo=None)
+
+
+def from_db(value: Any) -> datetime:
+    """A ``TIMESTAMP`` read back (naive UTC in a UTC session) as a timezone-aware datetime."""
+    if not isinstance(value, datetime):
+        raise TypeError(f"expected a TIMESTAMP from the database, got {value!r}")
+    return value.replace(tzinfo=UTC)

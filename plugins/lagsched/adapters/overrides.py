@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from lagsched.adapters.mysql import from_db, to_db
 from lagsched.adapters.transactions import delete_in_batches, transaction
 from lagsched.core.names import validate_cluster_name
 
@@ -150,14 +151,14 @@ def insert_override(
     cur.execute(
         "INSERT INTO scaling_overrides (cluster, topic_id, topic, linker_workers, previous_workers, reason,"
         " created_by, created_at, expires_at, request_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-        (cluster, topic_id, topic, linker_workers, previous_workers, reason, created_by, _to_db(now),
-         _to_db(now + timedelta(seconds=duration_s)), request_id),
+        (cluster, topic_id, topic, linker_workers, previous_workers, reason, created_by, to_db(now),
+         to_db(now + timedelta(seconds=duration_s)), request_id),
     )  # fmt: skip
     override_id = int(cur.lastrowid)
     cur.execute(
         "UPDATE scaling_overrides SET cancelled_at = %s, cancelled_by = %s"
         " WHERE topic_id = %s AND id <> %s AND cancelled_at IS NULL AND expires_at > %s",
-        (_to_db(now), f"replaced by override {override_id}", topic_id, override_id, _to_db(now)),
+        (to_db(now), f"replaced by override {override_id}", topic_id, override_id, to_db(now)),
     )
     return override_id
 
@@ -176,7 +177,7 @@ def active_overrides(conn: Connection, cluster: str | None, now: datetime) -> li
     """The overrides active at `now` (not cancelled, not expired) of `cluster` (all when None),
     at most one per topic (the newest), by topic name."""
     where = ["cancelled_at IS NULL", "expires_at > %s"]
-    args: list[Any] = [_to_db(aware_utc(now))]
+    args: list[Any] = [to_db(aware_utc(now))]
     if cluster is not None:
         where.insert(0, "cluster = %s")
         args.insert(0, validate_cluster_name(cluster))
@@ -204,7 +205,7 @@ def list_overrides(
         args.append(validate_cluster_name(cluster))
     if since is not None:
         where.append("expires_at > %s")
-        args.append(_to_db(aware_utc(since)))
+        args.append(to_db(aware_utc(since)))
     sql = f"SELECT {_COLUMNS} FROM scaling_overrides"  # noqa: S608 - fixed column list
     if where:
         sql += " WHERE " + " AND ".join(where)
@@ -227,7 +228,7 @@ def cancel_override(conn: Connection, override_id: int, now: datetime, cancelled
     The worker count stays where it is until the next evaluation, which decides normally (its
     change, if any, is recorded with rule ``override_expired``).
     """
-    at = _to_db(aware_utc(now))
+    at = to_db(aware_utc(now))
     with transaction(conn) as cur:
         cur.execute(
             "UPDATE scaling_overrides SET cancelled_at = %s, cancelled_by = %s"
@@ -244,7 +245,7 @@ def delete_ended_overrides(conn: Connection, before: datetime, *, batch_rows: in
     ``before`` is: ``before`` is a past time and an active override ends after now. In batches of
     at most ``batch_rows`` (`delete_in_batches`).
     """
-    cutoff = _to_db(aware_utc(before))
+    cutoff = to_db(aware_utc(before))
     return delete_in_batches(
         conn,
         "DELETE FROM scaling_overrides WHERE expires_at < %s OR cancelled_at < %s ORDER BY id LIMIT %s",
@@ -261,7 +262,7 @@ def is_overridden(cur: Cursor, topic_id: str, at: datetime) -> bool:
     """
     cur.execute(
         "SELECT 1 FROM scaling_overrides WHERE topic_id = %s AND cancelled_at IS NULL AND expires_at > %s LIMIT 1",
-        (topic_id, _to_db(aware_utc(at))),
+        (topic_id, to_db(aware_utc(at))),
     )
     return cur.fetchone() is not None
 
@@ -277,10 +278,10 @@ def _row(r: Sequence[Any]) -> OverrideRow:
         linker_workers=int(workers),
         reason=str(reason),
         created_by=str(by),
-        created_at=_from_db(created),
-        expires_at=_from_db(expires),
+        created_at=from_db(created),
+        expires_at=from_db(expires),
         previous_workers=int(previous),
-        cancelled_at=None if cancelled is None else _from_db(cancelled),
+        cancelled_at=None if cancelled is None else from_db(cancelled),
         cancelled_by=None if cancelled_by is None else str(cancelled_by),
         request_id=None if request_id is None else str(request_id),
         decision_id=None if decision_id is None else int(decision_id),
@@ -292,11 +293,3 @@ def aware_utc(at: datetime) -> datetime:
     if at.tzinfo is None:
         raise ValueError(f"a naive datetime is ambiguous; pass an aware UTC datetime, got {at!r}")
     return at.astimezone(UTC)
-
-
-def _to_db(at: datetime) -> datetime:
-    return at.astimezone(UTC).replace(tzinfo=None)
-
-
-def _from_db(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from lagsched.adapters.mysql import to_db
 from lagsched.adapters.transactions import transaction
 from lagsched.core.names import validate_cluster_name, validate_topic_name
 from lagsched.core.status import DecisionView, GapView
@@ -64,10 +65,6 @@ def _epoch(value: Any) -> float | None:
     # Sessions run in UTC (lagsched.adapters.mysql.connect), so naive values are UTC wall time.
     aware = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     return aware.timestamp()
-
-
-def _to_db(at: float) -> datetime:
-    return datetime.fromtimestamp(at, tz=UTC).replace(tzinfo=None)
 
 
 def overrides_if_migrated(conn: Connection, cluster: str, now: datetime) -> list[Any] | None:
@@ -142,7 +139,7 @@ def recent_decisions(
     params: list[Any] = list(args)
     if since is not None:
         where.append("decided_at >= %s")
-        params.append(_to_db(since))
+        params.append(to_db(since))
     params.append(limit)
     sql = (
         "SELECT decision_id, decided_at, topic, old_workers, new_workers, rule, policy, reason, lag_records,"  # noqa: S608 - fixed clauses, values as parameters
