@@ -13,9 +13,15 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["SCALING_CHANNEL", "ScalingListener", "publish_decision"]
+if TYPE_CHECKING:
+    from lagsched.adapters.decisions import DecisionRow
+    from lagsched.core.evaluator import Decision
+
+__all__ = ["SCALING_CHANNEL", "ScalingListener", "ScalingMessage", "publish_decision"]
 
 log = logging.getLogger(__name__)
 
@@ -23,9 +29,58 @@ SCALING_CHANNEL = "lagsched:scaling"
 """The pub/sub channel scaling decisions are announced on (see docs/lag.md)."""
 
 
-def publish_decision(client: Any, message: Mapping[str, Any]) -> int:
+@dataclass(frozen=True, slots=True)
+class ScalingMessage:
+    """One applied change of a topic's ``linker_workers``, as published on `SCALING_CHANNEL`.
+
+    On the wire (`to_json`, docs/lag.md) the counts are ``"old"`` and ``"new"`` and the time is
+    ISO 8601; the evaluator's decisions and recorded rows (an override's, a retried run's) build it
+    the same way, through `of_decision` and `of_row`.
+    """
+
+    cluster: str
+    topic_id: str
+    topic: str
+    old_linker_workers: int
+    new_linker_workers: int
+    at: datetime
+    reason: str
+    rule: str
+    policy: str
+    decision_id: int | None
+
+    @classmethod
+    def of_decision(cls, cluster: str, topic_id: str, d: Decision, decision_id: int | None) -> ScalingMessage:
+        return cls(cluster, topic_id, d.topic, d.old_workers, d.new_workers, d.at_datetime, d.reason, d.rule,
+                   d.policy, decision_id)  # fmt: skip
+
+    @classmethod
+    def of_row(cls, row: DecisionRow) -> ScalingMessage:
+        return cls(row.cluster, row.topic_id, row.topic, row.old_workers, row.new_workers,
+                   datetime.fromtimestamp(row.decided_at, tz=UTC), row.reason, row.rule, row.policy,
+                   row.decision_id)  # fmt: skip
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "topic_id": self.topic_id,
+                "topic": self.topic,
+                "cluster": self.cluster,
+                "old": self.old_linker_workers,
+                "new": self.new_linker_workers,
+                "at": self.at.isoformat(),
+                "reason": self.reason,
+                "rule": self.rule,
+                "policy": self.policy,
+                "decision_id": self.decision_id,
+            },
+            sort_keys=True,
+        )
+
+
+def publish_decision(client: Any, message: ScalingMessage) -> int:
     """Publish one decision's message on `SCALING_CHANNEL`; returns how many subscribers got it."""
-    return int(client.publish(SCALING_CHANNEL, json.dumps(message, sort_keys=True)))
+    return int(client.publish(SCALING_CHANNEL, message.to_json()))
 
 
 class ScalingListener:

@@ -56,7 +56,7 @@ from lagsched.adapters.decisions import (
 )
 from lagsched.adapters.lag_store import LagRecord, LagStore
 from lagsched.adapters.overrides import OverrideRow, active_overrides
-from lagsched.adapters.scaling_messages import SCALING_CHANNEL, publish_decision
+from lagsched.adapters.scaling_messages import SCALING_CHANNEL, ScalingMessage, publish_decision
 from lagsched.adapters.topics import TopicRow, load_topics
 from lagsched.adapters.worker_changes import apply_change
 from lagsched.core.config import Settings, TopicPolicyConfig, parse_settings, unknown_topic_overrides
@@ -74,12 +74,10 @@ from lagsched.core.pipeline_state import stored_state
 from lagsched.core.policies import retention_from_ms
 
 __all__ = [
-    "SCALING_CHANNEL",
     "STALE_AFTER_MEASUREMENTS",
     "EvaluationSummary",
     "Outcome",
     "announce_row",
-    "announcement",
     "count_live_slots",
     "effective_config",
     "evaluate_cluster",
@@ -190,41 +188,10 @@ def effective_config(settings: Settings, topic: TopicRow) -> TopicPolicyConfig:
     return cfg.model_copy(update={"min_workers": low, "max_workers": high})
 
 
-def announcement(cluster: str, topic_id: str, decision: Decision, decision_id: int | None) -> dict[str, Any]:
-    """The JSON message published on ``lagsched:scaling`` for a change (see docs/lag.md)."""
-    return {
-        "topic_id": topic_id,
-        "topic": decision.topic,
-        "cluster": cluster,
-        "old": decision.old_workers,
-        "new": decision.new_workers,
-        "at": decision.at_datetime.isoformat(),
-        "reason": decision.reason,
-        "rule": decision.rule,
-        "policy": decision.policy,
-        "decision_id": decision_id,
-    }
-
-
 def announce_row(conn: Any, redis: Any, row: DecisionRow, now: float) -> None:
     """Publish a recorded decision on ``lagsched:scaling`` and stamp it announced (an override's,
     or one a crashed run left unannounced)."""
-    _announce(conn, redis, _announcement_of(row), row.decision_id, now)
-
-
-def _announcement_of(row: DecisionRow) -> dict[str, Any]:
-    return {
-        "topic_id": row.topic_id,
-        "topic": row.topic,
-        "cluster": row.cluster,
-        "old": row.old_workers,
-        "new": row.new_workers,
-        "at": datetime.fromtimestamp(row.decided_at, tz=UTC).isoformat(),
-        "reason": row.reason,
-        "rule": row.rule,
-        "policy": row.policy,
-        "decision_id": row.decision_id,
-    }
+    _announce(conn, redis, ScalingMessage.of_row(row), now)
 
 
 def evaluate_cluster(
@@ -402,20 +369,21 @@ def _apply(
     if status == "already_applied" or decision_id is None:  # the same evaluation id ran twice at once
         return Outcome(topic.topic_id, topic.name, "already_applied", d)
     log.info("topic %s: %d -> %d workers (%s): %s", topic.name, d.old_workers, d.new_workers, d.rule, d.reason)
-    _announce(conn, redis, announcement(cluster, topic.topic_id, d, decision_id), decision_id, now)
+    _announce(conn, redis, ScalingMessage.of_decision(cluster, topic.topic_id, d, decision_id), now)
     return Outcome(topic.topic_id, topic.name, "applied", d, decision_id)
 
 
-def _announce(conn: Any, redis: Any, message: Mapping[str, Any], decision_id: int, now: float) -> None:
+def _announce(conn: Any, redis: Any, message: ScalingMessage, now: float) -> None:
+    assert message.decision_id is not None  # only recorded decisions are announced
     receivers = publish_decision(redis, message)
-    log.info("announced decision %d on %s to %d subscriber(s)", decision_id, SCALING_CHANNEL, receivers)
-    mark_announced(conn, decision_id, now)
+    log.info("announced decision %d on %s to %d subscriber(s)", message.decision_id, SCALING_CHANNEL, receivers)
+    mark_announced(conn, message.decision_id, now)
 
 
 def _finish_retry(conn: Any, redis: Any, topic: TopicRow, row: DecisionRow, now: float) -> Outcome:
     if row.announced_at is None:
         log.info("topic %s: decision %d was applied but not announced; announcing it now", topic.name, row.decision_id)
-        _announce(conn, redis, _announcement_of(row), row.decision_id, now)
+        _announce(conn, redis, ScalingMessage.of_row(row), now)
     return Outcome(topic.topic_id, topic.name, "already_applied", None, row.decision_id)
 
 
