@@ -426,11 +426,13 @@ def _measure_topic(r: _Readings, name: str, plags: Sequence[PartitionLag]) -> tu
         if (w := r.committed_windows.get(store.committed_key(name, p.partition))) is not None and w.samples
     ]
     slot_rates: dict[str, float] = {}
+    consumed = 0.0
     for partition, samples in committed:
+        rate = consumption_rate(samples)  # once per window: this runs for every partition each minute
+        consumed += rate
         holder = reg.holders.get(partition)
         if holder is not None:
-            slot_rates[holder] = slot_rates.get(holder, 0.0) + consumption_rate(samples)
-    consumed = sum(consumption_rate(samples) for _, samples in committed)
+            slot_rates[holder] = slot_rates.get(holder, 0.0) + rate
     oldest_committed = min((samples[0].at for _, samples in committed), default=None)
     total = r.totals[name]
     lost_skipped = sum(r.skipped.get(reg.row.topic_id, {}).values())
