@@ -249,7 +249,7 @@ class Stack:
 
         mysql, _ = self._clients()
         return {
-            (p.topic, p.partition): p.committed_offset
+            (p.topic, p.partition_id): p.committed_offset
             for p in partition_states(mysql, DEMO_CLUSTER)
             if p.topic in self.topics
         }

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import ast
 import math
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from lagsched.core.lag import OffsetSample
 from lagsched.core.status import (
-    ClaimView,
     DecisionView,
     MeasuredOffsets,
     Metric,
+    PartitionState,
     TopicView,
     escape_label_value,
     find_anomalies,
@@ -135,10 +136,11 @@ def topic(name: str, *, partitions: int = 2, lost: int = 0, measured: float | No
 def test_anomalies_each_kind() -> None:
     topics = [topic("a", lost=7), topic("b", measured=None), topic("c")]
     measured = {("c", 0): MeasuredOffsets(10.0, 120, 100), ("c", 1): MeasuredOffsets(10.0, 50, 60)}
+    lease = datetime.fromtimestamp(1000.0, tz=UTC)
     claims = [
-        ("slot-live", ClaimView("c", 1, 50, 1000.0, True)),
-        ("slot-dead", ClaimView("c", 0, 120, 1000.0, True)),
-        ("slot-dead", ClaimView("a", 1, None, 5.0, False)),  # lease over: the row is free, nothing to flag
+        PartitionState("c", 1, 50, "slot-live", lease, True),
+        PartitionState("c", 0, 120, "slot-dead", lease, True),
+        PartitionState("a", 1, None, "slot-dead", lease, False),  # lease over: the row is free, nothing to flag
     ]
     found = [(a.kind, a.topic, a.partition) for a in find_anomalies(topics, measured, claims, ["slot-live"])]
     assert found == [

@@ -9,14 +9,13 @@ topic or slot. Lease liveness is judged by the database's clock, as the claim pr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from lagsched.adapters.mysql import to_db
+from lagsched.adapters.mysql import from_db, to_db
 from lagsched.adapters.transactions import transaction
 from lagsched.core.names import validate_cluster_name, validate_topic_name
-from lagsched.core.status import DecisionView, GapView
+from lagsched.core.status import DecisionView, GapView, PartitionState
 
 if TYPE_CHECKING:
     import pymysql
@@ -25,36 +24,12 @@ if TYPE_CHECKING:
     Connection = pymysql.connections.Connection[pymysql.cursors.Cursor]
 
 __all__ = [
-    "PartitionState",
     "clusters",
     "overrides_if_migrated",
     "partition_states",
     "recent_decisions",
     "retention_gaps",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionState:
-    """One ``topic_partitions`` row of an enabled topic, with its claim columns.
-
-    Attributes:
-        topic: topic name.
-        partition: partition number.
-        committed_offset: next offset to consume; None before the first commit.
-        claimed_by: the slot named as holder (its lease may have run out; see ``live``).
-        lease_expires_at: epoch seconds, None when unclaimed.
-        live: the lease is live by the database's clock at read time.
-        pending: the recorded, uncommitted batch ``[start, end)``, if any.
-    """
-
-    topic: str
-    partition: int
-    committed_offset: int | None
-    claimed_by: str | None
-    lease_expires_at: float | None
-    live: bool
-    pending: tuple[int, int] | None
 
 
 def _epoch(value: Any) -> float | None:
@@ -107,10 +82,10 @@ def partition_states(conn: Connection, cluster: str) -> list[PartitionState]:
     return [
         PartitionState(
             topic=str(name),
-            partition=int(pid),
+            partition_id=int(pid),
             committed_offset=None if committed is None else int(committed),
-            claimed_by=None if holder is None else str(holder),
-            lease_expires_at=_epoch(lease),
+            holder=None if holder is None else str(holder),
+            lease_expires_at=None if lease is None else from_db(lease),
             live=bool(live) and holder is not None,
             pending=None if start is None or end is None else (int(start), int(end)),
         )

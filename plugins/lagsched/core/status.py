@@ -22,7 +22,6 @@ from lagsched.core.lag import OffsetSample, estimate_time_lag, is_old_open_trans
 __all__ = [
     "STATES",
     "Anomaly",
-    "ClaimView",
     "ClusterStatus",
     "DecisionView",
     "GapView",
@@ -30,6 +29,7 @@ __all__ = [
     "MeasuredOffsets",
     "Metric",
     "PartitionFigures",
+    "PartitionState",
     "SlotView",
     "TopicView",
     "WorkersStep",
@@ -47,13 +47,15 @@ __all__ = [
 STATES = ("ok", "stalled", "stopped")
 
 
-def iso(at: float | None) -> str | None:
-    """``at`` (epoch seconds) as ISO 8601 in UTC, None stays None.
+def iso(at: float | datetime | None) -> str | None:
+    """``at`` (epoch seconds or an aware datetime) as ISO 8601 in UTC, None stays None.
 
-    >>> iso(0.0)
-    '1970-01-01T00:00:00+00:00'
+    >>> iso(0.0), iso(datetime(1970, 1, 1, 1, tzinfo=UTC))
+    ('1970-01-01T00:00:00+00:00', '1970-01-01T01:00:00+00:00')
     """
-    return None if at is None else datetime.fromtimestamp(at, tz=UTC).isoformat()
+    if at is None:
+        return None
+    return (at.astimezone(UTC) if isinstance(at, datetime) else datetime.fromtimestamp(at, tz=UTC)).isoformat()
 
 
 def topic_state(state: str | None) -> str:
@@ -69,29 +71,34 @@ def topic_state(state: str | None) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class ClaimView:
-    """One claimed ``topic_partitions`` row.
+class PartitionState:
+    """One ``topic_partitions`` row of an enabled topic with its claim columns: the one shape of that
+    row that status, the page and the command line read (`lagsched.core.claims.Claim` is the row a
+    slot holds, with its fencing epoch; the lag monitor reads a narrower `PartitionRow`).
 
     Attributes:
         topic: topic name.
-        partition: partition number.
+        partition_id: partition number.
         committed_offset: the next offset to consume as stored by the pipeline; None before the first commit.
-        lease_expires_at: when the holder's lease runs out.
+        holder: the slot named in ``claimed_by`` (its lease may have run out: see ``live``).
+        lease_expires_at: when the holder's lease runs out (UTC), None when unclaimed.
         live: the lease was live at read time, by the database's clock (a dead lease means the row is free).
         pending: the batch ``[start, end)`` recorded but not yet committed, if any.
     """
 
     topic: str
-    partition: int
+    partition_id: int
     committed_offset: int | None
-    lease_expires_at: float | None
+    holder: str | None
+    lease_expires_at: datetime | None
     live: bool
     pending: tuple[int, int] | None = None
 
     def as_dict(self) -> dict[str, Any]:
+        """The row as the JSON routes and ``lagsched status --json`` give it (under its holder)."""
         return {
             "topic": self.topic,
-            "partition": self.partition,
+            "partition": self.partition_id,
             "committed_offset": self.committed_offset,
             "lease_expires_at": iso(self.lease_expires_at),
             "live": self.live,
@@ -115,7 +122,7 @@ class SlotView:
     name: str | None
     last_seen: float | None
     live: bool
-    claims: tuple[ClaimView, ...] = ()
+    claims: tuple[PartitionState, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -490,7 +497,7 @@ class HistoryPoint:
 def find_anomalies(
     topics: Sequence[TopicView],
     measured: Mapping[tuple[str, int], MeasuredOffsets],
-    claims: Iterable[tuple[str, ClaimView]],
+    claims: Iterable[PartitionState],
     live_slots: Iterable[str],
 ) -> list[Anomaly]:
     """What the status read model flags, in a fixed order (topic, then kind).
@@ -508,10 +515,10 @@ def find_anomalies(
     """
     out: list[Anomaly] = []
     live = set(live_slots)
-    blocked: dict[str, list[tuple[str, ClaimView]]] = {}
-    for slot_id, c in claims:
-        if c.live and slot_id not in live:
-            blocked.setdefault(c.topic, []).append((slot_id, c))
+    blocked: dict[str, list[PartitionState]] = {}
+    for c in claims:
+        if c.live and c.holder is not None and c.holder not in live:
+            blocked.setdefault(c.topic, []).append(c)
     for t in sorted(topics, key=lambda t: t.name):
         if t.measured_at is None:
             out.append(
@@ -541,13 +548,13 @@ def find_anomalies(
                         m.at,
                     )
                 )
-        for slot_id, c in sorted(blocked.get(t.name, []), key=lambda x: x[1].partition):
+        for c in sorted(blocked.get(t.name, []), key=lambda c: c.partition_id):
             out.append(
                 Anomaly(
                     "holder_not_live",
                     t.name,
-                    c.partition,
-                    f"held by slot {slot_id}, whose heartbeat stopped; free when its lease ends at "
+                    c.partition_id,
+                    f"held by slot {c.holder}, whose heartbeat stopped; free when its lease ends at "
                     f"{iso(c.lease_expires_at)}",
                 )
             )

@@ -35,12 +35,12 @@ from lagsched.adapters.status_queries import (
 from lagsched.adapters.topics import load_topics
 from lagsched.core.names import validate_cluster_name, validate_topic_name
 from lagsched.core.status import (
-    ClaimView,
     ClusterStatus,
     HistoryPoint,
     MeasuredOffsets,
     Metric,
     PartitionFigures,
+    PartitionState,
     SlotView,
     TopicView,
     find_anomalies,
@@ -124,19 +124,17 @@ def cluster_status(
     store = LagStore(redis, cluster)
     names = [t.name for t in topics]
     records = store.read_lag_records(names)
-    measured = _measured(store, [(p.topic, p.partition) for p in parts])
+    measured = _measured(store, [(p.topic, p.partition_id) for p in parts])
 
     registry = SlotRegistry(redis, cluster=cluster)
     live = registry.live_slots(datetime.fromtimestamp(now, tz=UTC), slot_timeout_s)
-    claims_by_slot: dict[str, list[ClaimView]] = {}
+    claims_by_slot: dict[str, list[PartitionState]] = {}
     owners: dict[str, set[str]] = {}
     for p in parts:
-        if p.claimed_by is None or not p.live:
+        if p.holder is None or not p.live:
             continue  # a row whose lease ran out is free: its last holder holds nothing
-        claims_by_slot.setdefault(p.claimed_by, []).append(
-            ClaimView(p.topic, p.partition, p.committed_offset, p.lease_expires_at, p.live, p.pending)
-        )
-        owners.setdefault(p.topic, set()).add(p.claimed_by)
+        claims_by_slot.setdefault(p.holder, []).append(p)
+        owners.setdefault(p.topic, set()).add(p.holder)
     slot_names = _slot_names(cluster)
     slots = tuple(
         SlotView(s, slot_names.get(s), registry.last_seen(s), s in live, tuple(claims_by_slot.get(s, ())))
@@ -171,7 +169,7 @@ def cluster_status(
     anomalies = find_anomalies(
         views,
         measured,
-        [(slot_id, c) for slot_id, cs in claims_by_slot.items() for c in cs],
+        [c for cs in claims_by_slot.values() for c in cs],
         live,
     )
     return ClusterStatus(
