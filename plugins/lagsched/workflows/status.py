@@ -32,7 +32,7 @@ from lagsched.adapters.status_queries import (
     recent_decisions,
     retention_gaps,
 )
-from lagsched.adapters.topics import load_topics
+from lagsched.adapters.topics import TopicRow, load_topics
 from lagsched.core.names import validate_cluster_name, validate_topic_name
 from lagsched.core.status import (
     ClusterStatus,
@@ -142,30 +142,15 @@ def cluster_status(
     )
 
     override_by_topic = {str(o.get("topic_id")): o for o in overrides}
-    views = []
-    for t in topics:
-        history = records.get(t.name)
-        newest: LagRecord | None = history[-1] if history else None
-        views.append(
-            TopicView(
-                topic_id=t.topic_id,
-                name=t.name,
-                partitions=t.partition_count,
-                lag=None if newest is None else newest.lag,
-                lost=0 if newest is None else newest.lost,
-                time_lag_s=0.0 if newest is None else newest.time_lag_s,
-                ingress_rate=0.0 if newest is None else newest.ingress_rate,
-                consumption_rate=0.0 if newest is None else newest.consumption_rate,
-                measured_at=None if newest is None else newest.at,
-                linker_workers=t.linker_workers,
-                owners=tuple(sorted(owners.get(t.name, ()), key=lambda s: _slot_order(s, slot_names))),
-                state=topic_state(None if newest is None else newest.state),
-                state_reason="" if newest is None else newest.state_reason,
-                override=override_by_topic.get(t.topic_id),
-                held_by_transaction=0 if newest is None else newest.held_by_transaction,
-                transaction_open_s=0.0 if newest is None else newest.transaction_open_s,
-            )
+    views = [
+        _topic_view(
+            t,
+            records.get(t.name),
+            tuple(sorted(owners.get(t.name, ()), key=lambda s: _slot_order(s, slot_names))),
+            override_by_topic.get(t.topic_id),
         )
+        for t in topics
+    ]
     anomalies = find_anomalies(
         views,
         measured,
@@ -183,6 +168,31 @@ def cluster_status(
         anomalies=tuple(anomalies),
         slot_timeout_s=slot_timeout_s,
         notes=() if note is None else (note,),
+    )
+
+
+def _topic_view(
+    t: TopicRow, history: Sequence[LagRecord] | None, owners: tuple[str, ...], override: dict[str, Any] | None
+) -> TopicView:
+    """One topic's row of the status: its registry row and its newest lag record (zeros before the first)."""
+    newest = history[-1] if history else None
+    return TopicView(
+        topic_id=t.topic_id,
+        name=t.name,
+        partitions=t.partition_count,
+        lag=None if newest is None else newest.lag,
+        lost=0 if newest is None else newest.lost,
+        time_lag_s=0.0 if newest is None else newest.time_lag_s,
+        ingress_rate=0.0 if newest is None else newest.ingress_rate,
+        consumption_rate=0.0 if newest is None else newest.consumption_rate,
+        measured_at=None if newest is None else newest.at,
+        linker_workers=t.linker_workers,
+        owners=owners,
+        state=topic_state(None if newest is None else newest.state),
+        state_reason="" if newest is None else newest.state_reason,
+        override=override,
+        held_by_transaction=0 if newest is None else newest.held_by_transaction,
+        transaction_open_s=0.0 if newest is None else newest.transaction_open_s,
     )
 
 
