@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -182,6 +183,10 @@ class ConsumerHarness:
         assert row is not None, f"{topic} was not registered"
         return str(row[0])
 
+    #: Record the slots' JVM class-data archive here (`record_class_archive`) instead of mapping the
+    #: one at `class_archive_path` (when it exists).
+    record_classes_to: Path | None = None
+
     def start(self, name: str, *args: str, master: str = "local[2]", env: dict[str, str] | None = None) -> Slot:
         """Start a slot; ``env`` replaces the harness's environment (e.g. a broken Connection)."""
         from lagsched.adapters.spark import submit_command
@@ -196,7 +201,14 @@ class ConsumerHarness:
         ]  # fmt: skip
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                submit_command(str(JOB), argv, master=master, java_options=TEST_JVM),
+                submit_command(
+                    str(JOB),
+                    argv,
+                    master=master,
+                    java_options=TEST_JVM,
+                    class_archive=str(self.record_classes_to or class_archive_path()),
+                    record_classes=self.record_classes_to is not None,
+                ),
                 env=self.env() if env is None else env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -377,3 +389,38 @@ __all__: Sequence[str] = [
     "value_of",
     "wait_until",
 ]
+
+
+def class_archive_path() -> Path:
+    """Where the slots' JVM class-data archive is kept: with the stack's data, under a name of the
+    JDK, pyspark and jars it holds classes of (a JVM ignores an archive of another JDK or other jars,
+    so a changed setup records a new one instead of mapping nothing)."""
+    import hashlib
+    import shutil
+
+    import pyspark
+
+    from lagsched.adapters.spark import connector_jars
+    from lagsched_dev.stack.config import load
+
+    java = os.path.realpath(shutil.which("java") or "java")
+    key = hashlib.sha256("\n".join([java, pyspark.__version__, *connector_jars()]).encode()).hexdigest()[:16]
+    return load().home / "spark-classes" / f"slot-{key}.jsa"
+
+
+def record_class_archive(harness: ConsumerHarness, kafka_config: dict[str, Any], topic: str, path: Path) -> None:
+    """Run one slot over `topic` (100 records) until idle, recording the classes it loaded into
+    `path`; the JVM writes the archive to a file of its own, moved into place once complete."""
+    produce(kafka_config, topic, 100)
+    harness.register(topic)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    harness.record_classes_to = partial
+    try:
+        harness.run("class-archive", "--exit-when-idle", timeout=300)
+        if partial.is_file():
+            partial.replace(path)
+        else:  # a JVM without class-data sharing: the slots start as they would without the archive
+            warnings.warn(f"the slot's JVM wrote no class archive; log tail:\n{harness.slots[-1].tail()}", stacklevel=1)
+    finally:
+        partial.unlink(missing_ok=True)

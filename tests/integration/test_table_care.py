@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from consumer_support import REPO, TEST_JVM, register_catalog
+from consumer_support import REPO, TEST_JVM, class_archive_path, register_catalog
 
 from lagsched.adapters.lake_reader import read_rows
 from lagsched.adapters.sink import BatchRead, IcebergSink, ensure_table
@@ -110,10 +110,8 @@ def run_job(mysql: Any, lake: LakeTable, *args: str) -> dict[str, Any]:
     )  # fmt: skip
     env["PYTHONPATH"] = str(REPO / "plugins")
     argv = ["--cluster", "care", "--catalog", lake.catalog, "--warehouse", lake.warehouse, *args]
-    done = subprocess.run(
-        submit_command(str(JOB), argv, java_options=TEST_JVM), env=env, capture_output=True, text=True, timeout=400,
-        check=False,
-    )  # fmt: skip
+    command = submit_command(str(JOB), argv, java_options=TEST_JVM, class_archive=str(class_archive_path()))
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=400, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
@@ -189,7 +187,7 @@ def test_a_malformed_settings_variable_fails_the_run_naming_the_field_and_change
     env = dict(os.environ, PYTHONPATH=str(REPO / "plugins"))
     argv = ["--cluster", "care", "--catalog", lake.catalog, "--settings", '{"target_file_mb": 0}']
     done = subprocess.run(
-        submit_command(str(JOB), argv, java_options=TEST_JVM),
+        submit_command(str(JOB), argv, java_options=TEST_JVM, class_archive=str(class_archive_path())),
         env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 1

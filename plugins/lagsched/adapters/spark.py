@@ -215,23 +215,45 @@ def read_offset_ranges(
 
 
 def submit_command(
-    application: str, args: Sequence[str], *, master: str = "local[2]", java_options: Sequence[str] = ()
+    application: str,
+    args: Sequence[str],
+    *,
+    master: str = "local[2]",
+    java_options: Sequence[str] = (),
+    class_archive: str | None = None,
+    record_classes: bool = False,
 ) -> list[str]:
     """The ``spark-submit`` argv for a lagsched job, with the connector jars and the venv's python.
 
     ``java_options`` go to the driver's JVM (in local mode the executors run in it too), e.g. the
     C1-only compiler that halves a short job's start-up CPU.
+
+    ``class_archive`` names a JVM class-data archive (CDS, JDK 13+) of the job's classes: the JVM
+    maps the classes from it instead of loading and verifying them one by one, which took a
+    quarter off a test slot's start-up CPU (docs/consumer-benchmark.md, "Start-up"). With
+    ``record_classes`` the JVM writes it there as it exits normally; give each recording JVM a
+    path of its own and move the file into place afterwards, as a JVM may map it meanwhile.
+    Without ``record_classes`` a missing archive is skipped, and one that does not match (another
+    JDK, other jars) is ignored by the JVM itself. Either way the connector jars go on the driver's
+    class path too, where an archive can hold their classes, the same for recording and mapping.
     """
     bin_dir = os.path.dirname(sys.executable)
     log4j = os.path.join(os.path.dirname(os.path.abspath(application)), "log4j2.properties")
+    jars = connector_jars()
+    jvm = [f"-Dlog4j2.configurationFile=file:{log4j}", *java_options]
+    class_path: list[str] = []
+    if class_archive is not None and (record_classes or os.path.isfile(class_archive)):
+        jvm.append(f"-XX:{'ArchiveClassesAtExit' if record_classes else 'SharedArchiveFile'}={class_archive}")
+        class_path = ["--driver-class-path", os.pathsep.join(jars)]
     return [
         os.path.join(bin_dir, "spark-submit"),
         "--master",
         master,
         "--driver-java-options",
-        " ".join([f"-Dlog4j2.configurationFile=file:{log4j}", *java_options]),
+        " ".join(jvm),
+        *class_path,
         "--jars",
-        ",".join(connector_jars()),
+        ",".join(jars),
         "--conf",
         f"spark.pyspark.python={sys.executable}",
         application,
