@@ -24,6 +24,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -102,22 +103,40 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
+#: The virtualenvs being installed, by version: the first `venv` starts every version's install at
+#: once, so the later versions install while the first one's tests run (pip from its cache is mostly
+#: unpacking, the tests mostly wait on Spark and Airflow).
+_INSTALLS: dict[str, Future[Path]] = {}
+
+
 @pytest.fixture(scope="module", params=sorted(PYTHONS))
-def venv(request: pytest.FixtureRequest, wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def venv(request: pytest.FixtureRequest, wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A new virtualenv of that Python holding the wheel and its locked dependencies, nothing else."""
-    python = PYTHONS[request.param]
-    root = tmp_path_factory.mktemp(f"venv{request.param}")
+    if not _INSTALLS:
+        pool = ThreadPoolExecutor(max_workers=len(PYTHONS), thread_name_prefix="wheel-install")
+        for version in sorted(PYTHONS):
+            root = tmp_path_factory.mktemp(f"venv{version}")
+            _INSTALLS[version] = pool.submit(_install, version, wheel, root)
+        pool.shutdown(wait=False)
+    yield _INSTALLS[request.param].result(timeout=1800)
+
+
+def _install(version: str, wheel: Path, root: Path) -> Path:
+    python = PYTHONS[version]
     # Nothing of this checkout on the path: pip would take its lagsched.egg-info (plugins/, on the
     # suite's PYTHONPATH) for an installed lagsched and skip the wheel.
     clean = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"}}
     subprocess.run([python, "-m", "venv", str(root)], check=True, timeout=120, env=clean)
-    print(f"\n[wheel] installing {wheel.name} into a fresh Python {request.param} virtualenv", flush=True)
+    print(f"\n[wheel] installing {wheel.name} into a fresh Python {version} virtualenv", flush=True)
     done = subprocess.run(
         [
             str(root / "bin" / "pip"),
             "install",
             "-q",
             "--disable-pip-version-check",
+            # Byte-compiling all of Airflow's and Spark's modules took about a minute of CPU; the
+            # modules a run imports are compiled as they are imported.
+            "--no-compile",
             "-c",
             str(REPO / "requirements.lock"),
             str(wheel),
@@ -128,7 +147,7 @@ def venv(request: pytest.FixtureRequest, wheel: Path, tmp_path_factory: pytest.T
         check=False,
         env=clean,
     )
-    assert done.returncode == 0, f"pip install of the wheel failed on Python {request.param}:\n{done.stderr[-4000:]}"
+    assert done.returncode == 0, f"pip install of the wheel failed on Python {version}:\n{done.stderr[-4000:]}"
     site = subprocess.run(
         [str(root / "bin" / "python"), "-c", "import lagsched, sys; print(lagsched.__file__)"],
         capture_output=True, text=True, check=True, env=clean, cwd=root,

@@ -295,8 +295,10 @@ def test_a_retention_gap_is_recorded_logged_and_skipped_and_the_rest_lands_once(
     topic = new_topic(2)
     produce(kafka_config, topic, 3_000, partitions=2)  # 1,500 per partition
     topic_id = consumer.register(topic)
-    # A short budget: the loop's first step runs one batch, then the budget is spent.
-    consumer.run("w1", "--budget-s", "2", "--max-records", "400")
+    # A short budget and a rate cap: the first batch reads 200 records of each partition, and each
+    # next one waits a second, so the budget ends the run with each partition part-read however
+    # fast the batches are (without the cap a quick slot read all 1,500 within the 2 s).
+    consumer.run("w1", "--budget-s", "2", "--max-records", "400", "--max-rate", "400", "--min-interval-s", "1")
     committed = consumer.committed(topic_id)
     first = {p: c for p, c in committed.items() if c is not None and 0 < c < 1_000}
     assert len(first) == 2, f"the first run should have committed part of each partition, committed {committed}"
