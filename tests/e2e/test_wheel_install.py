@@ -134,8 +134,8 @@ def _install(version: str, wheel: Path, root: Path) -> Path:
             "install",
             "-q",
             "--disable-pip-version-check",
-            # Byte-compiling all of Airflow's and Spark's modules took about a minute of CPU; the
-            # modules a run imports are compiled as they are imported.
+            # Not every module of Airflow's and Spark's byte-compiled up front: the test needs only
+            # those a run imports, which Python compiles as it imports them.
             "--no-compile",
             "-c",
             str(REPO / "requirements.lock"),
