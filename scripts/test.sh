@@ -8,9 +8,9 @@
 # Airflow, the rack cluster, the Spark cluster) stay on one worker (tests/conftest.py). The tests
 # marked `serial` stop one of the stack's services, which would fail everything running beside
 # them: they run alone, afterwards. Both phases always run; the exit status is non-zero if either
-# failed, or if the stack cannot start. Not the default yet: a 4-worker run took 30.5 min against
-# 32 serial (the Spark tests are CPU-bound on two cores) and three tests failed beside the others
-# (docs: README, "Tests").
+# failed, or if the stack cannot start. Not the default: on two cores the suite is bound by CPU (the
+# Spark slots), so side by side gains little (2 workers: 29.7 min; 4 workers failed timing bounds
+# under the load; README, "Tests").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-$PWD/.venv}
