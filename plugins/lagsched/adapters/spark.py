@@ -230,7 +230,7 @@ def submit_command(
 
     ``class_archive`` names a JVM class-data archive (CDS, JDK 13+) of the job's classes: the JVM
     maps the classes from it instead of loading and verifying them one by one, which took a
-    quarter off a test slot's start-up CPU (docs/consumer-benchmark.md, "Start-up"). With
+    quarter off a test slot's start-up CPU (docs/consumer.md, "Start-up from a class-data archive"). With
     ``record_classes`` the JVM writes it there as it exits normally; give each recording JVM a
     path of its own and move the file into place afterwards, as a JVM may map it meanwhile.
     Without ``record_classes`` a missing archive is skipped, and one that does not match (another
