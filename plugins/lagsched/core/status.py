@@ -497,7 +497,7 @@ class HistoryPoint:
 def find_anomalies(
     topics: Sequence[TopicView],
     measured: Mapping[tuple[str, int], MeasuredOffsets],
-    claims: Iterable[PartitionState],
+    partitions: Iterable[PartitionState],
     live_slots: Iterable[str],
 ) -> list[Anomaly]:
     """What the status read model flags, in a fixed order (topic, then kind).
@@ -516,7 +516,7 @@ def find_anomalies(
     out: list[Anomaly] = []
     live = set(live_slots)
     blocked: dict[str, list[PartitionState]] = {}
-    for c in claims:
+    for c in partitions:
         if c.live and c.holder is not None and c.holder not in live:
             blocked.setdefault(c.topic, []).append(c)
     for t in sorted(topics, key=lambda t: t.name):

@@ -151,12 +151,7 @@ def cluster_status(
         )
         for t in topics
     ]
-    anomalies = find_anomalies(
-        views,
-        measured,
-        [c for cs in claims_by_slot.values() for c in cs],
-        live,
-    )
+    anomalies = find_anomalies(views, measured, parts, live)  # it keeps the rows under a live lease
     return ClusterStatus(
         cluster=cluster,
         at=now,
