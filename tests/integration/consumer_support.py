@@ -7,6 +7,7 @@ another's. The table is read back with pyiceberg through the same catalog, never
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -391,6 +392,7 @@ __all__: Sequence[str] = [
 ]
 
 
+@functools.cache  # the same for the whole session; every slot start asks for it
 def class_archive_path() -> Path:
     """Where the slots' JVM class-data archive is kept: with the stack's data, under a name of the
     JDK, pyspark and jars it holds classes of (a JVM ignores an archive of another JDK or other jars,
