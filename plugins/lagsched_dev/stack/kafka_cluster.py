@@ -30,6 +30,7 @@ import os
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from lagsched_dev.stack.config import StackConfig, load
@@ -191,8 +192,15 @@ def up(cfg: StackConfig) -> list[Status]:
 
 
 def down(cfg: StackConfig) -> list[str]:
-    """Stop every node; returns the names that were running."""
-    return [n.name for n in reversed(brokers(cfg)) if n.stop()]
+    """Stop every node; returns the names that were running.
+
+    All three at once: stopped one by one, the last node has lost its quorum and waits out its
+    controlled shutdown until the SIGKILL 30 s later; stopped together they exit in about 6 s.
+    """
+    nodes = brokers(cfg)
+    with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+        stopped = list(pool.map(RackBroker.stop, nodes))
+    return [n.name for n, was_running in zip(nodes, stopped, strict=True) if was_running]
 
 
 def status(cfg: StackConfig) -> list[Status]:
