@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -122,6 +123,35 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return self._groups.get(nodeid, nodeid)
 
     return GroupScheduling(config, log)
+
+
+def _busy_core_seconds() -> float:
+    """CPU time the whole machine has spent busy since boot (every process, the stack's services
+    and Spark's JVMs included), from /proc/stat."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """With ``LAGSCHED_TEST_CPU_PROFILE=<file>``, one JSON line per test: its wall seconds and the
+    machine's busy core-seconds meanwhile (setup and teardown included). On two cores the suite is
+    bound by CPU, not by waiting: this says which tests to make cheaper. Meaningful in a serial run,
+    where nothing else shares the machine."""
+    out = os.environ.get("LAGSCHED_TEST_CPU_PROFILE")
+    if not out:
+        yield
+        return
+    wall, busy = time.monotonic(), _busy_core_seconds()
+    yield
+    line = {
+        "test": item.nodeid,
+        "wall_s": round(time.monotonic() - wall, 2),
+        "cpu_s": round(_busy_core_seconds() - busy, 2),
+    }
+    with open(out, "a") as fh:
+        fh.write(json.dumps(line) + "\n")
 
 
 _STACK_WAS_UP = pytest.StashKey[bool]()
