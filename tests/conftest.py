@@ -20,6 +20,7 @@ import pytest
 
 from lagsched_dev.stack.config import StackConfig, load
 from lagsched_dev.stack.environment import stack_environment
+from scratch import migrated, scratch_database, scratch_topics
 
 CFG = load()
 os.environ.update(stack_environment(CFG))
@@ -32,6 +33,7 @@ os.environ.update(stack_environment(CFG))
 AIRFLOW_TEST_HOME = Path(tempfile.mkdtemp(prefix="lagsched-test-airflow-"))
 os.environ["AIRFLOW_HOME"] = str(AIRFLOW_TEST_HOME)
 os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{AIRFLOW_TEST_HOME / 'airflow.db'}"
+
 
 TIERS = ("unit", "integration", "dags", "e2e")
 
@@ -203,10 +205,6 @@ def stack() -> Iterator[StackConfig]:
         local_stack.down(CFG)
 
 
-def unique(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:10]}"
-
-
 @pytest.fixture
 def kafka_config(stack: StackConfig) -> dict[str, Any]:
     from lagsched.connections import kafka_config as resolve
@@ -217,59 +215,21 @@ def kafka_config(stack: StackConfig) -> dict[str, Any]:
 @pytest.fixture
 def new_topic(kafka_config: dict[str, Any]) -> Iterator[Callable[..., str]]:
     """Factory: create a uniquely named topic; every topic made is deleted after the test."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    from lagsched_dev.loadgen import wait_until_ready
-
-    admin = AdminClient(kafka_config)
-    made: list[str] = []
-
-    def make(partitions: int = 1, config: dict[str, str] | None = None, prefix: str = "t") -> str:
-        name = unique(prefix).replace("_", "-")
-        futures = admin.create_topics([NewTopic(name, partitions, 1, config=config or {})], operation_timeout=30)
-        futures[name].result(timeout=30)
-        made.append(name)
-        # Produce only once every partition's leader answers: records acknowledged in the first moments
-        # after a create went missing from the log in about 1 run in 4 (lagsched_dev.loadgen measured it).
-        wait_until_ready(kafka_config, {name: partitions})
-        return name
-
-    yield make
-    if made:
-        for future in admin.delete_topics(made, operation_timeout=30).values():
-            future.result(timeout=30)
+    with scratch_topics(kafka_config) as make:
+        yield make
 
 
 @pytest.fixture
 def empty_mysql_db(stack: StackConfig) -> Iterator[Any]:
     """A fresh, empty database ``lagsched_t_<hex>`` (MySQLParams); dropped afterwards."""
-    import dataclasses
-
-    from lagsched.adapters.mysql import connect
-    from lagsched.connections import mysql_params
-
-    base = mysql_params()
-    name = unique("lagsched_t")
-    admin = connect(base)
-    with admin.cursor() as cur:
-        cur.execute(f"CREATE DATABASE `{name}`")
-    yield dataclasses.replace(base, database=name)
-    admin.ping(reconnect=True)  # a test may have restarted MariaDB meanwhile (test_consumer_outages)
-    with admin.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
-    admin.close()
+    with scratch_database() as params:
+        yield params
 
 
 @pytest.fixture
 def mysql_db(empty_mysql_db: Any) -> Any:
     """A fresh database with every migration in sql/ applied."""
-    from lagsched.adapters.migrations import migrate
-    from lagsched.adapters.mysql import connect
-
-    conn = connect(empty_mysql_db)
-    migrate(conn)
-    conn.close()
-    return empty_mysql_db
+    return migrated(empty_mysql_db)
 
 
 @pytest.fixture

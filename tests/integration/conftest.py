@@ -4,6 +4,7 @@ cluster (shared by test_rack.py and test_two_clusters.py)."""
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 from consumer_support import ConsumerHarness, class_archive_path, record_class_archive
 
 from lagsched_dev.stack.config import StackConfig
+from scratch import migrated, scratch_database, scratch_topics
 
 
 @pytest.fixture
@@ -38,41 +40,19 @@ def slot_class_archive(stack: StackConfig, tmp_path_factory: pytest.TempPathFact
     path = class_archive_path()
     if path.is_file():
         return path
-    import dataclasses
-    import uuid
+    from lagsched.connections import kafka_config
 
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    from lagsched.adapters.migrations import migrate
-    from lagsched.adapters.mysql import connect
-    from lagsched.connections import kafka_config, mysql_params
-    from lagsched_dev.loadgen import wait_until_ready
-
-    name = f"lagsched_t_cds_{uuid.uuid4().hex[:8]}"
-    topic = name.replace("_", "-")
     config = kafka_config()
-    admin_db = connect(mysql_params())
-    admin = AdminClient(config)
-    with admin_db.cursor() as cur:
-        cur.execute(f"CREATE DATABASE `{name}`")
-    try:
-        params = dataclasses.replace(mysql_params(), database=name)
-        conn = connect(params)
-        migrate(conn)
-        conn.close()
-        admin.create_topics([NewTopic(topic, 1, 1)], operation_timeout=30)[topic].result(timeout=30)
-        wait_until_ready(config, {topic: 1})
-        redis_db = int(os.environ.get("LAGSCHED_TEST_REDIS_DB", "15"))
-        harness = ConsumerHarness(params, config, redis_db, f"c-{name[-8:]}", tmp_path_factory.mktemp("class-archive"))
+    redis_db = int(os.environ.get("LAGSCHED_TEST_REDIS_DB", "15"))
+    with scratch_database() as params, scratch_topics(config) as new_topic:
+        topic = new_topic(1, prefix="cds")
+        harness = ConsumerHarness(
+            migrated(params), config, redis_db, f"c-{uuid.uuid4().hex[:8]}", tmp_path_factory.mktemp("class-archive")
+        )
         try:
             record_class_archive(harness, config, topic, path)
         finally:
             harness.stop_all()
-    finally:
-        admin.delete_topics([topic], operation_timeout=30)
-        with admin_db.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
-        admin_db.close()
     return path
 
 
