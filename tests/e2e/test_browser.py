@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_ui import Seed, seed_cluster
 
 from lagsched_dev.airflow_api import PASSWORDS_FILE, AirflowAPI
 from lagsched_dev.stack.config import StackConfig
+
+from .test_ui import Seed, seed_cluster
 
 CHROMIUM = "/usr/bin/chromium"
 SCREENSHOT = Path(__file__).parents[2] / "docs" / "img" / "lagsched-page.png"
