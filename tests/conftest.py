@@ -34,6 +34,13 @@ AIRFLOW_TEST_HOME = Path(tempfile.mkdtemp(prefix="lagsched-test-airflow-"))
 os.environ["AIRFLOW_HOME"] = str(AIRFLOW_TEST_HOME)
 os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{AIRFLOW_TEST_HOME / 'airflow.db'}"
 
+# The suite's Spark drivers live for seconds, not days: C1 only and the serial GC cost a short-lived
+# JVM far less CPU than the tiered compiler and G1 (tests/integration/consumer_support.TEST_JVM,
+# which its slots get explicitly). This reaches the rest, started by plain spark-submit: the Airflow
+# operator's slots (in dag.test() and in the stack's Airflow the e2e tier starts, which inherits
+# this environment), the installed wheel's slot, and the tests' in-process Spark sessions;
+# spark-submit hands SPARK_SUBMIT_OPTS to the driver's JVM.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 TIERS = ("unit", "integration", "dags", "e2e")
 

@@ -189,6 +189,7 @@ def deployment(
         "PYSPARK_PYTHON": str(venv / "bin" / "python"),
         "PYSPARK_DRIVER_PYTHON": str(venv / "bin" / "python"),
         "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_SUBMIT_OPTS": os.environ.get("SPARK_SUBMIT_OPTS", ""),  # the suite's JVM flags (tests/conftest.py)
         "LAGSCHED_SPARK_JARS": ",".join(str(p) for p in spark_jars(stack)),
         **{k: json.dumps(v) for k, v in conns.items()},
     }
