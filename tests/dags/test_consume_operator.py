@@ -90,6 +90,11 @@ def test_slot_consumes_then_stops_gracefully_on_kill(
         assert time.monotonic() < deadline, "the slot did not commit the topic's 2000 records in 240 s"
         time.sleep(1)
     assert SlotRegistry(redis_client, cluster=cluster).last_seen(slot_id_for(name)) is not None  # heartbeating
+    # Spark's local dir is the run's scratch folder: the jars it copies there at every start go with
+    # the folder, also when the driver is killed.
+    assert op._hook is not None and op._hook.scratch_dir is not None
+    running_in = Path(op._hook.scratch_dir)
+    assert list(running_in.glob("spark-*/userFiles-*/*.jar")), sorted(p.name for p in running_in.iterdir())
 
     op.on_kill()
     worker.join(timeout=150)

@@ -46,7 +46,13 @@ from typing import Any
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-__all__ = ["CHILD_CONNECTIONS", "EXIT_LOST_CLAIM", "LagschedSparkSubmitOperator", "child_connections_environment"]
+__all__ = [
+    "CHILD_CONNECTIONS",
+    "EXIT_LOST_CLAIM",
+    "LagschedSparkSubmitOperator",
+    "child_connections_environment",
+    "spark_local_dir_chosen",
+]
 
 #: Connections the consumer job reads (docs/consumer.md), under these ids.
 CHILD_CONNECTIONS = ("lagsched_kafka", "lagsched_mysql", "lagsched_redis")
@@ -114,6 +120,32 @@ def child_process_environment(
     return env
 
 
+def spark_local_dir_chosen(env: Mapping[str, str], conf: Mapping[str, Any]) -> bool:
+    """Whether the deployment chose Spark's local dir: ``SPARK_LOCAL_DIRS``, ``spark.local.dir`` in the
+    operator's ``conf``, or in the ``spark-defaults.conf`` of ``SPARK_CONF_DIR`` (else
+    ``SPARK_HOME/conf``), which the scratch folder must not override.
+
+    >>> spark_local_dir_chosen({"PATH": "/bin"}, {"spark.ui.enabled": "false"})
+    False
+    >>> spark_local_dir_chosen({"SPARK_LOCAL_DIRS": "/fast"}, {})
+    True
+    >>> spark_local_dir_chosen({}, {"spark.local.dir": "/fast"})
+    True
+    """
+    if env.get("SPARK_LOCAL_DIRS") or "spark.local.dir" in conf:
+        return True
+    conf_dir = env.get("SPARK_CONF_DIR") or (os.path.join(env["SPARK_HOME"], "conf") if env.get("SPARK_HOME") else "")
+    defaults = Path(conf_dir, "spark-defaults.conf") if conf_dir else None
+    if defaults is None or not defaults.is_file():
+        return False
+    lines = defaults.read_text(errors="replace").splitlines()
+    return any(
+        line.split(None, 1)[0] == "spark.local.dir"
+        for line in lines
+        if line.strip() and not line.lstrip().startswith("#")
+    )
+
+
 class _GracefulSparkSubmitHook(SparkSubmitHook):
     """The provider's hook with the job's environment of our making, in a session of its own."""
 
@@ -139,6 +171,11 @@ class _GracefulSparkSubmitHook(SparkSubmitHook):
         # the task's own (often the checkout the DAGs live in) stays clean.
         scratch = self.scratch_dir = tempfile.mkdtemp(prefix="lagsched-spark-")
         kwargs.setdefault("cwd", scratch)
+        # Spark copies the connector jars (66 MB) into its local dir at every start and deletes them
+        # as it exits; a killed driver cannot. Unless the deployment chose a local dir, it is the
+        # scratch folder, so they go with it whatever the end.
+        if not spark_local_dir_chosen(kwargs["env"], self._conf or {}):
+            kwargs["env"]["SPARK_LOCAL_DIRS"] = scratch
         try:
             return super().submit(application, **kwargs)
         finally:
