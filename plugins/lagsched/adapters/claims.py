@@ -39,7 +39,7 @@ import random
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypeVar
@@ -57,6 +57,7 @@ from lagsched.core.claims import (
     LockMode,
     RetryPolicy,
     RowState,
+    check_lease_s,
     claim_status,
     judge_claim,
     lease_expiry,
@@ -357,7 +358,7 @@ class ClaimStore:
         _check_id("slot_id", slot_id)
         _check_wants(wants)
         only = {t: sorted(set(ps)) for t, ps in (targets or {}).items()}
-        lease_expiry(datetime.now(UTC), lease_s)  # validates lease_s before any I/O
+        check_lease_s(lease_s)
         won: list[Claim] = []  # every row this call claimed, recorded as soon as it is committed
         last: list[_Pass | None] = [None]
 
@@ -611,7 +612,7 @@ class ClaimStore:
         _check_id("slot_id", slot_id)
         # Key order: the order every waiting transaction locks rows in.
         todo = sorted({(c.key, c.claim_epoch): c for c in claims}.values(), key=lambda c: (c.key, c.claim_epoch))
-        lease_expiry(datetime.now(UTC), lease_s)
+        check_lease_s(lease_s)
         if not todo:
             return []
 

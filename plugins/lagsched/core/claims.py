@@ -48,6 +48,7 @@ __all__ = [
     "ServerVersion",
     "StaleReason",
     "Staleness",
+    "check_lease_s",
     "claim_status",
     "held_counts",
     "is_lease_live",
@@ -228,9 +229,14 @@ def lease_expiry(now: datetime, lease_s: float) -> datetime:
     '2026-01-01T00:00:30+00:00'
     """
     _check_aware("now", now)
+    check_lease_s(lease_s)
+    return now + timedelta(seconds=lease_s)
+
+
+def check_lease_s(lease_s: float) -> None:
+    """Refuse a lease that would not last (``lease_s`` must be > 0), before any I/O is spent on it."""
     if not lease_s > 0:
         raise ValueError(f"lease_s={lease_s}; a lease must last > 0 seconds")
-    return now + timedelta(seconds=lease_s)
 
 
 def is_lease_live(expires_at: datetime | None, now: datetime) -> bool:
