@@ -74,17 +74,27 @@ def reconnect(conn: pymysql.connections.Connection[pymysql.cursors.Cursor]) -> N
     _set_isolation(conn)
 
 
+def aware_utc(at: datetime) -> datetime:
+    """``at`` in UTC. The one refusal of a naive datetime: its zone would be a guess, and every time
+    the tables hold is compared with the sessions' UTC.
+
+    Raises:
+        ValueError: a naive datetime.
+    """
+    if at.tzinfo is None:
+        raise ValueError(f"{at!r} is naive; pass timezone-aware datetimes")
+    return at.astimezone(UTC)
+
+
 def to_db(at: datetime | float) -> datetime:
     """A time as the sessions store it: naive UTC wall time (pymysql sends a datetime without its
     zone, and every session runs in UTC). ``at`` is timezone-aware, or seconds since the epoch.
 
     Raises:
-        ValueError: a naive datetime (its zone would be a guess).
+        ValueError: a naive datetime (`aware_utc`).
     """
     if isinstance(at, datetime):
-        if at.tzinfo is None:
-            raise ValueError(f"{at!r} is naive; pass timezone-aware datetimes")
-        return at.astimezone(UTC).replace(tzinfo=None)
+        return aware_utc(at).replace(tzinfo=None)
     return datetime.fromtimestamp(at, tz=UTC).replace(tzinfo=None)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from lagsched.adapters.mysql import from_db, to_db
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 __all__ = [
     "OverrideRow",
     "active_overrides",
-    "aware_utc",
     "cancel_override",
     "delete_ended_overrides",
     "evaluation_id_of",
@@ -147,7 +146,6 @@ def insert_override(
 ) -> int:
     """INSERT one override inside the caller's transaction and cancel the topic's other active ones
     (``replaced by override <id>``); returns its id. The caller has validated the request."""
-    now = aware_utc(now)
     cur.execute(
         "INSERT INTO scaling_overrides (cluster, topic_id, topic, linker_workers, previous_workers, reason,"
         " created_by, created_at, expires_at, request_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
@@ -177,7 +175,7 @@ def active_overrides(conn: Connection, cluster: str | None, now: datetime) -> li
     """The overrides active at `now` (not cancelled, not expired) of `cluster` (all when None),
     at most one per topic (the newest), by topic name."""
     where = ["cancelled_at IS NULL", "expires_at > %s"]
-    args: list[Any] = [to_db(aware_utc(now))]
+    args: list[Any] = [to_db(now)]
     if cluster is not None:
         where.insert(0, "cluster = %s")
         args.insert(0, validate_cluster_name(cluster))
@@ -205,7 +203,7 @@ def list_overrides(
         args.append(validate_cluster_name(cluster))
     if since is not None:
         where.append("expires_at > %s")
-        args.append(to_db(aware_utc(since)))
+        args.append(to_db(since))
     sql = f"SELECT {_COLUMNS} FROM scaling_overrides"  # noqa: S608 - fixed column list
     if where:
         sql += " WHERE " + " AND ".join(where)
@@ -228,7 +226,7 @@ def cancel_override(conn: Connection, override_id: int, now: datetime, cancelled
     The worker count stays where it is until the next evaluation, which decides normally (its
     change, if any, is recorded with rule ``override_expired``).
     """
-    at = to_db(aware_utc(now))
+    at = to_db(now)
     with transaction(conn) as cur:
         cur.execute(
             "UPDATE scaling_overrides SET cancelled_at = %s, cancelled_by = %s"
@@ -245,7 +243,7 @@ def delete_ended_overrides(conn: Connection, before: datetime, *, batch_rows: in
     ``before`` is: ``before`` is a past time and an active override ends after now. In batches of
     at most ``batch_rows`` (`delete_in_batches`).
     """
-    cutoff = to_db(aware_utc(before))
+    cutoff = to_db(before)
     return delete_in_batches(
         conn,
         "DELETE FROM scaling_overrides WHERE expires_at < %s OR cancelled_at < %s ORDER BY id LIMIT %s",
@@ -262,7 +260,7 @@ def is_overridden(cur: Cursor, topic_id: str, at: datetime) -> bool:
     """
     cur.execute(
         "SELECT 1 FROM scaling_overrides WHERE topic_id = %s AND cancelled_at IS NULL AND expires_at > %s LIMIT 1",
-        (topic_id, to_db(aware_utc(at))),
+        (topic_id, to_db(at)),
     )
     return cur.fetchone() is not None
 
@@ -286,10 +284,3 @@ def _row(r: Sequence[Any]) -> OverrideRow:
         request_id=None if request_id is None else str(request_id),
         decision_id=None if decision_id is None else int(decision_id),
     )
-
-
-def aware_utc(at: datetime) -> datetime:
-    """`at` in UTC; a naive datetime is refused (overrides' times are compared with the table's UTC)."""
-    if at.tzinfo is None:
-        raise ValueError(f"a naive datetime is ambiguous; pass an aware UTC datetime, got {at!r}")
-    return at.astimezone(UTC)

@@ -13,9 +13,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 from lagsched.adapters.decisions import insert_decision
+from lagsched.adapters.mysql import aware_utc
 from lagsched.adapters.overrides import (
     OverrideRow,
-    aware_utc,
     evaluation_id_of,
     find_by_request,
     insert_override,
