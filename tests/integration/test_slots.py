@@ -134,3 +134,19 @@ def test_a_lock_held_by_a_dead_process_of_this_host_is_taken_over_at_once(redis_
     assert lock.take_over(slot, "someone-else", mine, 60) is False  # only from the holder named
     assert lock.take_over(slot, dead, mine, 60) is True
     assert lock.holders([slot]) == {slot: mine}
+
+
+def test_the_slot_keeper_heartbeats_on_its_injected_wall_clock(registry: SlotRegistry, mysql_db: Any) -> None:
+    from lagsched.adapters.claims import open_claim_store
+    from lagsched.workflows.consume import SlotKeeper
+
+    s = new_slot_id()
+    keeper = SlotKeeper(registry, open_claim_store(mysql_db), s, heartbeat_s=1.0, lease_s=6.0, wall_clock=lambda: at(7))
+    try:
+        keeper.go_live()
+        assert registry.last_seen(s) == at(7).timestamp()
+        assert registry.live_slots(at(7 + keeper.timeout_s - 0.001), keeper.timeout_s) == [s]
+        keeper.stand_by()
+        assert registry.live_slots(at(8), keeper.timeout_s) == []
+    finally:
+        keeper.stop()

@@ -24,6 +24,10 @@ A background ``SlotKeeper`` heartbeats the slot and renews its leases for the wh
 Spark batch never lets either lapse; a ``ScalingListener`` wakes the loop when a scaling decision is
 published. The run ends at its time budget, on a stop request (SIGTERM), when idle (if asked), or
 when it lost a claim (a stale holder); it then commits what it wrote, releases its rows and leaves.
+
+Time comes from two injected clocks, never read directly: ``clock`` (monotonic seconds: the budget,
+batch intervals, the renew cadence, outage bounds) and ``wall_clock`` (an aware UTC datetime: the
+heartbeats and the live set). Leases are judged by the database's clock alone (`ClaimStore`).
 """
 
 from __future__ import annotations
@@ -194,6 +198,11 @@ class SlotTakenError(LagschedError):
     replaced. It must leave without touching the slot's rows or heartbeat (they are the other's)."""
 
 
+def utc_now() -> datetime:
+    """The wall clock, the default ``wall_clock`` of `SlotKeeper` and `SlotRun` (tests inject theirs)."""
+    return datetime.now(UTC)
+
+
 class SlotKeeper:
     """Holds the slot's lock, heartbeats the slot and renews its leases from a thread of its own.
 
@@ -218,8 +227,11 @@ class SlotKeeper:
         lock: SlotLock | None = None,
         token: str = "",
         outage_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self._registry, self._store, self._slot = registry, store, slot_id
+        self._clock, self._wall_clock = clock, wall_clock
         self._heartbeat_s, self._lease_s = heartbeat_s, lease_s
         self._outage = Outage(lease_s if outage_s is None else outage_s)
         self._lock_store, self._token = lock, token
@@ -268,7 +280,7 @@ class SlotKeeper:
         self._keep_lock()
         with self._live_lock:
             if self._live:
-                self._registry.heartbeat(self._slot, datetime.now(UTC), self.timeout_s)
+                self._registry.heartbeat(self._slot, self._wall_clock(), self.timeout_s)
 
     def _keep_lock(self) -> None:
         if self._lock_store is None:
@@ -329,15 +341,15 @@ class SlotKeeper:
 
     def _run(self) -> None:
         renew_every = self._lease_s / 3
-        last_renew = time.monotonic()
+        last_renew = self._clock()
         while not self._stop.wait(self._heartbeat_s):
             try:
                 self.beat()
-                if time.monotonic() - last_renew >= renew_every:
+                if self._clock() - last_renew >= renew_every:
                     with self._lock:
                         claims = list(self._claims)
                     renewed = self._store.renew(self._slot, claims, self._lease_s) if claims else []
-                    last_renew = time.monotonic()
+                    last_renew = self._clock()
                     if len(renewed) < len(claims):
                         log.warning("slot %s: %d claim(s) could not be renewed", self._slot, len(claims) - len(renewed))
             except SlotTakenError as exc:
@@ -345,14 +357,14 @@ class SlotKeeper:
                 self._error = exc
                 return
             except Exception as exc:  # noqa: BLE001 - ridden through, or handed to the main loop
-                if ride_through(self._outage, exc, time.monotonic(), f"slot {self._slot[:8]}: heartbeat/renew") is None:
+                if ride_through(self._outage, exc, self._clock(), f"slot {self._slot[:8]}: heartbeat/renew") is None:
                     log.error("slot %s: heartbeat/renew failed: %s", self._slot, exc)
                     self._error = exc
                     return
                 with contextlib.suppress(Exception):  # still down: the next heartbeat tries again
                     reconnect(self._store.conn)
             else:
-                if (took := self._outage.recovered(time.monotonic())) is not None:
+                if (took := self._outage.recovered(self._clock())) is not None:
                     log.warning("slot %s: heartbeat/renew work again after %.1f s", self._slot[:8], took)
 
 
@@ -413,6 +425,7 @@ class SlotRun:
         wake: threading.Event,
         stats: IO[str] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], datetime] = utc_now,
         racks: SlotRacks | None = None,
         announce_joined: bool = False,
     ) -> None:
@@ -423,7 +436,7 @@ class SlotRun:
         self.announce_joined = announce_joined
         self.conn, self.store, self.registry, self.admin = conn, store, registry, admin
         self.sink, self.keeper, self.stop, self.wake = sink, keeper, stop, wake
-        self.stats, self.clock = stats, clock
+        self.stats, self.clock, self.wall_clock = stats, clock, wall_clock
         self.outcome = RunOutcome(StopReason.BUDGET)
         # A new slot's first batch goes as soon as it holds rows: a scale-up's slot is waited for,
         # and one early batch an hour is no tiny-file problem. Later ones keep min_interval_s.
@@ -535,7 +548,7 @@ class SlotRun:
                 )  # fmt: skip
                 return StopReason.RESCALED
         self._join()
-        live = self.registry.live_slots(datetime.now(UTC), self.s.slot_timeout_s)
+        live = self.registry.live_slots(self.wall_clock(), self.s.slot_timeout_s)
         if self.s.slot_id not in live:
             # This slot is running, whatever Redis says (its heartbeat lost to a Redis restart, or
             # not yet written): beat now (which also confirms the lock) and count itself.
@@ -814,7 +827,7 @@ class SlotRun:
                 "plan_s": round(t_read - t0, 4),
                 "commit_s": round(t_committed - t_written, 4),
                 "wall_s": round(self._last_batch - t0, 4),
-                "t_end": time.time(),
+                "t_end": self.wall_clock().timestamp(),
             }
         )
 
