@@ -33,6 +33,37 @@ def test_the_check_sees_a_forbidden_import(tmp_path: Path) -> None:
     assert imported_modules(sample) == {"os", "redis"}
 
 
+#: Reading a clock: ``datetime.now()``, ``date.today()``, ``time.time()``, ``time.monotonic()``...
+CLOCK_READS = {"now", "utcnow", "today", "time", "monotonic", "perf_counter", "time_ns", "monotonic_ns"}
+
+
+def clock_reads(path: Path) -> list[str]:
+    """``owner.attr()`` calls in the file that read a clock (docstrings' examples aside)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in CLOCK_READS:
+            owner = node.func.value
+            name = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", "")
+            if name in {"datetime", "date", "time"}:
+                found.append(f"{name}.{node.func.attr}() at line {node.lineno}")
+    return found
+
+
+@pytest.mark.parametrize("path", sorted(CORE.rglob("*.py")), ids=lambda p: p.name)
+def test_core_module_reads_no_clock(path: Path) -> None:
+    # The time is a parameter (``now``) that the entry points read once (docs/architecture.md, "Time").
+    assert clock_reads(path) == [], f"{path.name} reads a clock; take ``now`` as a parameter instead"
+
+
+def test_the_check_sees_a_clock_read(tmp_path: Path) -> None:
+    sample = tmp_path / "bad.py"
+    sample.write_text(
+        "import time, datetime as dt\nfrom datetime import datetime\n"
+        "a = datetime.now()\nb = time.monotonic()\nc = dt.datetime.now()\nd = now()\ne = x.time()\n"
+    )
+    assert clock_reads(sample) == ["datetime.now() at line 3", "time.monotonic() at line 4", "datetime.now() at line 5"]
+
+
 WORKFLOWS = CORE.parent / "workflows"
 ADAPTERS = CORE.parent / "adapters"
 SQL_WORDS = ("SELECT ", "INSERT ", "UPDATE ", "DELETE ", "REPLACE ", " FROM ", "FOR UPDATE")
