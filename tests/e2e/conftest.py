@@ -34,4 +34,4 @@ def airflow(stack: StackConfig) -> Iterator[AirflowAPI]:
         pytest.fail(f"Airflow could not start: {exc}", pytrace=False)
     yield AirflowAPI.for_simple_auth(f"http://127.0.0.1:{stack.airflow_port}", stack.airflow_home)
     if not was_up and not os.environ.get("LAGSCHED_KEEP_STACK"):
-        service.stop()
+        service.stop(with_database=False)  # the rest of the suite still uses the stack's metadata DB

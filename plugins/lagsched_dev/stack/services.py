@@ -485,10 +485,13 @@ class Airflow(Service):
         with os.fdopen(fd, "w") as fh:
             fh.write(json.dumps({"admin": secrets.token_urlsafe(12)}) + "\n")
 
-    def stop(self) -> bool:
+    def stop(self, *, with_database: bool = True) -> bool:
+        """Stop Airflow, then its metadata DB (a no-op when PostgreSQL is not running) unless
+        ``with_database`` is False: the stack without Airflow still has it (`migrate_airflow_db`),
+        for ``dag.test()`` and for the tests that read it."""
         stopped = super().stop()
-        # Its metadata DB goes after it (a no-op when PostgreSQL is not running).
-        Postgres(self.cfg).stop()
+        if with_database:
+            Postgres(self.cfg).stop()
         return stopped
 
     def command(self) -> list[str]:
