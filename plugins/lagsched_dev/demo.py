@@ -883,7 +883,7 @@ def _summary(demo: Demo) -> dict[str, Any]:
     lines.append(f"scaling decisions ({len(decisions)}), each with the evidence its policy saw:")
     for d in decisions:
         at = datetime.fromtimestamp(d.decided_at, tz=UTC).strftime("%H:%M:%S")
-        change = f"{_short(d.topic):<10} {d.old_workers} -> {d.new_workers}"
+        change = f"{_short(d.topic):<10} {d.previous_linker_workers} -> {d.linker_workers}"
         lines.append(f"  {at} +{format_duration(d.decided_at - started):>10}  {change}  {d.policy} {d.rule}")
         lines.append(f"      {evidence(d)}")
         lines.append(f"      {d.reason}")
@@ -915,8 +915,8 @@ def _summary(demo: Demo) -> dict[str, Any]:
             {
                 "at": d.decided_at,
                 "topic": d.topic,
-                "old": d.old_workers,
-                "new": d.new_workers,
+                "previous_linker_workers": d.previous_linker_workers,
+                "linker_workers": d.linker_workers,
                 "policy": d.policy,
                 "rule": d.rule,
                 "reason": d.reason,
@@ -959,9 +959,9 @@ def _workers_over_time(topic: str, decisions: Sequence[Any], history: Sequence[S
     """``1 -> 3 (+2 min 50 s) -> 1 (+7 min 40 s)`` from the decisions (or the status readings)."""
     mine = [d for d in decisions if d.topic == topic]
     if mine:
-        text = str(mine[0].old_workers)
+        text = str(mine[0].previous_linker_workers)
         for d in mine:
-            text += f" -> {d.new_workers} (+{format_duration(d.decided_at - started)})"
+            text += f" -> {d.linker_workers} (+{format_duration(d.decided_at - started)})"
         return text
     seen = [s.workers.get(topic, 0) for s in history]
     return str(seen[-1]) if seen else "-"

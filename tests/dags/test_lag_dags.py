@@ -77,7 +77,8 @@ def workers_of(conn: Any, topic_id: str) -> int:
 def decision_rows(conn: Any, topic_id: str) -> list[tuple[Any, ...]]:
     with conn.cursor() as cur:
         cur.execute(
-            "SELECT evaluation_id, old_workers, new_workers, rule FROM scaling_decisions WHERE topic_id = %s",
+            "SELECT evaluation_id, previous_linker_workers, linker_workers, rule FROM scaling_decisions"
+            " WHERE topic_id = %s",
             (topic_id,),
         )
         rows = list(cur.fetchall())
@@ -155,7 +156,9 @@ def test_scaling_evaluator_dag_applies_and_records(
     assert task_state(run, "announce_changes") == "success"
     (event,) = asset_events(run)
     assert event.asset.uri == "lagsched://scaling/workers_changed"
-    assert event.extra["changes"] == [{"cluster": cluster, "topic": "orders", "old": 2, "new": 6}]
+    assert event.extra["changes"] == [
+        {"cluster": cluster, "topic": "orders", "previous_linker_workers": 2, "linker_workers": 6}
+    ]
 
 
 def test_an_evaluation_that_changes_nothing_starts_no_consume_run(env: Any, redis_client: Any) -> None:

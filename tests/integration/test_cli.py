@@ -110,7 +110,9 @@ def test_status_shows_the_registry_lag_and_decisions(
     assert topics["orders"]["lag"] == 4321
     assert topics["orders"]["linker_workers"] == 2
     assert topics["idle"]["lag"] is None  # never measured
-    assert [(x["topic"], x["old_workers"], x["new_workers"]) for x in status["decisions"]] == [("orders", 1, 2)]
+    assert [(x["topic"], x["previous_linker_workers"], x["linker_workers"]) for x in status["decisions"]] == [
+        ("orders", 1, 2)
+    ]
 
 
 def test_status_names_the_connection_it_cannot_reach(connections: dict[str, str]) -> None:

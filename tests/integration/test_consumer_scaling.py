@@ -178,7 +178,8 @@ def test_raising_linker_workers_spreads_partitions_within_a_batch_interval_and_n
         conn.commit()
         conn.close()
         message = {
-            "topic_id": topic_id, "topic": topic, "cluster": consumer.cluster, "old": 1, "new": 2,
+            "topic_id": topic_id, "topic": topic, "cluster": consumer.cluster,
+            "previous_linker_workers": 1, "linker_workers": 2,
             "at": datetime.now(UTC).isoformat(), "reason": "test", "rule": "test", "policy": "hevo",
             "decision_id": None,
         }  # fmt: skip

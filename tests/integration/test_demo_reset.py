@@ -31,7 +31,7 @@ def test_the_demo_topics_go_back_to_one_worker_with_a_decision_and_the_others_st
         ("other", "demo.orders"): 2,
     }
     (decision,) = recent_decisions(db, DEMO_CLUSTER)
-    assert (decision.topic, decision.old_workers, decision.new_workers) == ("demo.orders", 3, 1)
+    assert (decision.topic, decision.previous_linker_workers, decision.linker_workers) == ("demo.orders", 3, 1)
     assert (decision.policy, decision.rule) == ("manual", "demo_reset")
     # Run again (a demo restarted at once): nothing left to reset, no second decision.
     assert reset_workers(db, ["demo.orders", "demo.clicks"], now + 1) == []

@@ -171,7 +171,7 @@ def test_a_backlog_larger_than_a_batch_goes_in_several_batches(db: Any, redis_cl
     gap(db, orders, 0, 10 * backlog, now - 60)
     with transaction(db) as cur:  # a backlog of ended overrides, written as the adapter would
         cur.executemany(
-            "INSERT INTO scaling_overrides (cluster, topic_id, topic, linker_workers, previous_workers, reason,"
+            "INSERT INTO scaling_overrides (cluster, topic_id, topic, linker_workers, previous_linker_workers, reason,"
             " created_by, created_at, expires_at) VALUES (%s, %s, 'orders', 2, 1, 'r', 'ops', %s, %s)",
             [(cluster, orders, at(now - 50 * DAY_S).replace(tzinfo=None), at(now - 49 * DAY_S).replace(tzinfo=None))]
             * backlog,

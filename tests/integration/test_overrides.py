@@ -61,10 +61,15 @@ def test_an_override_is_applied_recorded_and_announced_at_once(
 
     assert workers_of(db, topic_id) == 8
     o = result.override
-    assert (o.topic, o.linker_workers, o.previous_workers, o.created_by) == ("orders", 8, 2, "ana")
+    assert (o.topic, o.linker_workers, o.previous_linker_workers, o.created_by) == ("orders", 8, 2, "ana")
     assert o.expires_at == NOW + timedelta(hours=2)
     (row,) = decisions(db, topic_id)
-    assert (row["old_workers"], row["new_workers"], row["rule"], row["policy"]) == (2, 8, "override", "manual")
+    assert (row["previous_linker_workers"], row["linker_workers"], row["rule"], row["policy"]) == (
+        2,
+        8,
+        "override",
+        "manual",
+    )
     assert row["evaluation_id"] == f"override-{o.id}"
     assert row["lag_records"] == 4_200
     assert (
@@ -72,7 +77,7 @@ def test_an_override_is_applied_recorded_and_announced_at_once(
     )
     assert row["announced_at"] is not None
     (msg,) = messages(subscriber)
-    assert (msg["topic"], msg["old"], msg["new"], msg["rule"], msg["reason"]) == (
+    assert (msg["topic"], msg["previous_linker_workers"], msg["linker_workers"], msg["rule"], msg["reason"]) == (
         "orders", 2, 8, "override", row["reason"],
     )  # fmt: skip
     assert [a.id for a in active_overrides(db, cluster, NOW)] == [o.id]
@@ -135,10 +140,10 @@ def test_the_evaluator_holds_an_overridden_topic_and_decides_normally_after_expi
 
     (outcome,) = done.outcomes
     assert outcome.status == "applied" and outcome.decision is not None
-    assert outcome.decision.new_workers < 8
-    assert workers_of(db, topic_id) == outcome.decision.new_workers
+    assert outcome.decision.linker_workers < 8
+    assert workers_of(db, topic_id) == outcome.decision.linker_workers
     last = decisions(db, topic_id)[-1]
-    assert (last["rule"], last["old_workers"]) == ("override_expired", 8)
+    assert (last["rule"], last["previous_linker_workers"]) == ("override_expired", 8)
     assert last["reason"].startswith(f"override ended (Black Friday sale (override {o.id} by ana")
     assert "; scale_down" in last["reason"]
 
@@ -201,7 +206,7 @@ def test_a_retried_request_finds_its_override_and_writes_nothing_more(
     third = override(db, redis_client, cluster, request_id="manual__2026-11-27")
     assert third.announced
     (msg,) = messages(subscriber)
-    assert (msg["rule"], msg["new"]) == ("override", 8)
+    assert (msg["rule"], msg["linker_workers"]) == ("override", 8)
 
 
 def test_the_cli_adds_lists_and_cancels(

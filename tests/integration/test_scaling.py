@@ -114,8 +114,8 @@ def workers_of(conn: Any, topic_id: str) -> int:
 
 
 def decisions(conn: Any, topic_id: str) -> list[dict[str, Any]]:
-    cols = ("evaluation_id", "topic", "old_workers", "new_workers", "lag_records", "time_lag_s", "slope", "fit_r2",
-            "policy", "rule", "reason", "announced_at", "decided_at")  # fmt: skip
+    cols = ("evaluation_id", "topic", "previous_linker_workers", "linker_workers", "lag_records", "time_lag_s", "slope",
+            "fit_r2", "policy", "rule", "reason", "announced_at", "decided_at")  # fmt: skip
     with conn.cursor() as cur:
         cur.execute(
             f"SELECT {', '.join(cols)} FROM scaling_decisions WHERE topic_id = %s ORDER BY decision_id", (topic_id,)
@@ -141,7 +141,12 @@ def test_change_is_applied_recorded_and_announced(db: Any, redis_client: Any, cl
     assert workers_of(db, topic_id) == 6
     assert workers_of(db, quiet_id) == 1
     (row,) = decisions(db, topic_id)
-    assert (row["evaluation_id"], row["topic"], row["old_workers"], row["new_workers"]) == ("run-1", "orders", 2, 6)
+    assert (row["evaluation_id"], row["topic"], row["previous_linker_workers"], row["linker_workers"]) == (
+        "run-1",
+        "orders",
+        2,
+        6,
+    )
     assert (row["lag_records"], row["time_lag_s"], row["policy"], row["rule"]) == (
         250_000,
         60.0,
@@ -156,7 +161,12 @@ def test_change_is_applied_recorded_and_announced(db: Any, redis_client: Any, cl
 
     (msg,) = messages(subscriber)
     assert msg["topic_id"] == topic_id
-    assert (msg["topic"], msg["old"], msg["new"], msg["cluster"]) == ("orders", 2, 6, cluster)
+    assert (msg["topic"], msg["previous_linker_workers"], msg["linker_workers"], msg["cluster"]) == (
+        "orders",
+        2,
+        6,
+        cluster,
+    )
     assert msg["at"] == "2026-09-21T14:13:20+00:00"  # NOW in UTC
     assert msg["reason"] == row["reason"]
 
@@ -184,7 +194,7 @@ def test_retry_does_not_double_apply(db: Any, redis_client: Any, cluster: str, s
     db.commit()
     evaluate_cluster(cluster, raw, mysql=db, redis=redis_client, evaluation_id="run-1", now=NOW + 2)
     (again,) = messages(subscriber)
-    assert (again["old"], again["new"]) == (2, 6)
+    assert (again["previous_linker_workers"], again["linker_workers"]) == (2, 6)
     assert decisions(db, topic_id)[0]["announced_at"] is not None
     assert workers_of(db, topic_id) == 6
 
@@ -211,7 +221,7 @@ def test_cooldown_and_live_slots_bound_the_change(db: Any, redis_client: Any, cl
         cluster, json.dumps(SETTINGS), mysql=db, redis=redis_client, evaluation_id="r1", now=NOW, live_slots=3
     )
     assert capped.outcomes[0].decision is not None
-    assert (capped.outcomes[0].decision.new_workers, workers_of(db, topic_id)) == (3, 3)
+    assert (capped.outcomes[0].decision.linker_workers, workers_of(db, topic_id)) == (3, 3)
     # With a 600 s scale-up cooldown, a run 5 minutes later holds despite the rising lag: the
     # cooldown counts from the change the first run stored.
     rising_history(redis_client, cluster, "orders", end=NOW + 300)  # five points since the change

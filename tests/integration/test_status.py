@@ -123,7 +123,7 @@ def test_cluster_status_shows_every_section(db: Any, redis_client: Any, seeded: 
     assert seeded.now + 500 < lease < seeded.now + 700  # 600 s by the database's clock
     assert [(c["partition"], c["committed_offset"]) for c in b["claims"]] == [(2, 500)]
 
-    rules = [(x["rule"], x["old_workers"], x["new_workers"]) for x in d["decisions"]]
+    rules = [(x["rule"], x["previous_linker_workers"], x["linker_workers"]) for x in d["decisions"]]
     assert rules == [("override", 2, 3), ("scale_up_rising", 1, 2)]  # newest first
     assert d["decisions"][1]["reason"] == "lag 400 rising; up by 1"
     assert [(g["topic"], g["partition"], g["records"]) for g in d["retention_gaps"]] == [("orders", 0, 10)]

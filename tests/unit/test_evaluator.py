@@ -366,8 +366,8 @@ def test_evaluator_rules_and_bounds(case: Case) -> None:
     pin = None if case.pin is None else Pin(case.pin, now + HOUR, "sale, by ana")
     state = stored_state(case.state, f"{case.state} for a test")
     decision = evaluate(snapshot, config, now, pin=pin, state=state)
-    assert (decision.new_workers, decision.rule) == (case.expected_workers, case.expected_rule), decision.reason
-    assert decision.old_workers == case.workers
+    assert (decision.linker_workers, decision.rule) == (case.expected_workers, case.expected_rule), decision.reason
+    assert decision.previous_linker_workers == case.workers
     assert decision.changed == (case.expected_workers != case.workers)
     assert decision.policy == case.policy
     assert decision.at == now
@@ -395,7 +395,7 @@ def test_decision_is_a_frozen_value() -> None:
     d = evaluate(snapshot, config, now)
     assert isinstance(d, Decision)
     with pytest.raises(AttributeError):
-        d.new_workers = 1  # type: ignore[misc]
+        d.linker_workers = 1  # type: ignore[misc]
 
 
 def test_points_for_fit_takes_the_window_after_the_last_change() -> None:
@@ -495,5 +495,5 @@ def test_override_and_stuck_reasons_name_who_why_and_until() -> None:
 def test_the_first_change_after_an_override_says_so() -> None:
     snapshot, config, now = build(Case("x", [10] * 5, 2, "scale_down_low_lag", workers=8))
     d = after_override(evaluate(snapshot, config, now), "override ended (sale)")
-    assert (d.old_workers, d.rule) == (8, "override_expired")
+    assert (d.previous_linker_workers, d.rule) == (8, "override_expired")
     assert d.reason.startswith("override ended (sale); scale_down")

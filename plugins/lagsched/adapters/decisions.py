@@ -35,8 +35,8 @@ __all__ = [
 ]
 
 _COLUMNS = (
-    "decision_id, evaluation_id, decided_at, topic_id, cluster, topic, old_workers, new_workers, rule, policy,"
-    " reason, announced_at"
+    "decision_id, evaluation_id, decided_at, topic_id, cluster, topic, previous_linker_workers, linker_workers,"
+    " rule, policy, reason, announced_at"
 )
 
 
@@ -51,8 +51,8 @@ class DecisionRow:
         topic_id: registry id of the topic.
         cluster: registry cluster.
         topic: the topic's name at decision time.
-        old_workers: ``linker_workers`` before.
-        new_workers: ``linker_workers`` after.
+        previous_linker_workers: the topic's ``linker_workers`` before.
+        linker_workers: the ``linker_workers`` it set.
         rule: the rule that fired.
         policy: the policy that decided.
         reason: the reason in words.
@@ -65,8 +65,8 @@ class DecisionRow:
     topic_id: str
     cluster: str
     topic: str
-    old_workers: int
-    new_workers: int
+    previous_linker_workers: int
+    linker_workers: int
     rule: str
     policy: str
     reason: str
@@ -109,11 +109,11 @@ def insert_decision(cur: Cursor, *, cluster: str, evaluation_id: str, topic_id: 
     Only `lagsched.adapters.worker_changes` calls it, in the transaction that moves the count.
     """
     cur.execute(
-        "INSERT INTO scaling_decisions (evaluation_id, decided_at, topic_id, cluster, topic, old_workers,"
-        " new_workers, lag_records, time_lag_s, slope, fit_r2, policy, rule, reason)"
+        "INSERT INTO scaling_decisions (evaluation_id, decided_at, topic_id, cluster, topic, previous_linker_workers,"
+        " linker_workers, lag_records, time_lag_s, slope, fit_r2, policy, rule, reason)"
         " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         (
-            evaluation_id, to_db(d.at), topic_id, cluster, d.topic, d.old_workers, d.new_workers,
+            evaluation_id, to_db(d.at), topic_id, cluster, d.topic, d.previous_linker_workers, d.linker_workers,
             d.lag, d.time_lag_s, d.slope, d.fit_r2, d.policy, d.rule, d.reason[:1000],
         ),
     )  # fmt: skip

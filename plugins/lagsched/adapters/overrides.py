@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 _COLUMNS = (
-    "id, cluster, topic_id, topic, linker_workers, previous_workers, reason, created_by, created_at, expires_at,"
+    "id, cluster, topic_id, topic, linker_workers, previous_linker_workers, reason, created_by, created_at, expires_at,"
     " cancelled_at, cancelled_by, request_id, decision_id"
 )
 
@@ -63,7 +63,7 @@ class OverrideRow:
         created_by: who asked (Airflow user, or the CLI's OS user).
         created_at: when it was created (aware UTC).
         expires_at: when it stops pinning (aware UTC).
-        previous_workers: the count it replaced.
+        previous_linker_workers: the count it replaced.
         cancelled_at: when it was cancelled or replaced by a newer override; None if never.
         cancelled_by: who cancelled it (or ``replaced by override <id>``).
         request_id: the creator's idempotency key (the Airflow run id), if any.
@@ -79,7 +79,7 @@ class OverrideRow:
     created_by: str
     created_at: datetime
     expires_at: datetime
-    previous_workers: int = 0
+    previous_linker_workers: int = 0
     cancelled_at: datetime | None = None
     cancelled_by: str | None = None
     request_id: str | None = None
@@ -103,7 +103,7 @@ class OverrideRow:
             "topic_id": self.topic_id,
             "topic": self.topic,
             "linker_workers": self.linker_workers,
-            "previous_workers": self.previous_workers,
+            "previous_linker_workers": self.previous_linker_workers,
             "reason": self.reason,
             "created_by": self.created_by,
             "created_at": self.created_at.isoformat(),
@@ -137,7 +137,7 @@ def insert_override(
     topic_id: str,
     topic: str,
     linker_workers: int,
-    previous_workers: int,
+    previous_linker_workers: int,
     reason: str,
     created_by: str,
     now: datetime,
@@ -147,9 +147,9 @@ def insert_override(
     """INSERT one override inside the caller's transaction and cancel the topic's other active ones
     (``replaced by override <id>``); returns its id. The caller has validated the request."""
     cur.execute(
-        "INSERT INTO scaling_overrides (cluster, topic_id, topic, linker_workers, previous_workers, reason,"
+        "INSERT INTO scaling_overrides (cluster, topic_id, topic, linker_workers, previous_linker_workers, reason,"
         " created_by, created_at, expires_at, request_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-        (cluster, topic_id, topic, linker_workers, previous_workers, reason, created_by, to_db(now),
+        (cluster, topic_id, topic, linker_workers, previous_linker_workers, reason, created_by, to_db(now),
          to_db(now + timedelta(seconds=duration_s)), request_id),
     )  # fmt: skip
     override_id = int(cur.lastrowid)
@@ -278,7 +278,7 @@ def _row(r: Sequence[Any]) -> OverrideRow:
         created_by=str(by),
         created_at=from_db(created),
         expires_at=from_db(expires),
-        previous_workers=int(previous),
+        previous_linker_workers=int(previous),
         cancelled_at=None if cancelled is None else from_db(cancelled),
         cancelled_by=None if cancelled_by is None else str(cancelled_by),
         request_id=None if request_id is None else str(request_id),

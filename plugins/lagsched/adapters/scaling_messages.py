@@ -33,16 +33,16 @@ SCALING_CHANNEL = "lagsched:scaling"
 class ScalingMessage:
     """One applied change of a topic's ``linker_workers``, as published on `SCALING_CHANNEL`.
 
-    On the wire (`to_json`, docs/lag.md) the counts are ``"old"`` and ``"new"`` and the time is
-    ISO 8601; the evaluator's decisions and recorded rows (an override's, a retried run's) build it
-    the same way, through `of_decision` and `of_row`.
+    On the wire (`to_json`, docs/lag.md) the counts keep their names (``previous_linker_workers``,
+    ``linker_workers``) and the time is ISO 8601; the evaluator's decisions and recorded rows (an
+    override's, a retried run's) build it the same way, through `of_decision` and `of_row`.
     """
 
     cluster: str
     topic_id: str
     topic: str
-    old_linker_workers: int
-    new_linker_workers: int
+    previous_linker_workers: int
+    linker_workers: int
     at: datetime
     reason: str
     rule: str
@@ -51,12 +51,12 @@ class ScalingMessage:
 
     @classmethod
     def of_decision(cls, cluster: str, topic_id: str, d: Decision, decision_id: int | None) -> ScalingMessage:
-        return cls(cluster, topic_id, d.topic, d.old_workers, d.new_workers, d.at_datetime, d.reason, d.rule,
-                   d.policy, decision_id)  # fmt: skip
+        return cls(cluster, topic_id, d.topic, d.previous_linker_workers, d.linker_workers, d.at_datetime, d.reason,
+                   d.rule, d.policy, decision_id)  # fmt: skip
 
     @classmethod
     def of_row(cls, row: DecisionRow) -> ScalingMessage:
-        return cls(row.cluster, row.topic_id, row.topic, row.old_workers, row.new_workers,
+        return cls(row.cluster, row.topic_id, row.topic, row.previous_linker_workers, row.linker_workers,
                    datetime.fromtimestamp(row.decided_at, tz=UTC), row.reason, row.rule, row.policy,
                    row.decision_id)  # fmt: skip
 
@@ -66,8 +66,8 @@ class ScalingMessage:
                 "topic_id": self.topic_id,
                 "topic": self.topic,
                 "cluster": self.cluster,
-                "old": self.old_linker_workers,
-                "new": self.new_linker_workers,
+                "previous_linker_workers": self.previous_linker_workers,
+                "linker_workers": self.linker_workers,
                 "at": self.at.isoformat(),
                 "reason": self.reason,
                 "rule": self.rule,
@@ -118,7 +118,12 @@ class ScalingListener:
             log.info("slot %s left the live set to stand by: rebalancing now", detail.get("slot"))
         else:
             self.decisions += 1
-            log.info("scaling decision: %s %s -> %s workers", detail.get("topic"), detail.get("old"), detail.get("new"))
+            log.info(
+                "scaling decision: %s %s -> %s workers",
+                detail.get("topic"),
+                detail.get("previous_linker_workers"),
+                detail.get("linker_workers"),
+            )
         self._wake.set()
 
     def start(self) -> None:

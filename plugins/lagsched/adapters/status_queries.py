@@ -117,8 +117,8 @@ def recent_decisions(
         params.append(to_db(since))
     params.append(limit)
     sql = (
-        "SELECT decision_id, decided_at, topic, old_workers, new_workers, rule, policy, reason, lag_records,"  # noqa: S608 - fixed clauses, values as parameters
-        f" time_lag_s, slope, fit_r2 FROM scaling_decisions WHERE {' AND '.join(where)}"
+        "SELECT decision_id, decided_at, topic, previous_linker_workers, linker_workers, rule, policy, reason,"  # noqa: S608 - fixed clauses, values as parameters
+        f" lag_records, time_lag_s, slope, fit_r2 FROM scaling_decisions WHERE {' AND '.join(where)}"
         " ORDER BY decided_at DESC, decision_id DESC LIMIT %s"
     )
     with transaction(conn) as cur:
@@ -129,8 +129,8 @@ def recent_decisions(
             decision_id=int(r[0]),
             decided_at=_epoch(r[1]) or 0.0,
             topic=str(r[2]),
-            old_workers=int(r[3]),
-            new_workers=int(r[4]),
+            previous_linker_workers=int(r[3]),
+            linker_workers=int(r[4]),
             rule=str(r[5]),
             policy=str(r[6]),
             reason=str(r[7]),

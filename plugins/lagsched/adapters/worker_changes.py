@@ -43,11 +43,11 @@ Applied = Literal["applied", "conflict", "already_applied"]
 def apply_change(
     conn: Connection, *, cluster: str, evaluation_id: str, topic_id: str, d: Decision, unless_overridden: bool = False
 ) -> tuple[Applied, int | None]:
-    """Set the topic's ``linker_workers`` from ``d.old_workers`` to ``d.new_workers`` and record why.
+    """Set the topic's ``linker_workers`` from ``d.previous_linker_workers`` to ``d.linker_workers`` and record why.
 
     One transaction, run again after a deadlock or lock-wait timeout. Returns
     ``("applied", decision_id)``; ``("conflict", None)`` when the value is no longer
-    ``d.old_workers`` (another evaluator got there first: nothing written), or, with
+    ``d.previous_linker_workers`` (another evaluator got there first: nothing written), or, with
     `unless_overridden`, when a manual override of the topic became active after the decision was
     made (the override wins; checked after the row is locked, so an override committed meanwhile
     is seen); or ``("already_applied", None)`` when this evaluation id already recorded a decision
@@ -56,7 +56,7 @@ def apply_change(
     import pymysql
 
     def change(cur: Cursor) -> tuple[Applied, int | None]:
-        if not set_linker_workers(cur, topic_id, d.old_workers, d.new_workers) or (
+        if not set_linker_workers(cur, topic_id, d.previous_linker_workers, d.linker_workers) or (
             unless_overridden and is_overridden(cur, topic_id, d.at_datetime)
         ):
             conn.rollback()  # the compare-and-set may have written: the override wins
@@ -128,7 +128,7 @@ def create_override(
             topic_id=row.topic_id,
             topic=topic,
             linker_workers=linker_workers,
-            previous_workers=row.linker_workers,
+            previous_linker_workers=row.linker_workers,
             reason=why,
             created_by=by,
             now=now,
@@ -142,7 +142,7 @@ def create_override(
         decision = override_decision(
             override_id=override_id,
             topic=topic,
-            previous_workers=row.linker_workers,
+            previous_linker_workers=row.linker_workers,
             linker_workers=linker_workers,
             reason=why,
             created_by=by,

@@ -275,12 +275,17 @@ def changed_workers(results: Iterable[Mapping[str, Any] | None]) -> list[dict[st
     a missing result (a failed cluster's) counts as none.
 
     >>> changed_workers([None, {"cluster": "eu", "outcomes": [
-    ...     {"topic": "a", "status": "applied", "old": 1, "new": 2},
-    ...     {"topic": "b", "status": "unchanged", "old": 3, "new": None}]}])
-    [{'cluster': 'eu', 'topic': 'a', 'old': 1, 'new': 2}]
+    ...     {"topic": "a", "status": "applied", "previous_linker_workers": 1, "linker_workers": 2},
+    ...     {"topic": "b", "status": "unchanged", "previous_linker_workers": 3, "linker_workers": None}]}])
+    [{'cluster': 'eu', 'topic': 'a', 'previous_linker_workers': 1, 'linker_workers': 2}]
     """
     return [
-        {"cluster": r["cluster"], "topic": o["topic"], "old": o["old"], "new": o["new"]}
+        {
+            "cluster": r["cluster"],
+            "topic": o["topic"],
+            "previous_linker_workers": o["previous_linker_workers"],
+            "linker_workers": o["linker_workers"],
+        }
         for r in results
         if r
         for o in r.get("outcomes", [])

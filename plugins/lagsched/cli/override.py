@@ -57,7 +57,7 @@ def format_overrides(rows: list[Any], now: datetime) -> str:
     for r in rows:
         left = f" ({_short((r.expires_at - now).total_seconds())} left)" if r.is_active(now) else ""
         lines.append(
-            f"{r.id:>5} {r.topic[:32]:<32} {f'{r.previous_workers}->{r.linker_workers}':>9} {r.status(now):<9} "
+            f"{r.id:>5} {r.topic[:32]:<32} {f'{r.previous_linker_workers}->{r.linker_workers}':>9} {r.status(now):<9} "
             f"{r.expires_at:%Y-%m-%d %H:%M:%S} {r.created_by[:16]:<16} {r.reason}{left}"
         )
     return "\n".join(lines)

@@ -2,7 +2,7 @@
 
 Deterministic for a given input: the clock is the ``now`` argument, and nothing is read or written.
 The DAG (or the simulator) gathers a `TopicSnapshot`, calls `evaluate`, and, if
-``decision.changed``, records the decision and applies ``new_workers``.
+``decision.changed``, records the decision and applies ``linker_workers``.
 
 Steps, in order; the first that settles the matter wins:
 
@@ -31,7 +31,7 @@ Example:
     >>> pts = tuple(LagPoint(60.0 * i, 200_000 + 10_000 * i) for i in range(6))
     >>> snap = TopicSnapshot("orders", workers=2, partitions=12, live_slots=8, retention_s=None, lag_history=pts)
     >>> d = evaluate(snap, TopicPolicyConfig(), now=300.0)
-    >>> (d.old_workers, d.new_workers, d.rule)
+    >>> (d.previous_linker_workers, d.linker_workers, d.rule)
     (2, 3, 'scale_up_rising')
 """
 
@@ -69,8 +69,8 @@ class Decision:
 
     Attributes:
         topic: topic name.
-        old_workers: ``linker_workers`` before.
-        new_workers: ``linker_workers`` after (equal to old when nothing changes).
+        previous_linker_workers: the topic's ``linker_workers`` before.
+        linker_workers: the ``linker_workers`` it sets (``previous_linker_workers`` when nothing changes).
         lag: current lag, records.
         time_lag_s: current time lag, seconds.
         slope: fitted lag slope, records/s (0.0 when not fitted).
@@ -82,8 +82,8 @@ class Decision:
     """
 
     topic: str
-    old_workers: int
-    new_workers: int
+    previous_linker_workers: int
+    linker_workers: int
     lag: int
     time_lag_s: float
     slope: float
@@ -95,8 +95,8 @@ class Decision:
 
     @property
     def changed(self) -> bool:
-        """True when ``new_workers`` differs from ``old_workers``."""
-        return self.new_workers != self.old_workers
+        """True when ``linker_workers`` differs from ``previous_linker_workers``."""
+        return self.linker_workers != self.previous_linker_workers
 
     @property
     def at_datetime(self) -> datetime:
@@ -189,8 +189,8 @@ def evaluate(
     def decide(new: int, rule: str, reason: str) -> Decision:
         return Decision(
             topic=snapshot.topic,
-            old_workers=old,
-            new_workers=new,
+            previous_linker_workers=old,
+            linker_workers=new,
             lag=snapshot.lag,
             time_lag_s=snapshot.time_lag_s,
             slope=trend.slope,

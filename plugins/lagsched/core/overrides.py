@@ -152,7 +152,7 @@ def override_decision(
     *,
     override_id: int,
     topic: str,
-    previous_workers: int,
+    previous_linker_workers: int,
     linker_workers: int,
     reason: str,
     created_by: str,
@@ -167,8 +167,8 @@ def override_decision(
     until = (now + timedelta(seconds=duration_s)).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     return Decision(
         topic=topic,
-        old_workers=previous_workers,
-        new_workers=linker_workers,
+        previous_linker_workers=previous_linker_workers,
+        linker_workers=linker_workers,
         lag=lag,
         time_lag_s=time_lag_s,
         slope=0.0,

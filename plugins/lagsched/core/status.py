@@ -141,8 +141,8 @@ class DecisionView:
     decision_id: int
     decided_at: float
     topic: str
-    old_workers: int
-    new_workers: int
+    previous_linker_workers: int
+    linker_workers: int
     rule: str
     policy: str
     reason: str
@@ -166,8 +166,8 @@ class DecisionView:
             "decision_id": self.decision_id,
             "decided_at": iso(self.decided_at),
             "topic": self.topic,
-            "old_workers": self.old_workers,
-            "new_workers": self.new_workers,
+            "previous_linker_workers": self.previous_linker_workers,
+            "linker_workers": self.linker_workers,
             "rule": self.rule,
             "policy": self.policy,
             "reason": self.reason,
@@ -445,7 +445,7 @@ def workers_steps(decisions: Sequence[DecisionView], current: int, start: float,
     """The ``linker_workers`` of one topic over ``[start, end]`` as a step line, from its decisions.
 
     ``decisions`` are the topic's, in any order. The line starts at ``start`` with the value in
-    force then (the newest value of an earlier decision, or the ``old_workers`` of the first one
+    force then (the newest value of an earlier decision, or the ``previous_linker_workers`` of the first one
     after ``start``, or ``current`` when there is none), steps at each decision inside the window,
     and ends at ``end`` with ``current``, the value the registry holds now (or, for a window that
     ends before a later decision, the value that decision replaced).
@@ -459,15 +459,15 @@ def workers_steps(decisions: Sequence[DecisionView], current: int, start: float,
     inside = [d for d in ordered if start < d.decided_at <= end]
     after = [d for d in ordered if d.decided_at > end]
     # A window that ends before a later decision ends at the value that decision replaced.
-    last = after[0].old_workers if after else current
+    last = after[0].previous_linker_workers if after else current
     if before:
-        first = before[-1].new_workers
+        first = before[-1].linker_workers
     elif inside:
-        first = inside[0].old_workers
+        first = inside[0].previous_linker_workers
     else:
         first = last
     steps = [WorkersStep(start, first)]
-    steps += [WorkersStep(d.decided_at, d.new_workers, d.rule, d.reason) for d in inside]
+    steps += [WorkersStep(d.decided_at, d.linker_workers, d.rule, d.reason) for d in inside]
     if end > steps[-1].at:
         steps.append(WorkersStep(end, last))
     return steps

@@ -54,9 +54,7 @@ class OverrideResult:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready (for XCom and ``--json``)."""
         return {
-            **self.override.as_dict(),
-            "old_workers": self.decision.old_workers,
-            "new_workers": self.decision.new_workers,
+            **self.override.as_dict(),  # its linker_workers and previous_linker_workers are the decision's
             "decision_reason": self.decision.reason,
             "announced": self.announced,
         }
@@ -66,7 +64,8 @@ class OverrideResult:
         o, d = self.override, self.decision
         return (
             f"override {o.id}: topic {o.topic} of cluster {o.cluster} pinned at {o.linker_workers} worker(s) "
-            f"(was {d.old_workers}) until {o.expires_at:%Y-%m-%d %H:%M:%S UTC}, by {o.created_by}: {o.reason}"
+            f"(was {d.previous_linker_workers}) until {o.expires_at:%Y-%m-%d %H:%M:%S UTC}, "
+            f"by {o.created_by}: {o.reason}"
         )
 
 

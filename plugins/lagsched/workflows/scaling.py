@@ -119,8 +119,8 @@ class Outcome:
             "topic": self.topic,
             "status": self.status,
             "decision_id": self.decision_id,
-            "old": None if d is None else d.old_workers,
-            "new": None if d is None else d.new_workers,
+            "previous_linker_workers": None if d is None else d.previous_linker_workers,
+            "linker_workers": None if d is None else d.linker_workers,
             "rule": None if d is None else d.rule,
             "reason": None if d is None else d.reason,
         }
@@ -163,7 +163,8 @@ class EvaluationSummary:
                 lines.append(f"  {o.topic:<40} {o.status}")
             else:
                 lines.append(
-                    f"  {o.topic:<40} {o.status:<15} {d.old_workers:>3} -> {d.new_workers:<3} {d.rule}: {d.reason}"
+                    f"  {o.topic:<40} {o.status:<15} {d.previous_linker_workers:>3} -> {d.linker_workers:<3} "
+                    f"{d.rule}: {d.reason}"
                 )
         return "\n".join(lines)
 
@@ -319,7 +320,7 @@ def _plan(inputs: _Inputs, topic: TopicRow) -> tuple[TopicRow, Decision | None, 
     if decision.changed and override is None and previous is not None and previous.rule == "override":
         decision = after_override(decision, f"override ended ({previous.reason})")
     if decision.rule == "stuck":
-        log.warning("topic %s: held at %d workers, %s", topic.name, decision.old_workers, decision.reason)
+        log.warning("topic %s: held at %d workers, %s", topic.name, decision.previous_linker_workers, decision.reason)
     return topic, decision, "apply" if decision.changed else "held"
 
 
@@ -363,12 +364,14 @@ def _apply(
     if status == "conflict":
         log.warning(
             "topic %s: linker_workers is no longer %d, or a manual override began meanwhile; not changed",
-            topic.name, d.old_workers,
+            topic.name, d.previous_linker_workers,
         )  # fmt: skip
         return Outcome(topic.topic_id, topic.name, "conflict", d)
     if status == "already_applied" or decision_id is None:  # the same evaluation id ran twice at once
         return Outcome(topic.topic_id, topic.name, "already_applied", d)
-    log.info("topic %s: %d -> %d workers (%s): %s", topic.name, d.old_workers, d.new_workers, d.rule, d.reason)
+    log.info(
+        "topic %s: %d -> %d workers (%s): %s", topic.name, d.previous_linker_workers, d.linker_workers, d.rule, d.reason
+    )
     _announce(conn, redis, ScalingMessage.of_decision(cluster, topic.topic_id, d, decision_id), now)
     return Outcome(topic.topic_id, topic.name, "applied", d, decision_id)
 

@@ -185,8 +185,8 @@ class Bench:
         wait(committed, timeout_s, f"slot {slot}'s first table commit", poll=0.5)
         return found[0]
 
-    def decision_at(self, new_workers: int, since: float, timeout_s: float = 120) -> float:
-        """``decided_at`` of the topic's decision to ``new_workers`` made after ``since``."""
+    def decision_at(self, linker_workers: int, since: float, timeout_s: float = 120) -> float:
+        """``decided_at`` of the topic's decision to ``linker_workers`` made after ``since``."""
         from lagsched.adapters.mysql import connect
         from lagsched.connections import mysql_params
 
@@ -198,9 +198,9 @@ class Bench:
                 with conn.cursor() as cur:
                     cur.execute(
                         "SELECT d.decided_at FROM scaling_decisions d JOIN topics t USING (topic_id)"
-                        " WHERE t.cluster = %s AND t.name = %s AND d.new_workers = %s ORDER BY d.decided_at DESC"
+                        " WHERE t.cluster = %s AND t.name = %s AND d.linker_workers = %s ORDER BY d.decided_at DESC"
                         " LIMIT 1",
-                        (self.cluster, self.topic, new_workers),
+                        (self.cluster, self.topic, linker_workers),
                     )
                     row = cur.fetchone()
             finally:
@@ -213,7 +213,7 @@ class Bench:
             found.append(at)
             return True
 
-        wait(decided, timeout_s, f"the decision to {new_workers} worker(s)", poll=0.3)
+        wait(decided, timeout_s, f"the decision to {linker_workers} worker(s)", poll=0.3)
         return found[-1]
 
     def claims(self) -> dict[int, tuple[Any, ...]]:

@@ -205,7 +205,7 @@ def simulate(
             since_evaluation += 1
 
         if keda is not None:
-            new_workers = keda.decide(lag, workers, now)
+            linker_workers = keda.decide(lag, workers, now)
         elif is_evaluation_due(since_evaluation, config):
             since_evaluation = 0
             recent = window.samples[-config.window :]
@@ -221,15 +221,15 @@ def simulate(
                 worker_rate=observed_rate,
                 last_change_at=last_change_at,
             )
-            new_workers = evaluate(snapshot, config, now).new_workers
+            linker_workers = evaluate(snapshot, config, now).linker_workers
         else:
             continue
-        if new_workers != workers:
-            next_active = min(new_workers, trace.partitions)
+        if linker_workers != workers:
+            next_active = min(linker_workers, trace.partitions)
             # KEDA's consumer group rebalances eagerly and stops all; lagsched's claims stop only starters.
             stops_all = keda is not None or pause_model == "equal"
             stopped_next = next_active if stops_all else max(0, next_active - active)
-            workers = new_workers
+            workers = linker_workers
             last_change_at = now
             changes += 1
 

@@ -195,7 +195,7 @@
 
   function renderDecisions(st) {
     const rows = st.decisions.map((d) =>
-      el("tr", { "data-decision": String(d.decision_id) }, td(fmtDateTime(d.decided_at)), td(d.topic), td(`${d.old_workers} → ${d.new_workers}`, "num"), td(d.rule), td(d.reason)),
+      el("tr", { "data-decision": String(d.decision_id) }, td(fmtDateTime(d.decided_at)), td(d.topic), td(`${d.previous_linker_workers} → ${d.linker_workers}`, "num"), td(d.rule), td(d.reason)),
     );
     fillBody("decisions", rows, "no scaling decision recorded yet", 5);
   }
@@ -236,7 +236,7 @@
   }
 
   function decisionText(d) {
-    return [`${fmtDateTime(d.decided_at)}: linker_workers ${d.old_workers} → ${d.new_workers}`, `rule ${d.rule} (${d.policy})`, d.reason];
+    return [`${fmtDateTime(d.decided_at)}: linker_workers ${d.previous_linker_workers} → ${d.linker_workers}`, `rule ${d.rule} (${d.policy})`, d.reason];
   }
 
   // One chart: `key` of each history point (left axis), linker_workers as a step line (right axis),
@@ -288,7 +288,7 @@
     root.append(overlay);
     for (const d of decisions) {
       if (d.t < x0 || d.t > x1) continue;
-      const c = svg("circle", { class: "decision", cx: X(d.t), cy: YW(d.new_workers), r: 5, "data-decision": String(d.decision_id) });
+      const c = svg("circle", { class: "decision", cx: X(d.t), cy: YW(d.linker_workers), r: 5, "data-decision": String(d.decision_id) });
       c.append(svg("title", {}, decisionText(d).join("\n")));
       c.addEventListener("mousemove", (e) => showTip(e, decisionText(d)));
       c.addEventListener("mouseleave", hideTip);
