@@ -347,7 +347,7 @@ def build(case: Case) -> tuple[TopicSnapshot, TopicPolicyConfig, float]:
     config = TopicPolicyConfig.model_validate(config.model_dump())  # re-run the validators
     snapshot = TopicSnapshot(
         topic="orders",
-        workers=case.workers,
+        linker_workers=case.workers,
         partitions=case.partitions,
         live_slots=case.live_slots,
         retention_s=case.retention_s,

@@ -120,7 +120,7 @@ def decision(i: int, at: float, old: int, new: int, reason: str = "why") -> Deci
 )  # fmt: skip
 def test_workers_steps(decisions: list[DecisionView], current: int, expected: list[tuple[float, int]]) -> None:
     steps = workers_steps(decisions, current, 0.0, 100.0)
-    assert [(s.at, s.workers) for s in steps] == expected
+    assert [(s.at, s.linker_workers) for s in steps] == expected
 
 
 def test_workers_steps_carry_the_reason_of_each_decision() -> None:

@@ -29,7 +29,7 @@ Steps, in order; the first that settles the matter wins:
 Example:
     >>> from lagsched.core.config import TopicPolicyConfig
     >>> pts = tuple(LagPoint(60.0 * i, 200_000 + 10_000 * i) for i in range(6))
-    >>> snap = TopicSnapshot("orders", workers=2, partitions=12, live_slots=8, retention_s=None, lag_history=pts)
+    >>> snap = TopicSnapshot("orders", linker_workers=2, partitions=12, live_slots=8, retention_s=None, lag_history=pts)
     >>> d = evaluate(snap, TopicPolicyConfig(), now=300.0)
     >>> (d.previous_linker_workers, d.linker_workers, d.rule)
     (2, 3, 'scale_up_rising')
@@ -109,12 +109,12 @@ class Pin:
     """An active manual override of a topic's worker count (`lagsched.adapters.overrides`).
 
     Attributes:
-        workers: the count it pins.
+        linker_workers: the count it pins.
         until: when it expires, seconds since the epoch (UTC).
         note: who asked and why, quoted in the reason of a hold.
     """
 
-    workers: int
+    linker_workers: int
     until: float
     note: str = ""
 
@@ -177,14 +177,16 @@ def evaluate(
 
     Example:
         >>> from lagsched.core.config import TopicPolicyConfig
-        >>> snap = TopicSnapshot("orders", workers=2, partitions=12, live_slots=8, retention_s=None, lag_history=())
+        >>> snap = TopicSnapshot(
+        ...     "orders", linker_workers=2, partitions=12, live_slots=8, retention_s=None, lag_history=()
+        ... )
         >>> evaluate(snap, TopicPolicyConfig(), 0.0, pin=Pin(8, 3600.0, "sale, by ana")).rule
         'override'
     """
     points = points_for_fit(snapshot, config)
     trend = fit_trend(points)
     proposal = POLICIES[config.policy](snapshot, config, trend)
-    old = snapshot.workers
+    old = snapshot.linker_workers
 
     def decide(new: int, rule: str, reason: str) -> Decision:
         return Decision(
@@ -204,8 +206,10 @@ def evaluate(
     if pin is not None:
         until = datetime.fromtimestamp(pin.until, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         note = f" ({pin.note})" if pin.note else ""
-        if old != pin.workers:
-            return decide(pin.workers, "override", f"manual override{note} pins {pin.workers} workers until {until}")
+        if old != pin.linker_workers:
+            return decide(
+                pin.linker_workers, "override", f"manual override{note} pins {pin.linker_workers} workers until {until}"
+            )
         return decide(old, "override", f"held at {old} workers by a manual override{note} until {until}")
 
     upper = min(config.max_workers, snapshot.partitions)
@@ -255,13 +259,13 @@ def evaluate(
 
 
 def _bounded(proposal: Proposal, snapshot: TopicSnapshot, lower: int, upper: int) -> tuple[int, str]:
-    want = proposal.workers
+    want = proposal.linker_workers
     new = min(max(want, lower), upper)
     note = ""
     if new != want:
         note = f"{want} clamped to [{lower}, {upper}]"
-    if new > snapshot.workers and new > snapshot.live_slots:
-        capped = max(snapshot.workers, snapshot.live_slots)
+    if new > snapshot.linker_workers and new > snapshot.live_slots:
+        capped = max(snapshot.linker_workers, snapshot.live_slots)
         note = f"{want} capped at {snapshot.live_slots} live slots" if capped != new else note
         new = capped
     return new, note

@@ -61,7 +61,7 @@ class TopicSnapshot:
 
     Attributes:
         topic: topic name.
-        workers: current ``linker_workers`` of the topic.
+        linker_workers: the topic's current ``linker_workers``.
         partitions: partition count; more workers than partitions would idle.
         live_slots: worker slots currently alive that could run this topic; a scale-up never asks
             for more.
@@ -73,11 +73,11 @@ class TopicSnapshot:
         ingress_rate: records/s produced into the topic, None when not measurable yet.
         worker_rate: records/s one worker was observed to consume while it had a backlog, None
             when not observed yet (the config's ``per_worker_rate`` is used then).
-        last_change_at: time of the last change of ``workers``, None if never changed.
+        last_change_at: time of the last change of ``linker_workers``, None if never changed.
     """
 
     topic: str
-    workers: int
+    linker_workers: int
     partitions: int
     live_slots: int
     retention_s: float | None
@@ -114,18 +114,18 @@ class Proposal:
     """What a policy wants, before the evaluator's bounds, cooldown and hysteresis.
 
     Attributes:
-        workers: desired worker count (unbounded).
+        linker_workers: the ``linker_workers`` it wants (unbounded).
         rule: short machine-readable name of the rule that fired (``scale_up_rising``, ...).
         reason: the same in words, with the numbers, for the decision log.
         forced: True when the proposal must bypass cooldown and hysteresis (data-loss risk).
-        is_target: True when `workers` is a target computed from a measurement (keda, capacity), so
+        is_target: True when `linker_workers` is a target computed from a measurement (keda, capacity), so
             measurement noise can move it and the evaluator's hysteresis applies (keda); False when
             the policy's min/max lag band already is the hysteresis (hevo's steps, capacity)
             (applying a relative hysteresis to a fixed step would freeze it once the step is
-            smaller than ``hysteresis * workers``).
+            smaller than ``hysteresis * linker_workers``).
     """
 
-    workers: int
+    linker_workers: int
     rule: str
     reason: str
     forced: bool = False
@@ -227,7 +227,7 @@ def _data_loss_proposal(snapshot: TopicSnapshot, config: TopicPolicyConfig, at_l
     assert snapshot.retention_s is not None  # guarded by has_data_loss_risk
     step_up, _ = retention_steps(snapshot.retention_s, config)
     return Proposal(
-        workers=max(at_least, snapshot.workers + step_up),
+        linker_workers=max(at_least, snapshot.linker_workers + step_up),
         rule="data_loss_risk",
         reason=(
             f"time lag {snapshot.time_lag_s:.0f}s exceeds {config.data_loss_fraction:.0%} of retention "
@@ -241,16 +241,16 @@ def _step_down(snapshot: TopicSnapshot, step: int, rate: float, rule: str, why: 
     """Step down, but not below the workers the measured ingress needs: stepping below them only
     makes the lag climb back over max_lag, the saw-tooth Hevo's plain thresholds produce. Never
     proposes more workers than now (scaling up is the other rules' business)."""
-    target = snapshot.workers - step
+    target = snapshot.linker_workers - step
     if snapshot.ingress_rate is None:
         return Proposal(target, rule, f"{why}; down by {step}")
     floor = math.ceil(snapshot.ingress_rate / rate - 1e-9)
     if target >= floor:
         return Proposal(target, rule, f"{why}; down by {step}")
-    limited = min(snapshot.workers, floor)
+    limited = min(snapshot.linker_workers, floor)
     return Proposal(
         limited,
-        rule if limited < snapshot.workers else "hold_ingress_floor",
+        rule if limited < snapshot.linker_workers else "hold_ingress_floor",
         f"{why}; down by {step} limited by ingress {snapshot.ingress_rate:.1f} rec/s needing {floor} workers "
         f"at {rate:.1f} rec/s each",
     )
@@ -288,20 +288,20 @@ def hevo_policy(snapshot: TopicSnapshot, config: TopicPolicyConfig, trend: Trend
     if lag > config.max_lag:
         if slope > 0 and steady:
             return Proposal(
-                snapshot.workers + step_up,
+                snapshot.linker_workers + step_up,
                 "scale_up_rising",
                 f"lag {lag} above max_lag {config.max_lag} and rising steadily ({fit}); up by {step_up}",
             )
         projected = lag + slope * d
         if projected > config.max_lag:
             return Proposal(
-                snapshot.workers + step_up,
+                snapshot.linker_workers + step_up,
                 "scale_up_not_draining",
                 f"lag {lag} above max_lag {config.max_lag} and projected {projected:.0f} after "
                 f"drain_target_s {d:.0f} ({fit}); up by {step_up}",
             )
         return Proposal(
-            snapshot.workers,
+            snapshot.linker_workers,
             "hold_draining",
             f"lag {lag} above max_lag {config.max_lag} but draining below it within {d:.0f}s ({fit})",
         )
@@ -310,7 +310,7 @@ def hevo_policy(snapshot: TopicSnapshot, config: TopicPolicyConfig, trend: Trend
         projected = lag + slope * d
         if slope > 0 and steady and projected > config.max_lag:
             return Proposal(
-                snapshot.workers,
+                snapshot.linker_workers,
                 "hold_rising",
                 f"lag {lag} below min_lag {config.min_lag} but rising towards max_lag ({fit})",
             )
@@ -327,7 +327,7 @@ def hevo_policy(snapshot: TopicSnapshot, config: TopicPolicyConfig, trend: Trend
             f"would still drain it within {d:.0f}s",
         )
     return Proposal(
-        snapshot.workers,
+        snapshot.linker_workers,
         "hold_in_band",
         f"lag {lag} between min_lag {config.min_lag} and max_lag {config.max_lag} ({fit})",
     )
@@ -370,7 +370,7 @@ def capacity_policy(snapshot: TopicSnapshot, config: TopicPolicyConfig, trend: T
     if snapshot.ingress_rate is None:
         if has_data_loss_risk(snapshot, config):
             return _data_loss_proposal(snapshot, config, at_least=0)
-        return Proposal(snapshot.workers, "hold_no_rate", "no ingress rate measured yet")
+        return Proposal(snapshot.linker_workers, "hold_no_rate", "no ingress rate measured yet")
     lag = snapshot.lag
     steady = snapshot.ingress_rate / rate
     excess = max(0, lag - config.min_lag)
@@ -385,7 +385,7 @@ def capacity_policy(snapshot: TopicSnapshot, config: TopicPolicyConfig, trend: T
     elif lag <= config.min_lag:
         want, why = floor_, f"lag {lag} within min_lag {config.min_lag}: run saturated on the buffer"
     else:
-        want = max(snapshot.workers, floor_)
+        want = max(snapshot.linker_workers, floor_)
         why = f"lag {lag} between min_lag {config.min_lag} and {top}: hold, at least {floor_}"
     if has_data_loss_risk(snapshot, config):
         return _data_loss_proposal(snapshot, config, at_least=want)

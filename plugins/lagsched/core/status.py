@@ -430,15 +430,21 @@ def measured_offsets(
 
 @dataclass(frozen=True, slots=True)
 class WorkersStep:
-    """A point of the ``linker_workers`` step line: from ``at`` on, ``workers``; ``reason`` says why."""
+    """A point of the ``linker_workers`` step line: from ``at`` on, ``linker_workers``; ``reason`` says why."""
 
     at: float
-    workers: int
+    linker_workers: int
     rule: str = ""
     reason: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"at": iso(self.at), "t": self.at, "workers": self.workers, "rule": self.rule, "reason": self.reason}
+        return {
+            "at": iso(self.at),
+            "t": self.at,
+            "linker_workers": self.linker_workers,
+            "rule": self.rule,
+            "reason": self.reason,
+        }
 
 
 def workers_steps(decisions: Sequence[DecisionView], current: int, start: float, end: float) -> list[WorkersStep]:
@@ -451,7 +457,7 @@ def workers_steps(decisions: Sequence[DecisionView], current: int, start: float,
     ends before a later decision, the value that decision replaced).
 
     >>> d = [DecisionView(1, 50.0, "t", 1, 3, "hevo_step", "hevo", "lag rising", 900, 12.0)]
-    >>> [(s.at, s.workers) for s in workers_steps(d, 3, 0.0, 100.0)]
+    >>> [(s.at, s.linker_workers) for s in workers_steps(d, 3, 0.0, 100.0)]
     [(0.0, 1), (50.0, 3), (100.0, 3)]
     """
     ordered = sorted(decisions, key=lambda d: (d.decided_at, d.decision_id))

@@ -340,7 +340,7 @@ def _snapshot(
     slots = live_slots if live_slots is not None else max(topic.partition_count, topic.linker_workers)
     return TopicSnapshot(
         topic=topic.name,
-        workers=topic.linker_workers,
+        linker_workers=topic.linker_workers,
         partitions=topic.partition_count,
         live_slots=slots,
         retention_s=retention_from_ms(topic.retention_ms),

@@ -211,7 +211,7 @@ def simulate(
             recent = window.samples[-config.window :]
             snapshot = TopicSnapshot(
                 topic=trace.name,
-                workers=workers,
+                linker_workers=workers,
                 partitions=trace.partitions,
                 live_slots=config.max_workers,
                 retention_s=trace.retention_s,

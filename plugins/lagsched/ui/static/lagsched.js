@@ -258,7 +258,7 @@
     const ticks = axis === "duration" ? lagschedTicks.timeTicks(top, 4) : lagschedTicks.valueTicks(top, 4, 1);
     const labels = axis === "duration" ? lagschedTicks.formatTimeTicks(ticks) : ticks.map(fmtInt);
     const vmax = ticks[ticks.length - 1];
-    const wmax = Math.max(1, ...steps.map((s) => s.workers)) + 1;
+    const wmax = Math.max(1, ...steps.map((s) => s.linker_workers)) + 1;
     const X = (t) => m.l + ((t - x0) / (x1 - x0)) * (W - m.l - m.r);
     const Y = (v) => H - m.b - (v / vmax) * (H - m.t - m.b);
     const YW = (w) => H - m.b - (w / wmax) * (H - m.t - m.b);
@@ -278,8 +278,8 @@
     root.append(svg("line", { class: "axis", x1: m.l, x2: W - m.r, y1: H - m.b, y2: H - m.b }));
     root.append(svg("path", { class: cls, d: pts.map((p, i) => `${i ? "L" : "M"}${X(p.t).toFixed(1)},${Y(p[key]).toFixed(1)}`).join("") }));
     if (steps.length) {
-      let d = `M${X(steps[0].t).toFixed(1)},${YW(steps[0].workers).toFixed(1)}`;
-      for (const s of steps.slice(1)) d += `H${X(s.t).toFixed(1)}V${YW(s.workers).toFixed(1)}`;
+      let d = `M${X(steps[0].t).toFixed(1)},${YW(steps[0].linker_workers).toFixed(1)}`;
+      for (const s of steps.slice(1)) d += `H${X(s.t).toFixed(1)}V${YW(s.linker_workers).toFixed(1)}`;
       root.append(svg("path", { class: "workers", d }));
     }
     const cursor = svg("line", { class: "cursor", y1: m.t, y2: H - m.b, visibility: "hidden" });
@@ -302,7 +302,7 @@
       cursor.setAttribute("x1", X(best.t)); cursor.setAttribute("x2", X(best.t)); cursor.setAttribute("visibility", "visible");
       const w = workersAt(steps, best.t);
       const last = decisions.filter((d) => d.t <= best.t).pop();
-      const lines = [fmtDateTime(best.at), `${label}: ${fmt(best[key])}`, `linker_workers: ${w ? w.workers : "?"}`];
+      const lines = [fmtDateTime(best.at), `${label}: ${fmt(best[key])}`, `linker_workers: ${w ? w.linker_workers : "?"}`];
       if (best.state !== "ok") lines.push(`state: ${best.state}`);
       if (last) lines.push(`last decision (${last.rule}): ${last.reason}`);
       showTip(e, lines);
