@@ -21,7 +21,7 @@ history the lag monitor stored in Redis, and for each change:
 
 1. updates `topics.linker_workers` as a compare-and-set (`WHERE linker_workers = <old>`), so two
    evaluators can never both apply a step;
-2. records the decision in `scaling_decisions` (time, topic, old and new workers, lag, time lag,
+2. records the decision in `scaling_decisions` (time, topic, previous and new linker_workers, lag, time lag,
    slope, fit, policy, rule, reason in words) in the same transaction;
 3. publishes it on the Redis channel `lagsched:scaling` so running slots re-claim with the new
    worker count at once;
