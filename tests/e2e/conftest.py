@@ -21,6 +21,9 @@ def airflow(stack: StackConfig) -> Iterator[AirflowAPI]:
     suite. One that was up before is left running, as is any with LAGSCHED_KEEP_STACK. Under xdist
     every test that uses it is in one group (tests/conftest.py), so no other worker loses it.
     """
+    from lagsched.adapters.migrations import migrate
+    from lagsched.adapters.mysql import connect
+    from lagsched.connections import mysql_params
     from lagsched_dev import stack as local_stack
     from lagsched_dev.stack.process import ServiceError
     from lagsched_dev.stack.services import Airflow
@@ -32,6 +35,14 @@ def airflow(stack: StackConfig) -> Iterator[AirflowAPI]:
     except ServiceError as exc:
         # A service that cannot start is a failure, never a skip.
         pytest.fail(f"Airflow could not start: {exc}", pytrace=False)
+    # The stack's schema up to date (idempotent), as the setup DAG keeps it: the lagsched page reads
+    # it, and a run of this tier alone, or after a new migration, must not wait for a test that
+    # triggers that DAG (test_airflow_loop).
+    conn = connect(mysql_params())
+    try:
+        migrate(conn)
+    finally:
+        conn.close()
     yield AirflowAPI.for_simple_auth(f"http://127.0.0.1:{stack.airflow_port}", stack.airflow_home)
     if not was_up and not os.environ.get("LAGSCHED_KEEP_STACK"):
         service.stop(with_database=False)  # the rest of the suite still uses the stack's metadata DB
