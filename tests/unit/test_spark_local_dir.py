@@ -18,6 +18,12 @@ def test_a_local_dir_in_spark_defaults_is_the_deployments_choice(tmp_path: Path)
     conf.rename(tmp_path / "conf" / "spark-defaults.conf")
     assert spark_local_dir_chosen({"SPARK_HOME": str(tmp_path)}, {})
     assert not spark_local_dir_chosen({"SPARK_HOME": str(tmp_path / "elsewhere")}, {})
+    # Java properties: "=" and ":" separate the key too.
+    for line in ("spark.local.dir=/mnt/fast-disk", "  spark.local.dir: /mnt/fast-disk"):
+        (tmp_path / "conf" / "spark-defaults.conf").write_text(line + "\n")
+        assert spark_local_dir_chosen({"SPARK_HOME": str(tmp_path)}, {}), line
+    (tmp_path / "conf" / "spark-defaults.conf").write_text("spark.local.dirs.other /x\n#spark.local.dir /y\n")
+    assert not spark_local_dir_chosen({"SPARK_HOME": str(tmp_path)}, {})
 
 
 def test_an_empty_spark_local_dirs_is_no_choice() -> None:

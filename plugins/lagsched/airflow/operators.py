@@ -138,12 +138,8 @@ def spark_local_dir_chosen(env: Mapping[str, str], conf: Mapping[str, Any]) -> b
     defaults = Path(conf_dir, "spark-defaults.conf") if conf_dir else None
     if defaults is None or not defaults.is_file():
         return False
-    lines = defaults.read_text(errors="replace").splitlines()
-    return any(
-        line.split(None, 1)[0] == "spark.local.dir"
-        for line in lines
-        if line.strip() and not line.lstrip().startswith("#")
-    )
+    # A Java properties file: the key ends at whitespace, "=" or ":".
+    return re.search(r"^[ \t]*spark\.local\.dir[ \t]*[=: \t]", defaults.read_text(errors="replace"), re.M) is not None
 
 
 class _GracefulSparkSubmitHook(SparkSubmitHook):
