@@ -248,3 +248,20 @@ def test_a_closed_hour_the_bin_pack_leaves_at_two_files_is_rewritten_whole(
     rows = spark.sql(f"SELECT topic, count(*) AS n, count(DISTINCT offset) AS d FROM {lake.identifier} GROUP BY 1")
     assert {(r["topic"], r["n"], r["d"]) for r in rows.collect()} == {("a", 970, 970), ("b", 30, 30)}
     print("\ntable care, whole rewrite:", json.dumps(compaction))
+
+
+def test_a_table_no_slot_has_written_yet_is_skipped_not_failed(spark: Any, empty_mysql_db: Any, tmp_path: Path) -> None:
+    # A new deployment's first hourly run comes before its slots' first batch: nothing to do, no error.
+    from lagsched.adapters.table_care import care_for_table
+    from lagsched.core.table_care import parse_table_care
+
+    lake = LakeTable.of(
+        "care", {"catalog": f"t_{uuid.uuid4().hex[:8]}", "warehouse": (tmp_path / "warehouse").as_uri()},
+        default_warehouse="",
+    )  # fmt: skip
+    register_catalog(spark, lake, empty_mysql_db)
+    out = care_for_table(spark, lake, parse_table_care(None), datetime.now(UTC))
+    assert out["table"] == lake.identifier
+    assert out["skipped"] == "the table does not exist yet: no slot has written to it"
+    assert "compaction" not in out
+    assert not spark.catalog.tableExists(lake.identifier)  # care created nothing

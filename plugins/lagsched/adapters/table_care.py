@@ -167,11 +167,16 @@ def care_for_table(
     """Run every step on ``lake``'s table as of ``now``; the figures of each (JSON-ready).
 
     ``wall_clock`` is the real time, which bounds the orphans' age whatever ``now`` says (`orphan_cutoff`).
+    A table no slot has written yet (a new cluster, a new deployment's first hourly run) has nothing
+    to care for: the result says ``skipped`` and why, and nothing is created.
     """
     table_arg = f"{lake.namespace}.{lake.table}"
     system = f"{lake.catalog}.system"
     edge = closed_before(now, settings.closed_after_minutes)
     out: dict[str, Any] = {"table": lake.identifier, "now": now.isoformat(), "closed_before": edge.isoformat()}
+    if not spark.catalog.tableExists(lake.identifier):
+        log.info("%s does not exist yet (no slot has written to it): nothing to care for", lake.identifier)
+        return {**out, "skipped": "the table does not exist yet: no slot has written to it"}
 
     out["compaction"] = _compact(spark, lake, settings.target_file_bytes, edge)
     log.info("compacted %s: %s", lake.identifier, out["compaction"])
