@@ -134,14 +134,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return GroupScheduling(config, log)
 
 
-def _busy_core_seconds() -> float:
-    """CPU time the whole machine has spent busy since boot (every process, the stack's services
-    and Spark's JVMs included), from /proc/stat."""
-    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """With ``LAGSCHED_TEST_CPU_PROFILE=<file>``, one JSON line per test: its wall seconds and the
@@ -152,12 +144,14 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if not out:
         yield
         return
-    wall, busy = time.monotonic(), _busy_core_seconds()
+    from lagsched_dev.bench.cpu import machine_busy_s
+
+    wall, busy = time.monotonic(), machine_busy_s()
     yield
     line = {
         "test": item.nodeid,
         "wall_s": round(time.monotonic() - wall, 2),
-        "cpu_s": round(_busy_core_seconds() - busy, 2),
+        "cpu_s": round(machine_busy_s() - busy, 2),
     }
     with open(out, "a") as fh:
         fh.write(json.dumps(line) + "\n")

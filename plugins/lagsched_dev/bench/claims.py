@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from lagsched.connections import MySQLParams
+from lagsched_dev.bench import cpu
 
 __all__ = [
     "ClaimerSpec",
@@ -545,13 +546,13 @@ def run_claimers(
         ready.get(timeout=spawn_timeout_s)
     poller = ctx.Process(target=poll_table, args=(specs[0].params, poll_interval_s, stop, out), daemon=True)
     poller.start()
-    db0, busy0 = _db_cpu_s(), _machine_busy_s()
+    db0, busy0 = _db_cpu_s(), cpu.machine_busy_s()
     start = time.time()
     go.set()
     for p in procs:
         p.join(timeout=max(s.seconds for s in specs) + 120)
     wall = time.time() - start
-    db_cpu, busy = _db_cpu_s() - db0, _machine_busy_s() - busy0
+    db_cpu, busy = _db_cpu_s() - db0, cpu.machine_busy_s() - busy0
     stop.set()
     poll = out.get(timeout=120)
     poller.join(timeout=30)
@@ -573,16 +574,8 @@ def _db_cpu_s() -> float:
             continue
         name = text[text.find("(") + 1 : text.rfind(")")]
         if name in {"mariadbd", "mysqld"}:
-            fields = text[text.rfind(")") + 2 :].split()
-            total += (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+            total += cpu.proc_pid_cpu_s(text, tick)
     return total
-
-
-def _machine_busy_s() -> float:
-    """CPU-seconds this machine has been busy (all cores, not idle nor waiting for I/O) since boot."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def _lock_status(params: MySQLParams) -> dict[str, int]:

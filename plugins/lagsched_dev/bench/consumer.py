@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from lagsched.spark import CONSUME_JOB
+from lagsched_dev.bench.cpu import machine_busy_s, proc_pid_cpu_s
 
 DEFAULT_OUT = "bench/results/consumer.json"
 DEFAULT_RECORDS = 24_000_000
@@ -384,27 +385,6 @@ class CpuSnapshot:
     broker: float
 
 
-def proc_stat_busy_s(line: str, tick: int) -> float:
-    """Busy CPU-seconds (all cores, neither idle nor waiting for I/O) from /proc/stat's ``cpu`` line.
-
-    >>> proc_stat_busy_s("cpu  100 0 50 1000 20 0 5 0 0 0", 100)
-    1.55
-    """
-    fields = [int(x) for x in line.split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return (sum(fields[:8]) - idle) / tick
-
-
-def proc_pid_cpu_s(stat: str, tick: int) -> float:
-    """utime + stime of a process from its /proc/<pid>/stat text (the name may hold spaces).
-
-    >>> proc_pid_cpu_s("42 (java x) S " + " ".join(["0"] * 10) + " 250 50 0 0", 100)
-    3.0
-    """
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / tick
-
-
 def cpu_snapshot(broker_pid: int | None) -> CpuSnapshot:
     tick = os.sysconf("SC_CLK_TCK")
     broker = 0.0
@@ -416,7 +396,7 @@ def cpu_snapshot(broker_pid: int | None) -> CpuSnapshot:
     times = os.times()
     return CpuSnapshot(
         wall=time.monotonic(),
-        machine_busy=proc_stat_busy_s(Path("/proc/stat").read_text().split("\n", 1)[0], tick),
+        machine_busy=machine_busy_s(),
         own=times.user + times.system,
         children=times.children_user + times.children_system,
         broker=broker,
