@@ -20,7 +20,7 @@ import pytest
 
 from lagsched_dev.stack.config import StackConfig, load
 from lagsched_dev.stack.environment import stack_environment
-from scratch import migrated, scratch_database, scratch_topics
+from scratch import scratch_database, scratch_topics
 
 CFG = load()
 os.environ.update(stack_environment(CFG))
@@ -230,7 +230,9 @@ def empty_mysql_db(stack: StackConfig) -> Iterator[Any]:
 @pytest.fixture
 def mysql_db(empty_mysql_db: Any) -> Any:
     """A fresh database with every migration in sql/ applied."""
-    return migrated(empty_mysql_db)
+    from lagsched_dev.bench.claims import migrate_database
+
+    return migrate_database(empty_mysql_db)
 
 
 @pytest.fixture

@@ -2,12 +2,12 @@
 
 The function fixtures of tests/conftest.py (``empty_mysql_db``, ``mysql_db``, ``new_topic``) and the
 session fixtures that need the same for themselves (tests/integration/conftest.py's class archive)
-are built on these, so there is one way to make and remove each.
+are built on these, so there is one way to make and remove each; the database is the benchmarks'
+(`lagsched_dev.bench.claims.create_database`, ``migrate_database``, ``drop_database``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,34 +21,14 @@ def unique(prefix: str) -> str:
 @contextmanager
 def scratch_database() -> Iterator[Any]:
     """A fresh, empty database ``lagsched_t_<hex>`` (MySQLParams); dropped afterwards."""
-    from lagsched.adapters.mysql import connect
     from lagsched.connections import mysql_params
+    from lagsched_dev.bench.claims import create_database, drop_database
 
-    base = mysql_params()
-    params = dataclasses.replace(base, database=unique("lagsched_t"))
-    admin = connect(base)
+    params = create_database(mysql_params(), prefix="lagsched_t", migrated=False)
     try:
-        with admin.cursor() as cur:
-            cur.execute(f"CREATE DATABASE `{params.database}`")
         yield params
     finally:
-        admin.ping(reconnect=True)  # a test may have restarted MariaDB meanwhile (test_consumer_outages)
-        with admin.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS `{params.database}`")
-        admin.close()
-
-
-def migrated(params: Any) -> Any:
-    """``params``, once every migration in sql/ is applied to its database."""
-    from lagsched.adapters.migrations import migrate
-    from lagsched.adapters.mysql import connect
-
-    conn = connect(params)
-    try:
-        migrate(conn)
-    finally:
-        conn.close()
-    return params
+        drop_database(params)  # on a connection of its own: a test may have restarted MariaDB meanwhile
 
 
 @contextmanager

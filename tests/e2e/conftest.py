@@ -21,10 +21,9 @@ def airflow(stack: StackConfig) -> Iterator[AirflowAPI]:
     suite. One that was up before is left running, as is any with LAGSCHED_KEEP_STACK. Under xdist
     every test that uses it is in one group (tests/conftest.py), so no other worker loses it.
     """
-    from lagsched.adapters.migrations import migrate
-    from lagsched.adapters.mysql import connect
     from lagsched.connections import mysql_params
     from lagsched_dev import stack as local_stack
+    from lagsched_dev.bench.claims import migrate_database
     from lagsched_dev.stack.process import ServiceError
     from lagsched_dev.stack.services import Airflow
 
@@ -38,11 +37,7 @@ def airflow(stack: StackConfig) -> Iterator[AirflowAPI]:
     # The stack's schema up to date (idempotent), as the setup DAG keeps it: the lagsched page reads
     # it, and a run of this tier alone, or after a new migration, must not wait for a test that
     # triggers that DAG (test_airflow_loop).
-    conn = connect(mysql_params())
-    try:
-        migrate(conn)
-    finally:
-        conn.close()
+    migrate_database(mysql_params())
     yield AirflowAPI.for_simple_auth(f"http://127.0.0.1:{stack.airflow_port}", stack.airflow_home)
     if not was_up and not os.environ.get("LAGSCHED_KEEP_STACK"):
         service.stop(with_database=False)  # the rest of the suite still uses the stack's metadata DB

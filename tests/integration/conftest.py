@@ -13,7 +13,7 @@ import pytest
 from consumer_support import ConsumerHarness, class_archive_path, record_class_archive
 
 from lagsched_dev.stack.config import StackConfig
-from scratch import migrated, scratch_database, scratch_topics
+from scratch import scratch_database, scratch_topics
 
 
 @pytest.fixture
@@ -41,13 +41,18 @@ def slot_class_archive(stack: StackConfig, tmp_path_factory: pytest.TempPathFact
     if path.is_file():
         return path
     from lagsched.connections import kafka_config
+    from lagsched_dev.bench.claims import migrate_database
 
     config = kafka_config()
     redis_db = int(os.environ.get("LAGSCHED_TEST_REDIS_DB", "15"))
     with scratch_database() as params, scratch_topics(config) as new_topic:
         topic = new_topic(1, prefix="cds")
         harness = ConsumerHarness(
-            migrated(params), config, redis_db, f"c-{uuid.uuid4().hex[:8]}", tmp_path_factory.mktemp("class-archive")
+            migrate_database(params),
+            config,
+            redis_db,
+            f"c-{uuid.uuid4().hex[:8]}",
+            tmp_path_factory.mktemp("class-archive"),
         )
         try:
             record_class_archive(harness, config, topic, path)

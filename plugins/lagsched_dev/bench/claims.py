@@ -59,6 +59,7 @@ __all__ = [
     "create_database",
     "drop_database",
     "main",
+    "migrate_database",
     "poll_table",
     "read_events",
     "run_claimers",
@@ -84,9 +85,8 @@ ROWS = 10_000
 # --------------------------------------------------------------------------- database set-up
 
 
-def create_database(base: MySQLParams, prefix: str = "lagsched_bench") -> MySQLParams:
-    """A fresh database ``<prefix>_<hex>`` with every migration applied."""
-    from lagsched.adapters.migrations import migrate
+def create_database(base: MySQLParams, prefix: str = "lagsched_bench", *, migrated: bool = True) -> MySQLParams:
+    """A fresh database ``<prefix>_<hex>``, with every migration applied unless ``migrated`` is False."""
     from lagsched.adapters.mysql import connect
 
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
@@ -95,9 +95,19 @@ def create_database(base: MySQLParams, prefix: str = "lagsched_bench") -> MySQLP
         cur.execute(f"CREATE DATABASE `{name}`")
     admin.close()
     params = dataclasses.replace(base, database=name)
+    return migrate_database(params) if migrated else params
+
+
+def migrate_database(params: MySQLParams) -> MySQLParams:
+    """``params``, once every migration in sql/ is applied to its database."""
+    from lagsched.adapters.migrations import migrate
+    from lagsched.adapters.mysql import connect
+
     conn = connect(params)
-    migrate(conn)
-    conn.close()
+    try:
+        migrate(conn)
+    finally:
+        conn.close()
     return params
 
 
