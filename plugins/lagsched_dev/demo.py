@@ -256,7 +256,7 @@ class Stack:
 
     def decisions(self, since: float) -> list[Any]:
         """The demo topics' scaling decisions since ``since``, oldest first."""
-        from lagsched.adapters.status_queries import recent_decisions
+        from lagsched.adapters.decisions import recent_decisions
 
         mysql, _ = self._clients()
         rows = recent_decisions(mysql, DEMO_CLUSTER, since=since, limit=1000)
@@ -935,12 +935,15 @@ def _summary(demo: Demo) -> dict[str, Any]:
 def evidence(d: Any) -> str:
     """A decision's figures in words: lag, time lag, the regression and the drain it implies.
 
-    >>> from lagsched.core.status import DecisionView
-    >>> print(evidence(DecisionView(1, 0.0, "t", 1, 2, "scale_up_rising", "hevo", "", 114_942, 41.5, 1790.4, 0.93)))
+    >>> from dataclasses import replace
+    >>> from lagsched.core.decisions import EXAMPLE
+    >>> def row(lag, time_lag_s, slope, fit_r2):
+    ...     return replace(EXAMPLE, lag=lag, time_lag_s=time_lag_s, slope=slope, fit_r2=fit_r2)
+    >>> print(evidence(row(114_942, 41.5, 1790.4, 0.93)))
     lag 114,942 records (41.5 s behind); slope +1,790 records/s, r² 0.93: not draining at this trend
-    >>> print(evidence(DecisionView(1, 0.0, "t", 3, 1, "scale_down_low", "hevo", "", 600, 0.4, -20.0, 0.7)))
+    >>> print(evidence(row(600, 0.4, -20.0, 0.7)))
     lag 600 records (0.4 s behind); slope -20 records/s, r² 0.70: drains in 30 s at this trend
-    >>> print(evidence(DecisionView(1, 0.0, "t", 3, 2, "scale_down_low", "hevo", "", 0, 0.0, -184.0, 0.5)))
+    >>> print(evidence(row(0, 0.0, -184.0, 0.5)))
     lag 0 records (0.0 s behind); slope -184 records/s, r² 0.50: nothing to drain
     """
     head = f"lag {d.lag:,} records ({d.time_lag_s:.1f} s behind)"

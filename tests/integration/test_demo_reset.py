@@ -8,7 +8,7 @@ from typing import Any
 
 from test_scaling import add_topic
 
-from lagsched.adapters.status_queries import recent_decisions
+from lagsched.adapters.decisions import recent_decisions
 from lagsched.adapters.topics import load_topics
 from lagsched_dev.demo import DEMO_CLUSTER, reset_workers
 

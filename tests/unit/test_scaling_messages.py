@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from lagsched.adapters.decisions import DecisionRow
 from lagsched.adapters.scaling_messages import ScalingMessage
+from lagsched.core.decisions import DecisionRow
 from lagsched.core.evaluator import Decision
 
 AT = 1_795_000_000.25
@@ -23,8 +23,9 @@ def test_a_decision_and_its_recorded_row_publish_the_same_message() -> None:
     d = decision()
     row = DecisionRow(
         decision_id=41, evaluation_id="run-1", decided_at=AT, topic_id="t-1", cluster="eu", topic=d.topic,
-        previous_linker_workers=d.previous_linker_workers, linker_workers=d.linker_workers, rule=d.rule,
-        policy=d.policy, reason=d.reason, announced_at=None,
+        previous_linker_workers=d.previous_linker_workers, linker_workers=d.linker_workers, lag=d.lag,
+        time_lag_s=d.time_lag_s, slope=d.slope, fit_r2=d.fit_r2, rule=d.rule, policy=d.policy, reason=d.reason,
+        announced_at=None,
     )  # fmt: skip
     fresh = ScalingMessage.of_decision("eu", "t-1", d, 41)
     assert fresh == ScalingMessage.of_row(row)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import ast
 import math
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from lagsched.core.decisions import EXAMPLE, DecisionRow
 from lagsched.core.lag import OffsetSample
 from lagsched.core.status import (
-    DecisionView,
     MeasuredOffsets,
     Metric,
     PartitionState,
@@ -94,8 +95,10 @@ def test_escape_label_value_round_trips_through_a_parser() -> None:
     assert "".join(out) == raw
 
 
-def decision(i: int, at: float, old: int, new: int, reason: str = "why") -> DecisionView:
-    return DecisionView(i, at, "t", old, new, "rule", "hevo", reason, 0, 0.0)
+def decision(i: int, at: float, old: int, new: int, reason: str = "why") -> DecisionRow:
+    return replace(
+        EXAMPLE, decision_id=i, decided_at=at, previous_linker_workers=old, linker_workers=new, reason=reason
+    )
 
 
 @pytest.mark.parametrize(
@@ -118,7 +121,7 @@ def decision(i: int, at: float, old: int, new: int, reason: str = "why") -> Deci
         ([decision(1, 150.0, 2, 3)], 3, [(0.0, 2), (100.0, 2)]),
     ],
 )  # fmt: skip
-def test_workers_steps(decisions: list[DecisionView], current: int, expected: list[tuple[float, int]]) -> None:
+def test_workers_steps(decisions: list[DecisionRow], current: int, expected: list[tuple[float, int]]) -> None:
     steps = workers_steps(decisions, current, 0.0, 100.0)
     assert [(s.at, s.linker_workers) for s in steps] == expected
 

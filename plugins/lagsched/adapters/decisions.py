@@ -8,13 +8,13 @@ happen.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from lagsched.adapters.mysql import to_db
+from lagsched.adapters.mysql import from_db, to_db
 from lagsched.adapters.transactions import transaction
+from lagsched.core.decisions import DecisionRow
 from lagsched.core.evaluator import Decision
+from lagsched.core.names import validate_cluster_name, validate_topic_name
 
 if TYPE_CHECKING:
     import pymysql
@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     Cursor = pymysql.cursors.Cursor
 
 __all__ = [
-    "DecisionRow",
     "decisions_of",
     "delete_old_decisions",
     "insert_decision",
@@ -36,41 +35,8 @@ __all__ = [
 
 _COLUMNS = (
     "decision_id, evaluation_id, decided_at, topic_id, cluster, topic, previous_linker_workers, linker_workers,"
-    " rule, policy, reason, announced_at"
+    " lag_records, time_lag_s, slope, fit_r2, policy, rule, reason, announced_at"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class DecisionRow:
-    """One ``scaling_decisions`` row (times in seconds since the epoch, UTC).
-
-    Attributes:
-        decision_id: row id.
-        evaluation_id: the evaluation run that made it (the Airflow run id).
-        decided_at: when it was decided.
-        topic_id: registry id of the topic.
-        cluster: registry cluster.
-        topic: the topic's name at decision time.
-        previous_linker_workers: the topic's ``linker_workers`` before.
-        linker_workers: the ``linker_workers`` it set.
-        rule: the rule that fired.
-        policy: the policy that decided.
-        reason: the reason in words.
-        announced_at: when it was published on ``lagsched:scaling``; None until then.
-    """
-
-    decision_id: int
-    evaluation_id: str
-    decided_at: float
-    topic_id: str
-    cluster: str
-    topic: str
-    previous_linker_workers: int
-    linker_workers: int
-    rule: str
-    policy: str
-    reason: str
-    announced_at: float | None
 
 
 def decisions_of(conn: Connection, evaluation_id: str) -> dict[str, DecisionRow]:
@@ -83,8 +49,10 @@ def decisions_of(conn: Connection, evaluation_id: str) -> dict[str, DecisionRow]
 
 def _row(r: Sequence[Any]) -> DecisionRow:
     return DecisionRow(
-        int(r[0]), str(r[1]), _epoch(r[2]), str(r[3]), str(r[4]), str(r[5]), int(r[6]), int(r[7]),
-        str(r[8]), str(r[9]), str(r[10]), None if r[11] is None else _epoch(r[11]),
+        decision_id=int(r[0]), evaluation_id=str(r[1]), decided_at=_epoch(r[2]), topic_id=str(r[3]),
+        cluster=str(r[4]), topic=str(r[5]), previous_linker_workers=int(r[6]), linker_workers=int(r[7]),
+        lag=int(r[8]), time_lag_s=float(r[9]), slope=float(r[10]), fit_r2=float(r[11]), policy=str(r[12]),
+        rule=str(r[13]), reason=str(r[14]), announced_at=None if r[15] is None else _epoch(r[15]),
     )  # fmt: skip
 
 
@@ -139,13 +107,29 @@ def last_decisions(conn: Connection, topic_ids: Sequence[str]) -> dict[str, Deci
     return {row.topic_id: row for row in map(_row, rows)}
 
 
-def recent_decisions(conn: Connection, cluster: str, limit: int = 50) -> list[DecisionRow]:
-    """The cluster's newest decisions, newest first (for the CLI and the page)."""
+def recent_decisions(
+    conn: Connection, cluster: str, *, topic: str | None = None, since: float | None = None, limit: int = 50
+) -> list[DecisionRow]:
+    """The cluster's newest decisions (of one topic when given), newest first: the lagsched page,
+    ``lagsched status`` and the demo's summary.
+
+    ``since`` keeps only decisions at or after that time (epoch seconds).
+    """
+    if not 1 <= limit <= 10_000:
+        raise ValueError(f"limit={limit}; use 1 to 10000")
+    where = ["cluster = %s"]
+    params: list[Any] = [validate_cluster_name(cluster)]
+    if topic is not None:
+        where.append("topic = %s")
+        params.append(validate_topic_name(topic))
+    if since is not None:
+        where.append("decided_at >= %s")
+        params.append(to_db(since))
     with transaction(conn) as cur:
         cur.execute(
-            f"SELECT {_COLUMNS} FROM scaling_decisions WHERE cluster = %s"  # noqa: S608 - fixed column list
+            f"SELECT {_COLUMNS} FROM scaling_decisions WHERE {' AND '.join(where)}"  # noqa: S608 - fixed clauses, values as parameters
             " ORDER BY decided_at DESC, decision_id DESC LIMIT %s",
-            (cluster, int(limit)),
+            (*params, limit),
         )
         rows = cur.fetchall()
     return [_row(r) for r in rows]
@@ -203,6 +187,5 @@ def mark_announced(conn: Connection, decision_id: int, at: float) -> None:
         )
 
 
-def _epoch(value: datetime) -> float:
-    aware = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    return aware.timestamp()
+def _epoch(value: Any) -> float:
+    return from_db(value).timestamp()

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lagsched.adapters.decisions import DecisionRow
+    from lagsched.core.decisions import DecisionRow
     from lagsched.core.evaluator import Decision
 
 __all__ = ["SCALING_CHANNEL", "ScalingListener", "ScalingMessage", "publish_decision"]

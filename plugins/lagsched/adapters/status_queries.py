@@ -9,13 +9,13 @@ topic or slot. Lease liveness is judged by the database's clock, as the claim pr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from lagsched.adapters.mysql import from_db, to_db
+from lagsched.adapters.mysql import from_db
 from lagsched.adapters.transactions import transaction
-from lagsched.core.names import validate_cluster_name, validate_topic_name
-from lagsched.core.status import DecisionView, GapView, PartitionState
+from lagsched.core.names import validate_cluster_name
+from lagsched.core.status import GapView, PartitionState
 
 if TYPE_CHECKING:
     import pymysql
@@ -27,19 +27,12 @@ __all__ = [
     "clusters",
     "overrides_if_migrated",
     "partition_states",
-    "recent_decisions",
     "retention_gaps",
 ]
 
 
 def _epoch(value: Any) -> float | None:
-    if value is None:
-        return None
-    if not isinstance(value, datetime):
-        raise TypeError(f"expected a DATETIME/TIMESTAMP value, got {value!r}")
-    # Sessions run in UTC (lagsched.adapters.mysql.connect), so naive values are UTC wall time.
-    aware = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    return aware.timestamp()
+    return None if value is None else from_db(value).timestamp()
 
 
 def overrides_if_migrated(conn: Connection, cluster: str, now: datetime) -> list[Any] | None:
@@ -90,56 +83,6 @@ def partition_states(conn: Connection, cluster: str) -> list[PartitionState]:
             pending=None if start is None or end is None else (int(start), int(end)),
         )
         for name, pid, committed, holder, lease, live, start, end in rows
-    ]
-
-
-def recent_decisions(
-    conn: Connection,
-    cluster: str,
-    *,
-    topic: str | None = None,
-    since: float | None = None,
-    limit: int = 50,
-) -> list[DecisionView]:
-    """The cluster's newest scaling decisions (of one topic when given), newest first.
-
-    ``since`` keeps only decisions at or after that time (epoch seconds).
-    """
-    if not 1 <= limit <= 10_000:
-        raise ValueError(f"limit={limit}; use 1 to 10000")
-    where, args = ["cluster = %s"], [validate_cluster_name(cluster)]
-    if topic is not None:
-        where.append("topic = %s")
-        args.append(validate_topic_name(topic))
-    params: list[Any] = list(args)
-    if since is not None:
-        where.append("decided_at >= %s")
-        params.append(to_db(since))
-    params.append(limit)
-    sql = (
-        "SELECT decision_id, decided_at, topic, previous_linker_workers, linker_workers, rule, policy, reason,"  # noqa: S608 - fixed clauses, values as parameters
-        f" lag_records, time_lag_s, slope, fit_r2 FROM scaling_decisions WHERE {' AND '.join(where)}"
-        " ORDER BY decided_at DESC, decision_id DESC LIMIT %s"
-    )
-    with transaction(conn) as cur:
-        cur.execute(sql, tuple(params))
-        rows = cur.fetchall()
-    return [
-        DecisionView(
-            decision_id=int(r[0]),
-            decided_at=_epoch(r[1]) or 0.0,
-            topic=str(r[2]),
-            previous_linker_workers=int(r[3]),
-            linker_workers=int(r[4]),
-            rule=str(r[5]),
-            policy=str(r[6]),
-            reason=str(r[7]),
-            lag=int(r[8]),
-            time_lag_s=float(r[9]),
-            slope=float(r[10]),
-            fit_r2=float(r[11]),
-        )
-        for r in rows
     ]
 
 

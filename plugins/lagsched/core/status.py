@@ -5,7 +5,7 @@ Prometheus endpoint show, with no client library in sight.
 decided without I/O is here so it is unit-tested: a topic's state, the anomalies worth an
 operator's look, the ``linker_workers`` step line of the charts, and the Prometheus text format.
 
-Times are seconds since the epoch (UTC) throughout; `iso` renders them for JSON.
+Times are seconds since the epoch (UTC) throughout; `lagsched.core.times.iso` renders them for JSON.
 """
 
 from __future__ import annotations
@@ -14,16 +14,17 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
+from lagsched.core.decisions import DecisionRow
 from lagsched.core.lag import OffsetSample, estimate_time_lag, is_old_open_transaction
+from lagsched.core.times import iso
 
 __all__ = [
     "STATES",
     "Anomaly",
     "ClusterStatus",
-    "DecisionView",
     "GapView",
     "HistoryPoint",
     "MeasuredOffsets",
@@ -35,7 +36,6 @@ __all__ = [
     "WorkersStep",
     "escape_label_value",
     "find_anomalies",
-    "iso",
     "measured_offsets",
     "partition_figures",
     "render_prometheus",
@@ -45,17 +45,6 @@ __all__ = [
 
 #: A topic's pipeline state, as the lag monitor records it on each `LagRecord` (Burrow's terms).
 STATES = ("ok", "stalled", "stopped")
-
-
-def iso(at: float | datetime | None) -> str | None:
-    """``at`` (epoch seconds or an aware datetime) as ISO 8601 in UTC, None stays None.
-
-    >>> iso(0.0), iso(datetime(1970, 1, 1, 1, tzinfo=UTC))
-    ('1970-01-01T00:00:00+00:00', '1970-01-01T01:00:00+00:00')
-    """
-    if at is None:
-        return None
-    return (at.astimezone(UTC) if isinstance(at, datetime) else datetime.fromtimestamp(at, tz=UTC)).isoformat()
 
 
 def topic_state(state: str | None) -> str:
@@ -131,51 +120,6 @@ class SlotView:
             "last_seen": iso(self.last_seen),
             "live": self.live,
             "claims": [c.as_dict() for c in self.claims],
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class DecisionView:
-    """One ``scaling_decisions`` row, as shown: a change of ``linker_workers`` and why."""
-
-    decision_id: int
-    decided_at: float
-    topic: str
-    previous_linker_workers: int
-    linker_workers: int
-    rule: str
-    policy: str
-    reason: str
-    lag: int
-    time_lag_s: float
-    #: The regression the policy saw: lag slope (records/s) and its r² (0 for manual changes).
-    slope: float = 0.0
-    fit_r2: float = 0.0
-
-    @property
-    def drain_s(self) -> float | None:
-        """Seconds the lag would take to drain at the fitted slope; None when it was not falling.
-
-        >>> DecisionView(1, 0.0, "t", 3, 2, "r", "hevo", "", 12_000, 5.0, slope=-100.0).drain_s
-        120.0
-        """
-        return self.lag / -self.slope if self.slope < 0 else None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "decision_id": self.decision_id,
-            "decided_at": iso(self.decided_at),
-            "topic": self.topic,
-            "previous_linker_workers": self.previous_linker_workers,
-            "linker_workers": self.linker_workers,
-            "rule": self.rule,
-            "policy": self.policy,
-            "reason": self.reason,
-            "lag": self.lag,
-            "time_lag_s": round(self.time_lag_s, 3),
-            "slope": round(self.slope, 3),
-            "fit_r2": round(self.fit_r2, 4),
-            "drain_s": None if self.drain_s is None else round(self.drain_s, 1),
         }
 
 
@@ -302,7 +246,7 @@ class ClusterStatus:
     at: float
     topics: tuple[TopicView, ...]
     slots: tuple[SlotView, ...]
-    decisions: tuple[DecisionView, ...]
+    decisions: tuple[DecisionRow, ...]
     overrides: tuple[Mapping[str, Any], ...] = ()
     retention_gaps: tuple[GapView, ...] = ()
     anomalies: tuple[Anomaly, ...] = ()
@@ -447,7 +391,7 @@ class WorkersStep:
         }
 
 
-def workers_steps(decisions: Sequence[DecisionView], current: int, start: float, end: float) -> list[WorkersStep]:
+def workers_steps(decisions: Sequence[DecisionRow], current: int, start: float, end: float) -> list[WorkersStep]:
     """The ``linker_workers`` of one topic over ``[start, end]`` as a step line, from its decisions.
 
     ``decisions`` are the topic's, in any order. The line starts at ``start`` with the value in
@@ -456,7 +400,9 @@ def workers_steps(decisions: Sequence[DecisionView], current: int, start: float,
     and ends at ``end`` with ``current``, the value the registry holds now (or, for a window that
     ends before a later decision, the value that decision replaced).
 
-    >>> d = [DecisionView(1, 50.0, "t", 1, 3, "hevo_step", "hevo", "lag rising", 900, 12.0)]
+    >>> from dataclasses import replace
+    >>> from lagsched.core.decisions import EXAMPLE
+    >>> d = [replace(EXAMPLE, decided_at=50.0, previous_linker_workers=1, linker_workers=3)]
     >>> [(s.at, s.linker_workers) for s in workers_steps(d, 3, 0.0, 100.0)]
     [(0.0, 1), (50.0, 3), (100.0, 3)]
     """

@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from lagsched.adapters.decisions import DecisionRow, decisions_of
+from lagsched.adapters.decisions import decisions_of
 from lagsched.adapters.lag_store import LagStore
 from lagsched.adapters.overrides import OverrideRow, cancel_override, evaluation_id_of
 from lagsched.adapters.worker_changes import create_override
+from lagsched.core.decisions import DecisionRow
 from lagsched.workflows.scaling import announce_row
 
 __all__ = ["OverrideResult", "apply_override", "end_override"]

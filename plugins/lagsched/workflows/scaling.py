@@ -48,7 +48,6 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from lagsched.adapters.decisions import (
-    DecisionRow,
     decisions_of,
     last_change_times,
     last_decisions,
@@ -60,6 +59,7 @@ from lagsched.adapters.scaling_messages import SCALING_CHANNEL, ScalingMessage, 
 from lagsched.adapters.topics import TopicRow, load_topics
 from lagsched.adapters.worker_changes import apply_change
 from lagsched.core.config import Settings, TopicPolicyConfig, parse_settings, unknown_topic_overrides
+from lagsched.core.decisions import DecisionRow
 from lagsched.core.evaluator import (
     Decision,
     LagPoint,

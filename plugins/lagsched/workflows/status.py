@@ -23,13 +23,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from lagsched.adapters.decisions import recent_decisions
 from lagsched.adapters.lag_store import LagRecord, LagStore
 from lagsched.adapters.slots import SlotRegistry, slot_id_for
 from lagsched.adapters.status_queries import (
     clusters,
     overrides_if_migrated,
     partition_states,
-    recent_decisions,
     retention_gaps,
 )
 from lagsched.adapters.topics import TopicRow, load_topics
