@@ -18,6 +18,7 @@ timeout and another slot or process took over).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -25,7 +26,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 STARTED = time.monotonic()
 
@@ -175,8 +176,6 @@ def _consume(
     redis_conf: Any,
     stop: threading.Event,
 ) -> int:
-    import json
-
     from lagsched.adapters.claims import open_claim_store
     from lagsched.adapters.lag_store import redis_client
     from lagsched.adapters.mysql import connect
@@ -207,7 +206,7 @@ def _consume(
         print(f"lagsched consume: {message} (nothing to do)", file=sys.stderr)
         if args.stats_file:
             with open(args.stats_file, "a", encoding="utf-8") as out:
-                out.write(json.dumps({"event": "duplicate", "slot": slot_id, "holder": holder}) + "\n")
+                _stat(out, "duplicate", slot=slot_id, holder=holder)
         return EXIT_OK
     # The keeper holds the lock from now on; heartbeats start once Spark is up (run_slot).
     keeper = SlotKeeper(
@@ -251,8 +250,6 @@ def _run_slot(
     mysql: Any,
     stop: threading.Event,
 ) -> int:
-    import json
-
     from lagsched.adapters import sink, spark
     from lagsched.adapters.claims import open_claim_store
     from lagsched.adapters.kafka_admin import admin_client
@@ -262,20 +259,9 @@ def _run_slot(
     from lagsched.workflows.consume import SlotRun, SlotTakenError, run_slot
 
     slot_id, cluster = settings.slot_id, settings.cluster
-    sink.ensure_catalog_tables(conn)  # before Spark's catalog would race other slots to create them
     stats = open(args.stats_file, "a", encoding="utf-8") if args.stats_file else None  # noqa: SIM115
-    conf = sink.catalog_conf(
-        lake,
-        jdbc_url=sink.jdbc_url(mysql.host, mysql.port, mysql.database, tls=mysql.tls),
-        user=mysql.user,
-        password=mysql.password,
-    )
-    session = spark.session(f"lagsched-consume-{args.slot}", master=None, conf=conf)
-    if stats is not None:
-        stats.write(
-            json.dumps({"event": "started", "slot": slot_id, "spark_ready_s": time.monotonic() - STARTED}) + "\n"
-        )
-        stats.flush()
+    session = _start_spark(args.slot, lake, conn, mysql)
+    _stat(stats, "started", slot=slot_id, spark_ready_s=time.monotonic() - STARTED)
     wake = threading.Event()
     registry = SlotRegistry(redis, cluster=cluster)
     # The reads fetch from a same-rack replica where the brokers allow it (KIP-392).
@@ -285,10 +271,8 @@ def _run_slot(
     )
     rows = sink.WARM_UP_ROWS if args.warm_up_rows is None else args.warm_up_rows
     warming = time.monotonic()
-    if table.warm_up(rows) and stats is not None:
-        took = time.monotonic() - warming
-        stats.write(json.dumps({"event": "warmed_up", "slot": slot_id, "rows": rows, "seconds": took}) + "\n")
-        stats.flush()
+    if table.warm_up(rows):
+        _stat(stats, "warmed_up", slot=slot_id, rows=rows, seconds=time.monotonic() - warming)
     channels = (SCALING_CHANNEL, registry.events_channel)
     listener = ScalingListener(redis_client(redis_conf), channels, cluster, wake)
     with open_claim_store(mysql) as store:
@@ -318,6 +302,32 @@ def _run_slot(
             if stats is not None:
                 stats.close()
     session.stop()
+    return _exit_code(outcome, keeper)
+
+
+def _start_spark(slot: str, lake: Any, conn: Any, mysql: Any) -> Any:
+    """The slot's Spark session, its Iceberg catalog in the cluster's MySQL."""
+    from lagsched.adapters import sink, spark
+
+    sink.ensure_catalog_tables(conn)  # before Spark's catalog would race other slots to create them
+    conf = sink.catalog_conf(
+        lake,
+        jdbc_url=sink.jdbc_url(mysql.host, mysql.port, mysql.database, tls=mysql.tls),
+        user=mysql.user,
+        password=mysql.password,
+    )
+    return spark.session(f"lagsched-consume-{slot}", master=None, conf=conf)
+
+
+def _stat(stats: IO[str] | None, event: str, **fields: Any) -> None:
+    """One line of ``--stats-file`` (the tests and benchmarks read them), when one was asked for."""
+    if stats is not None:
+        stats.write(json.dumps({"event": event, **fields}) + "\n")
+        stats.flush()
+
+
+def _exit_code(outcome: Any, keeper: Any) -> int:
+    """EXIT_LOST when this slot lost its place or a claim (said on stderr), else EXIT_OK."""
     if keeper.taken_by is not None:
         print(f"lagsched consume: {outcome.lost_claims[-1]}", file=sys.stderr)
         return EXIT_LOST
