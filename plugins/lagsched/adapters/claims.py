@@ -22,8 +22,9 @@ written); the guards of commit, renew and release use ``CURRENT_TIMESTAMP(6)`` i
 
 Retries: one budget per call (``RetryPolicy.max_attempts``), spent by lock-wait timeouts (1205),
 deadlocks (1213) and, for a claim, by rounds that lost every race they ran; full-jitter backoff
-between attempts (tenacity). What a claim returns is read from committed state, never rebuilt from
-an attempt that failed half-way, so a row committed before an error is always reported.
+between attempts (`lagsched.adapters.transactions.retry_transient`, the one retry loop). What a
+claim returns is read from committed state, never rebuilt from an attempt that failed half-way,
+so a row committed before an error is always reported.
 
 Lock order: every transaction that can wait for a row lock takes its locks in ascending
 (``topic_id``, ``partition_id``) order, so no two of them can wait for each other in a cycle. A
@@ -46,10 +47,16 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import pymysql
 import pymysql.cursors
-import tenacity
 
 from lagsched.adapters.mysql import connect, from_db, to_db
-from lagsched.adapters.transactions import DEADLOCK, LOCK_WAIT_TIMEOUT, is_transient, transaction
+from lagsched.adapters.transactions import (
+    DEADLOCK,
+    LOCK_WAIT_TIMEOUT,
+    RetriesExhausted,
+    is_transient,
+    retry_transient,
+    transaction,
+)
 from lagsched.connections import MySQLParams
 from lagsched.core.claims import (
     Claim,
@@ -183,13 +190,6 @@ class _Pass:
     lost: int
 
 
-class _GaveUp:
-    """Returned by a claim's retrying when its budget ran out."""
-
-
-_GAVE_UP = _GaveUp()
-
-
 class ClaimStore:
     """Claim, renew, commit, rebalance and release rows of ``topic_partitions`` for worker slots.
 
@@ -267,33 +267,29 @@ class ClaimStore:
                 self.lock_wait_timeouts += exc.args[0] == LOCK_WAIT_TIMEOUT
             raise
 
-    def _retrying(self, what: str, *, retry_result: Callable[[Any], bool] | None = None) -> tenacity.Retrying:
-        """The one retry policy: transient errors (and, for claims, fruitless rounds) retried with
-        full-jitter backoff, ``max_attempts`` attempts in all."""
-        retry: Any = tenacity.retry_if_exception(is_transient)
-        if retry_result is not None:
-            retry = retry | tenacity.retry_if_result(retry_result)
+    def _retrying(
+        self,
+        what: str,
+        attempt: Callable[[], T],
+        *,
+        again: Callable[[T], bool] | None = None,
+        rejected: str = "no progress",
+    ) -> T:
+        """``attempt`` under the one retry loop (`lagsched.adapters.transactions.retry_transient`),
+        with this store's budget, jitter, sleep and retry count."""
 
-        def before_sleep(state: tenacity.RetryCallState) -> None:
+        def count(_failure: BaseException | None) -> None:
             self.retries += 1
-            exc = state.outcome.exception() if state.outcome else None
-            log.info("%s: %s, retry %d", what, exc or "lost every race", state.attempt_number)
 
-        return tenacity.Retrying(
-            retry=retry,
-            stop=tenacity.stop_after_attempt(self.retry.max_attempts),
-            wait=lambda state: self.retry.backoff_s(state.attempt_number, self._rng),
-            sleep=self._sleep,
-            before_sleep=before_sleep,
-            reraise=True,
-            # A claim that runs out of attempts reports it in its result instead of raising.
-            retry_error_callback=(lambda _state: _GAVE_UP) if retry_result is not None else None,
-        )
+        return retry_transient(
+            attempt, what=what, retry=self.retry, sleep=self._sleep, rng=self._rng, again=again, rejected=rejected,
+            on_retry=count,
+        )  # fmt: skip
 
     def _run(self, what: str, op: Callable[[Cursor], T]) -> T:
         """Run ``op`` in one transaction, retrying it whole after a lock-wait timeout or deadlock."""
         try:
-            result: T = self._retrying(what)(self._transaction, op)
+            return self._retrying(what, lambda: self._transaction(op))
         except pymysql.MySQLError as exc:
             if is_transient(exc):
                 raise ClaimContentionError(
@@ -301,7 +297,6 @@ class ClaimStore:
                     f"attempts ({exc}); nothing was written, try again later"
                 ) from exc
             raise
-        return result
 
     @staticmethod
     def _db_now(cur: Cursor) -> datetime:
@@ -374,8 +369,11 @@ class ClaimStore:
                     return True  # every race lost: back off before the next round
                 # Some races won, some lost: go on to the next-oldest rows at once.
 
-        outcome: object = self._retrying("claim", retry_result=bool)(attempt)
-        gave_up = outcome is _GAVE_UP
+        try:
+            self._retrying("claim", attempt, again=bool, rejected="lost every race")
+            gave_up = False
+        except RetriesExhausted:
+            gave_up = True
         final = last[0]
         # After a failed pass, read what is committed: rows won before the failure are in it.
         holding = final.holding if final is not None else self.held(slot_id)

@@ -5,6 +5,8 @@ runs its statements through `transaction` or `run_transaction`; none commits by 
 policy: a transaction that hit a deadlock (1213, InnoDB rolled it back) or a lock-wait timeout (1205)
 is run again whole, with full-jitter backoff (`lagsched.core.claims.RetryPolicy`), a bounded number
 of times; any other error is raised at once. Running it again is safe: nothing of it was written.
+`retry_transient` is that loop; the claim store runs its calls through it too, a claim also
+retrying a round that lost every race.
 (`lagsched.adapters.ownership` keeps its own compare-and-write loop: a lost race there is not an
 error, and its retry reads what the winner stored.)
 """
@@ -30,8 +32,10 @@ if TYPE_CHECKING:
 __all__ = [
     "DEADLOCK",
     "LOCK_WAIT_TIMEOUT",
+    "RetriesExhausted",
     "delete_in_batches",
     "is_transient",
+    "retry_transient",
     "rollback_quietly",
     "run_transaction",
     "transaction",
@@ -86,18 +90,61 @@ def run_transaction(
     Raises the last transient error once ``retry.max_attempts`` attempts failed, and any other
     error at once (rolled back either way).
     """
+
+    def attempt() -> T:
+        with transaction(conn) as cur:
+            return op(cur)
+
+    return retry_transient(attempt, what=what, retry=retry, sleep=sleep, rng=rng)
+
+
+class RetriesExhausted(Exception):
+    """Every attempt `retry_transient` made with ``again`` failed or was asked to be made again."""
+
+
+def retry_transient(
+    attempt: Callable[[], T],
+    *,
+    what: str,
+    retry: RetryPolicy | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    rng: random.Random | None = None,
+    again: Callable[[T], bool] | None = None,
+    rejected: str = "no progress",
+    on_retry: Callable[[BaseException | None], None] | None = None,
+) -> T:
+    """The one retry loop: ``attempt()`` made again after a deadlock or a lock-wait timeout (and,
+    with ``again``, after a result ``again`` rejects, logged as ``rejected``), with full-jitter backoff, at most
+    ``retry.max_attempts`` attempts in all. Any other error is raised at once.
+
+    When the attempts are spent, the last transient error is raised; with ``again``,
+    `RetriesExhausted` is raised instead whatever failed the last attempt, so the caller can report
+    what the attempts did (a claim returns the rows it won). ``on_retry`` hears each failure
+    retried (None for a rejected result) before the backoff.
+    """
     policy = retry or RetryPolicy()
     jitter = rng or random.Random()
-    for attempt in range(1, policy.max_attempts + 1):
+    for n in range(1, policy.max_attempts + 1):
+        failure: BaseException | None = None
         try:
-            with transaction(conn) as cur:
-                return op(cur)
+            result = attempt()
         except Exception as exc:
-            if not is_transient(exc) or attempt == policy.max_attempts:
+            if not is_transient(exc):
                 raise
-            log.info("%s: %s, retry %d of %d", what, exc, attempt, policy.max_attempts - 1)
-            sleep(policy.backoff_s(attempt, jitter))
-    raise AssertionError("unreachable: the last attempt returns or raises")
+            failure = exc
+        else:
+            if again is None or not again(result):
+                return result
+        if n == policy.max_attempts:
+            break
+        if on_retry is not None:
+            on_retry(failure)
+        log.info("%s: %s, retry %d of %d", what, failure or rejected, n, policy.max_attempts - 1)
+        sleep(policy.backoff_s(n, jitter))
+    if again is not None:
+        raise RetriesExhausted(f"{what}: {policy.max_attempts} attempt(s) spent") from failure
+    assert failure is not None  # without `again`, only a transient error leads here
+    raise failure
 
 
 def delete_in_batches(conn: Connection, sql: str, params: Sequence[Any], batch_rows: int) -> int:
