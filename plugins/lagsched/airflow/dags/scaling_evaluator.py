@@ -93,7 +93,9 @@ def lagsched_scaling_evaluator() -> None:
 
         from lagsched.airflow.tasks import changed_workers
 
-        changes = changed_workers(results)
+        # One read of every cluster's result (a slice). Iterating would read them one by one and
+        # end on a read past the last, which Airflow's client logs as an error (apache/airflow#73175).
+        changes = changed_workers(results[:])
         if not changes:
             raise AirflowSkipException("no topic's linker_workers changed: no consume run to start")
         extra: dict[str, Any] = {"changes": changes}  # JSON: topic names and linker_workers
