@@ -215,7 +215,7 @@ def test_status_json_holds_the_seeded_cluster(airflow: AirflowAPI, seeded: Seed)
         f"{airflow.base_url}/lagsched/api/history?cluster={seeded.cluster}&topic={seeded.topic}", bearer(airflow)
     )
     h = json.loads(body)
-    assert len(h["points"]) == 12 and [s["linker_workers"] for s in h["workers"]] == [1, 3, 2, 2]
+    assert len(h["points"]) == 12 and [s["linker_workers"] for s in h["linker_workers_steps"]] == [1, 3, 2, 2]
 
     status, body = get(f"{airflow.base_url}/lagsched/metrics", bearer(airflow))
     text = body.decode()

@@ -30,7 +30,7 @@ def subscriber(redis_client: Any, cluster: str) -> Iterator[Any]:
 
 def override(db: Any, redis: Any, cluster: str, **kw: Any) -> Any:
     args: dict[str, Any] = {
-        "cluster": cluster, "topic": "orders", "workers": 8, "duration_s": 7200.0,
+        "cluster": cluster, "topic": "orders", "linker_workers": 8, "duration_s": 7200.0,
         "reason": "Black Friday sale", "created_by": "ana", "now": NOW,
     }  # fmt: skip
     return apply_override(db, redis, **(args | kw))
@@ -88,8 +88,8 @@ def test_an_override_is_applied_recorded_and_announced_at_once(
     ("change", "field", "words"),
     [
         ({"topic": "ordres"}, "topic", "did you mean 'orders'?"),
-        ({"workers": 0}, "linker_workers", "must be an integer >= 1"),
-        ({"workers": 13}, "linker_workers", "at most the 12 partitions of topic 'orders'"),
+        ({"linker_workers": 0}, "linker_workers", "must be an integer >= 1"),
+        ({"linker_workers": 13}, "linker_workers", "at most the 12 partitions of topic 'orders'"),
         ({"duration_s": 0.0}, "duration", "more than 0"),
         ({"duration_s": 8 * 86_400.0}, "duration", "at most 7d"),
         ({"reason": "  "}, "reason", "must say why"),
@@ -167,7 +167,7 @@ def test_an_override_sets_a_drifted_count_back(db: Any, redis_client: Any, clust
 def test_cancel_ends_an_override_and_a_newer_one_replaces_the_older(db: Any, redis_client: Any, cluster: str) -> None:
     topic_id = add_topic(db, cluster, "orders", workers=2, partitions=12)
     first = override(db, redis_client, cluster).override
-    second = override(db, redis_client, cluster, workers=10, now=NOW + timedelta(minutes=1)).override
+    second = override(db, redis_client, cluster, linker_workers=10, now=NOW + timedelta(minutes=1)).override
 
     assert [a.id for a in active_overrides(db, cluster, NOW + timedelta(minutes=2))] == [second.id]
     replaced = get_override(db, first.id)
@@ -240,7 +240,7 @@ def test_the_cli_adds_lists_and_cancels(
     assert "invalid override: linker_workers = 13: must be at most the 12 partitions" in err
     assert cli("orders", "--workers", "8", "--reason", "sale")[0] == 1  # --for missing
 
-    code, out, err = cli("orders", "--workers", "8", "--for", "90m", "--reason", "Black Friday", "--by", "ana")
+    code, out, err = cli("orders", "--linker-workers", "8", "--for", "90m", "--reason", "Black Friday", "--by", "ana")
     assert code == 0, err
     (active,) = active_overrides(db, cluster, NOW)
     assert f"override {active.id}: topic orders of cluster {cluster} pinned at 8 worker(s) (was 2)" in out
@@ -270,7 +270,7 @@ def test_an_evaluation_decided_before_an_override_does_not_undo_it(db: Any, redi
     # The evaluator read no override and decided 2 -> 6; meanwhile someone pins the topic at 2
     # (the same count, so the evaluator's compare-and-set on 2 alone would still succeed).
     decided = Decision("orders", 2, 6, 250_000, 60.0, 166.7, 1.0, "hevo", "scale_up_rising", "rising", at)
-    override(db, redis_client, cluster, workers=2)
+    override(db, redis_client, cluster, linker_workers=2)
     row = TopicRow(topic_id, cluster, "orders", None, 12, 3_600_000, 2, None, None, True)
 
     outcome = _apply(db, redis_client, cluster=cluster, evaluation_id="late", topic=row, d=decided, now=at)

@@ -144,12 +144,12 @@ def test_lag_history_gives_points_and_the_workers_step_line(db: Any, redis_clien
     h = lag_history(redis_client, seeded.cluster, "orders", mysql=db, now=seeded.now)
     assert [p["lag"] for p in h["points"]] == [100, 400, 900]
     assert [p["state"] for p in h["points"]] == ["ok", "ok", "stalled"]
-    steps = [(round(s["t"] - seeded.now), s["linker_workers"], s["rule"]) for s in h["workers"]]
+    steps = [(round(s["t"] - seeded.now), s["linker_workers"], s["rule"]) for s in h["linker_workers_steps"]]
     assert steps == [(-120, 1, ""), (-90, 2, "scale_up_rising"), (-10, 3, "override"), (0, 3, "")]
     assert h["linker_workers"] == 3
     assert {x["rule"] for x in h["decisions"]} == {"scale_up_rising", "override"}
     # Without MySQL the measurements alone.
-    assert lag_history(redis_client, seeded.cluster, "orders")["workers"] == []
+    assert lag_history(redis_client, seeded.cluster, "orders")["linker_workers_steps"] == []
 
 
 def test_metrics_per_partition_and_per_topic(db: Any, redis_client: Any, seeded: Seeded) -> None:

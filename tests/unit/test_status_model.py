@@ -19,11 +19,11 @@ from lagsched.core.status import (
     TopicView,
     escape_label_value,
     find_anomalies,
+    linker_workers_steps,
     measured_offsets,
     partition_figures,
     render_prometheus,
     topic_state,
-    workers_steps,
 )
 
 
@@ -122,12 +122,12 @@ def decision(i: int, at: float, old: int, new: int, reason: str = "why") -> Deci
     ],
 )  # fmt: skip
 def test_workers_steps(decisions: list[DecisionRow], current: int, expected: list[tuple[float, int]]) -> None:
-    steps = workers_steps(decisions, current, 0.0, 100.0)
+    steps = linker_workers_steps(decisions, current, 0.0, 100.0)
     assert [(s.at, s.linker_workers) for s in steps] == expected
 
 
 def test_workers_steps_carry_the_reason_of_each_decision() -> None:
-    steps = workers_steps([decision(7, 30.0, 1, 2, "lag 5000 above max_lag")], 2, 0.0, 60.0)
+    steps = linker_workers_steps([decision(7, 30.0, 1, 2, "lag 5000 above max_lag")], 2, 0.0, 60.0)
     assert steps[1].reason == "lag 5000 above max_lag"
     assert steps[1].as_dict()["at"] == "1970-01-01T00:00:30+00:00"
 

@@ -123,7 +123,7 @@ def run_override(
             redis,
             cluster=request.cluster,
             topic=request.topic,
-            workers=request.linker_workers,
+            linker_workers=request.linker_workers,
             duration_s=request.duration_s,
             reason=request.reason,
             created_by=created_by or "airflow",

@@ -7,7 +7,7 @@ env)"`` sets them for the local stack). The override is applied at once, recorde
 
 Example::
 
-    lagsched override orders --workers 8 --for 2h --reason "Black Friday sale"
+    lagsched override orders --linker-workers 8 --for 2h --reason "Black Friday sale"
     lagsched override --list
     lagsched override --cancel 7
 
@@ -33,8 +33,15 @@ DEFAULT_CLUSTER = "lagsched_kafka"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``lagsched override``."""
-    parser.add_argument("topic", nargs="?", help="the topic to pin (with --workers, --for and --reason)")
-    parser.add_argument("--workers", type=int, metavar="N", help="linker_workers to pin: 1 to the partition count")
+    parser.add_argument("topic", nargs="?", help="the topic to pin (with --linker-workers, --for and --reason)")
+    parser.add_argument(
+        "--linker-workers",
+        "--workers",  # the short form, as the docs first wrote it
+        dest="linker_workers",
+        type=int,
+        metavar="N",
+        help="linker_workers to pin: 1 to the partition count (--workers for short)",
+    )
     parser.add_argument(
         "--for", dest="duration", metavar="DURATION", help="how long, with units: 90m, 2h, 1h30m, 1d (at most 7d)"
     )
@@ -73,13 +80,13 @@ def run(args: argparse.Namespace, *, out: IO[str] | None = None, now: datetime |
     if not args.list and args.cancel is None:
         missing = [
             flag
-            for flag, value in (("TOPIC", args.topic), ("--workers", args.workers), ("--for", args.duration),
-                                ("--reason", args.reason))
+            for flag, value in (("TOPIC", args.topic), ("--linker-workers", args.linker_workers),
+                                ("--for", args.duration), ("--reason", args.reason))
             if value is None
         ]  # fmt: skip
         if missing:
             print(
-                f"lagsched override: missing {', '.join(missing)}; e.g. lagsched override orders --workers 8 "
+                f"lagsched override: missing {', '.join(missing)}; e.g. lagsched override orders --linker-workers 8 "
                 '--for 2h --reason "Black Friday" (or --list, --cancel ID)',
                 file=sys.stderr,
             )
@@ -111,7 +118,7 @@ def _apply(mysql: Any, redis: Any, args: argparse.Namespace, *, now: datetime, b
         redis,
         cluster=args.cluster,
         topic=args.topic,
-        workers=args.workers,
+        linker_workers=args.linker_workers,
         duration_s=parse_duration(args.duration),
         reason=args.reason,
         created_by=by,

@@ -36,11 +36,11 @@ __all__ = [
     "WorkersStep",
     "escape_label_value",
     "find_anomalies",
+    "linker_workers_steps",
     "measured_offsets",
     "partition_figures",
     "render_prometheus",
     "topic_state",
-    "workers_steps",
 ]
 
 #: A topic's pipeline state, as the lag monitor records it on each `LagRecord` (Burrow's terms).
@@ -391,7 +391,7 @@ class WorkersStep:
         }
 
 
-def workers_steps(decisions: Sequence[DecisionRow], current: int, start: float, end: float) -> list[WorkersStep]:
+def linker_workers_steps(decisions: Sequence[DecisionRow], current: int, start: float, end: float) -> list[WorkersStep]:
     """The ``linker_workers`` of one topic over ``[start, end]`` as a step line, from its decisions.
 
     ``decisions`` are the topic's, in any order. The line starts at ``start`` with the value in
@@ -403,7 +403,7 @@ def workers_steps(decisions: Sequence[DecisionRow], current: int, start: float, 
     >>> from dataclasses import replace
     >>> from lagsched.core.decisions import EXAMPLE
     >>> d = [replace(EXAMPLE, decided_at=50.0, previous_linker_workers=1, linker_workers=3)]
-    >>> [(s.at, s.linker_workers) for s in workers_steps(d, 3, 0.0, 100.0)]
+    >>> [(s.at, s.linker_workers) for s in linker_workers_steps(d, 3, 0.0, 100.0)]
     [(0.0, 1), (50.0, 3), (100.0, 3)]
     """
     ordered = sorted(decisions, key=lambda d: (d.decided_at, d.decision_id))

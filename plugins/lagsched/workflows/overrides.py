@@ -76,21 +76,21 @@ def apply_override(
     *,
     cluster: str,
     topic: str,
-    workers: int,
+    linker_workers: int,
     duration_s: float,
     reason: str,
     created_by: str,
     now: datetime,
     request_id: str | None = None,
 ) -> OverrideResult:
-    """Pin `topic`'s ``linker_workers`` at `workers` for `duration_s` seconds from `now`, at once.
+    """Pin `topic`'s ``linker_workers`` at `linker_workers` for `duration_s` seconds from `now`, at once.
 
     Args:
         mysql: an open lagsched MySQL connection.
         redis: a ``redis.Redis`` client (the announcement, and the newest lag for the record).
         cluster: registry cluster of the topic.
         topic: topic name (an enabled topic of `cluster`).
-        workers: the count to pin, 1 to the topic's partition count.
+        linker_workers: the count to pin, 1 to the topic's partition count.
         duration_s: how long, in seconds (at most 7 days).
         reason: why (recorded with the decision).
         created_by: who asks.
@@ -105,7 +105,7 @@ def apply_override(
         mysql,
         cluster=cluster,
         topic=topic,
-        linker_workers=workers,
+        linker_workers=linker_workers,
         duration_s=duration_s,
         reason=reason,
         created_by=created_by,

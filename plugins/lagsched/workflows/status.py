@@ -44,10 +44,10 @@ from lagsched.core.status import (
     SlotView,
     TopicView,
     find_anomalies,
+    linker_workers_steps,
     measured_offsets,
     partition_figures,
     topic_state,
-    workers_steps,
 )
 
 __all__ = ["cluster_status", "lag_history", "list_clusters", "metrics", "partition_metrics"]
@@ -236,7 +236,7 @@ def lag_history(
         "cluster": cluster,
         "topic": topic,
         "points": [p.as_dict() for p in points],
-        "workers": [],
+        "linker_workers_steps": [],
         "decisions": [],
     }
     if mysql is None:
@@ -246,7 +246,8 @@ def lag_history(
     end = now if now is not None else (points[-1].at if points else None)
     start = points[0].at if points else None
     if current is not None and start is not None and end is not None:
-        out["workers"] = [s.as_dict() for s in workers_steps(decisions, current, start, max(start, end))]
+        steps = linker_workers_steps(decisions, current, start, max(start, end))
+        out["linker_workers_steps"] = [s.as_dict() for s in steps]
     out["linker_workers"] = current
     out["decisions"] = [d.as_dict() | {"t": d.decided_at} for d in decisions if start is None or d.decided_at >= start]
     return out

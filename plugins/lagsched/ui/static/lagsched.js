@@ -244,7 +244,7 @@
   // `axis`: "count" (records: 1-2-5 steps) or "duration" (seconds: 15 s, 1 min, 5 min ... steps).
   function drawChart(h, key, cls, label, fmt, axis) {
     const W = 560, H = 170, m = { l: 56, r: 30, t: 10, b: 22 };
-    const pts = h.points, steps = h.workers || [], decisions = (h.decisions || []).slice().sort((a, b) => a.t - b.t);
+    const pts = h.points, steps = h.linker_workers_steps || [], decisions = (h.decisions || []).slice().sort((a, b) => a.t - b.t);
     const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", "data-series": key, role: "img", "aria-label": `${label} of ${h.topic}` });
     if (!pts.length) {
       root.append(svg("text", { x: W / 2, y: H / 2, "text-anchor": "middle" }, "no measurements stored yet"));
