@@ -131,6 +131,32 @@ def test_lag_monitor_dag_measures_and_stores(
     assert abs(rec.at - time.time()) < 120
 
 
+def test_a_scheduled_measurement_waits_for_measure_every_s_and_a_triggered_one_does_not(
+    env: Any, redis_client: Any, new_topic: Callable[..., str]
+) -> None:
+    from lagsched.airflow.tasks import run_monitor
+
+    cluster = f"c-{uuid.uuid4().hex[:8]}"
+    topic = new_topic(1)
+    add_topic(env, cluster, topic, {0: None})
+    settings = {"measure_every_s": 300}
+    store = LagStore(redis_client, cluster)
+    t0 = time.time()
+
+    def scheduled(at: float) -> dict[str, Any]:
+        return run_monitor(cluster, settings, now=at, when_due=True)
+
+    assert "skipped" not in scheduled(t0)  # never measured: measures
+    assert store.last_measured() == t0
+    skipped = scheduled(t0 + 60)  # the next minute's run
+    assert skipped == {"cluster": cluster, "skipped": "measured 60 s ago; measure_every_s is 300"}
+    assert [r.at for r in store.read_lag_records([topic])[topic]] == [t0]  # nothing stored
+    assert "skipped" not in run_monitor(cluster, settings, now=t0 + 120)  # triggered by hand: at once
+    assert "skipped" in scheduled(t0 + 120 + 240)  # 240 s after that one
+    assert "skipped" not in scheduled(t0 + 120 + 298)  # the fifth minute, started 2 s early
+    assert [r.at for r in store.read_lag_records([topic])[topic]] == [t0, t0 + 120, t0 + 418]
+
+
 def test_scaling_evaluator_dag_applies_and_records(
     env: Any, redis_client: Any, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:

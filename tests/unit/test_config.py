@@ -185,9 +185,12 @@ OUT_OF_RANGE: list[tuple[str, str, str, str, str]] = [
     ("ttl overflowing literal", '{"sample_ttl_s": 1e400}', "sample_ttl_s", "inf", "finite number"),
     ("ttl 1e300", '{"sample_ttl_s": 1e300}', "sample_ttl_s", "1e+300", "from 1 to 31,536,000 (365 days)"),
     ("ttl 1e-300", '{"sample_ttl_s": 1e-300}', "sample_ttl_s", "1e-300", "from 1 to 31,536,000"),
-    ("measure Infinity", '{"measure_every_s": Infinity}', "measure_every_s", "inf", "from 1 to 86,400 (1 day)"),
-    ("measure -Infinity", '{"measure_every_s": -Infinity}', "measure_every_s", "-inf", "from 1 to 86,400"),
-    ("measure 1e-9", '{"measure_every_s": 1e-9}', "measure_every_s", "1e-09", "from 1 to 86,400"),
+    ("measure Infinity", '{"measure_every_s": Infinity}', "measure_every_s", "inf", "from 60 to 86,400 (1 day)"),
+    ("measure -Infinity", '{"measure_every_s": -Infinity}', "measure_every_s", "-inf", "from 60 to 86,400"),
+    ("measure 1e-9", '{"measure_every_s": 1e-9}', "measure_every_s", "1e-09", "from 60 to 86,400"),
+    # The lag monitor runs every minute: a shorter period could not be kept, and the evaluator would
+    # take every minute-old history for stale (older than 3 x measure_every_s) and never scale.
+    ("measure 30", '{"measure_every_s": 30}', "measure_every_s", "30", "from 60 to 86,400"),
     ("NaN", '{"defaults": {"min_fit_r2": NaN}}', "defaults.min_fit_r2", "nan", "finite number from 0 to 1"),
     ("drain Infinity", '{"defaults": {"drain_target_s": Infinity}}', "defaults.drain_target_s", "inf", "to 2,592,000"),
     (
@@ -299,8 +302,8 @@ def test_non_finite_numbers_are_rejected_in_a_decoded_mapping_too() -> None:
 
 
 def test_floats_accept_integers_and_bools_are_not_numbers() -> None:
-    s = parse_settings('{"measure_every_s": 30, "defaults": {"cooldown_s": 0, "hysteresis": 0}}')
-    assert (s.measure_every_s, s.defaults.cooldown_s, s.defaults.hysteresis) == (30.0, 0.0, 0.0)
+    s = parse_settings('{"measure_every_s": 120, "defaults": {"cooldown_s": 0, "hysteresis": 0}}')
+    assert (s.measure_every_s, s.defaults.cooldown_s, s.defaults.hysteresis) == (120.0, 0.0, 0.0)
     assert isinstance(s.measure_every_s, float)
     with pytest.raises(ConfigError, match=r"defaults\.cooldown_s = True: Input should be a valid number"):
         parse_settings('{"defaults": {"cooldown_s": true}}')
@@ -341,9 +344,9 @@ def test_the_bounds_themselves_are_accepted() -> None:
         },
     }
     low = {
-        "measure_every_s": 1,
+        "measure_every_s": 60,
         "sample_window": 3,
-        "sample_ttl_s": 3,
+        "sample_ttl_s": 180,  # its own bound is 1, but it must hold min_samples (3) measurements of 60 s
         "defaults": {
             "min_lag": 0,
             "max_lag": 1,

@@ -8,7 +8,8 @@ never contain ``:``):
   watermark) samples;
 * ``<prefix><cluster>:committed:<topic>``: HASH, the same for committed offsets;
 * ``<prefix><cluster>:lag:<topic>``: ZSET of per-measurement `LagRecord` s of the topic;
-* ``<prefix><cluster>:evaluated:<topic>``: time of the topic's last evaluation (a string).
+* ``<prefix><cluster>:evaluated:<topic>``: time of the topic's last evaluation (a string);
+* ``<prefix><cluster>:measured``: time of the cluster's last measurement (a string).
 
 A partition's samples are addressed as ``<prefix><cluster>:latest:<topic>:<partition>`` (the hash
 and its field). A field holds exactly the samples of a `lagsched.core.lag.SampleWindow`, oldest
@@ -407,6 +408,9 @@ class LagStore:
     def evaluated_key(self, topic: str) -> str:
         return f"{self.prefix}{self.cluster}:evaluated:{self._name(topic)}"
 
+    def measured_key(self) -> str:
+        return f"{self.prefix}{self.cluster}:measured"
+
     # -- offset samples -----------------------------------------------------------------------
 
     def read_windows(self, keys: Sequence[str]) -> list[SampleWindow]:
@@ -521,6 +525,17 @@ class LagStore:
     def mark_evaluated(self, topic: str, at: float) -> None:
         """Remember that `topic` was evaluated at `at` (expires with the history)."""
         self.client.set(self.evaluated_key(topic), repr(float(at)), ex=self._ttl)
+
+    # -- measurement marks --------------------------------------------------------------------
+
+    def last_measured(self) -> float | None:
+        """When the cluster was last measured (None when never, or expired with the history)."""
+        value = self.client.get(self.measured_key())
+        return None if value is None else float(_text(value))
+
+    def mark_measured(self, at: float) -> None:
+        """Remember that the cluster was measured at `at` (expires with the history)."""
+        self.client.set(self.measured_key(), repr(float(at)), ex=self._ttl)
 
 
 def _member(sample: OffsetSample) -> str:

@@ -27,6 +27,7 @@ from typing import Any
 
 from lagsched.core.clusters import ClusterConfig, parse_clusters, select_clusters
 from lagsched.core.config import parse_settings
+from lagsched.core.lag import measurement_due
 from lagsched.core.names import validate_cluster_name
 
 __all__ = [
@@ -185,11 +186,14 @@ def run_monitor(
     *,
     now: float | None = None,
     top: int = 10,
+    when_due: bool = False,
 ) -> dict[str, Any]:
     """One measurement; the lag monitor DAG's task.
 
     Validates the settings before opening any connection, logs `MeasureSummary.table`, and
-    returns `MeasureSummary.as_dict` (JSON, for XCom).
+    returns `MeasureSummary.as_dict` (JSON, for XCom). With ``when_due`` (a scheduled run) it
+    measures only when ``measure_every_s`` has passed since the cluster's last measurement
+    (`lagsched.core.lag.measurement_due`), and otherwise returns ``{"cluster": ..., "skipped": why}``.
 
     Raises:
         ConfigError: the settings are malformed (nothing was measured or stored).
@@ -207,14 +211,13 @@ def run_monitor(
     with mysql_and_redis(mysql_p, redis_p, also_naming=(kafka.target,)) as (mysql, redis):
         admin = kafka.client(admin_client)
         store = LagStore(redis, c.name, max_samples=settings.sample_window, max_age_s=settings.sample_ttl_s)
-        summary = measure(
-            c.name,
-            mysql=mysql,
-            admin=admin,
-            store=store,
-            settings=settings,
-            now=time.time() if now is None else now,
-        )
+        at = time.time() if now is None else now
+        last = store.last_measured() if when_due else None
+        if when_due and not measurement_due(last, at, settings.measure_every_s):
+            why = f"measured {at - (last or at):.0f} s ago; measure_every_s is {settings.measure_every_s:g}"
+            log.info("cluster %s: not measuring now (%s)", c.name, why)
+            return {"cluster": c.name, "skipped": why}
+        summary = measure(c.name, mysql=mysql, admin=admin, store=store, settings=settings, now=at)
         _warn_if_redis_ignores_password(redis_p)
     log.info("lag summary\n%s", summary.table(top))
     return summary.as_dict(top)

@@ -48,6 +48,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 
 from lagsched.core.errors import ConfigError
+from lagsched.core.lag import MONITOR_SCHEDULE_S
 from lagsched.core.names import validate_topic_name
 
 __all__ = ["PolicyName", "Settings", "TopicPolicyConfig", "parse_settings", "unknown_topic_overrides"]
@@ -225,7 +226,11 @@ class Settings(_Model):
     """The whole Variable: global settings, topic defaults and per-topic overrides."""
 
     measure_every_s: float = Field(
-        default=60.0, ge=1, le=MAX_MEASURE_EVERY_S, description="Seconds between lag measurements."
+        default=60.0,
+        ge=MONITOR_SCHEDULE_S,
+        le=MAX_MEASURE_EVERY_S,
+        description="Seconds between lag measurements. The lag monitor DAG runs every minute and measures a "
+        "cluster when this long has passed since its last measurement (60: every run; 300: every fifth).",
     )
     sample_window: int = Field(
         default=120, ge=2, le=MAX_COUNT, description="Offset and lag samples kept per partition/topic (in Redis)."

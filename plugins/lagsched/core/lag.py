@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = [
+    "MONITOR_SCHEDULE_S",
     "OPEN_TRANSACTION_WARN_S",
     "NoOffsetPolicy",
     "OffsetSample",
@@ -47,6 +48,7 @@ __all__ = [
     "is_old_open_transaction",
     "measure_lag",
     "measure_partition_lag",
+    "measurement_due",
     "offset_rate",
     "topic_ingress_rate",
     "topic_time_lag",
@@ -62,6 +64,22 @@ NoOffsetPolicy = Literal["earliest", "latest"]
 #: ``transaction.timeout.ms`` is one minute and the broker's cap (``transaction.max.timeout.ms``)
 #: 15 minutes, so one open for five is a producer worth a look. Shorter holds are normal traffic.
 OPEN_TRANSACTION_WARN_S = 300.0
+
+#: The lag monitor DAG's schedule (every minute): the shortest ``measure_every_s`` it can honour.
+MONITOR_SCHEDULE_S = 60.0
+
+
+def measurement_due(last_at: float | None, now: float, every_s: float) -> bool:
+    """Whether a scheduled lag monitor run measures: the first one does, then one at least
+    ``every_s`` after the last measurement, give or take half the minute schedule (a run the
+    scheduler starts a few seconds early still counts).
+
+    >>> [measurement_due(0.0, m * 60.0 + 2, 300.0) for m in range(1, 6)]  # every fifth minute
+    [False, False, False, False, True]
+    >>> measurement_due(None, 5.0, 300.0), measurement_due(0.0, 58.0, 60.0)
+    (True, True)
+    """
+    return last_at is None or now - last_at >= every_s - MONITOR_SCHEDULE_S / 2
 
 
 def is_old_open_transaction(held_offsets: int, open_s: float) -> bool:

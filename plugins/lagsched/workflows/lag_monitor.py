@@ -372,6 +372,7 @@ def measure(
         for holder, rate in rates.items():
             slot_rates[holder] = slot_rates.get(holder, 0.0) + rate
     store.add_lag_records({m.topic: _lag_record(m, now) for m in measured})
+    store.mark_measured(now)
     measured.sort(key=lambda t: (-t.lag, -t.lost, t.topic))
     _log_findings(measured)
     return MeasureSummary(cluster, now, tuple(measured), missing, slot_rates)

@@ -43,8 +43,10 @@ cannot fix fails the run at once, without retries: a wrong password or database,
 malformed Connection, an invalid Kafka setting, a bad `cluster` param, a malformed Variable. A
 broker or database that is down, unreachable or timing out is retried (twice, 10 s apart).
 
-The schedule is fixed (every minute, `lagsched.airflow.dags.lag_monitor`): a schedule cannot
-read a Variable at parse time. Keep `measure_every_s` at 60 to match it. See docs/lag.md.
+The DAG runs every minute; a scheduled run measures a cluster when `measure_every_s` of the
+Variable `lagsched_settings` (60 to 86,400, default 60) has passed since its last measurement, and
+is skipped otherwise (pink in the grid, no asset update, so no evaluation). A run you trigger
+measures at once. See docs/lag.md.
 """
 
 
@@ -76,11 +78,23 @@ def lagsched_lag_monitor() -> None:
     @task(execution_timeout=timedelta(seconds=50), outlets=[LAG_MEASURED])
     def measure_lag(cluster: dict[str, Any]) -> dict[str, Any]:
         from airflow.sdk import Variable, get_current_context
+        from airflow.sdk.exceptions import AirflowSkipException
 
         from lagsched.airflow.tasks import fail_fast, run_monitor
 
-        params = get_current_context()["params"]
+        context = get_current_context()
+        # A run the schedule started measures when measure_every_s is due; one a user or an asset
+        # triggered measures at once.
+        scheduled = context["dag_run"].run_type == "scheduled"
         with fail_fast():
-            return run_monitor(cluster, Variable.get("lagsched_settings", default=None), top=int(params["top"]))
+            summary = run_monitor(
+                cluster,
+                Variable.get("lagsched_settings", default=None),
+                top=int(context["params"]["top"]),
+                when_due=scheduled,
+            )
+        if "skipped" in summary:
+            raise AirflowSkipException(f"cluster {summary['cluster']}: {summary['skipped']}")
+        return summary
 
     measure_lag.expand(cluster=sync_registry.expand(cluster=clusters()))
