@@ -466,7 +466,27 @@ class Airflow(Service):
 
     def prepare(self) -> None:
         migrate_airflow_db(self.cfg)  # starts PostgreSQL first when it is the metadata DB
+        self._migrate_lagsched_schema()
         self._write_admin_password()
+
+    def _migrate_lagsched_schema(self) -> None:
+        """lagsched's tables in the stack's database before the scheduler starts.
+
+        The stack's DAGs are not paused at creation, so the maintenance, topic sync and lag monitor
+        DAGs run as soon as Airflow parses them; on a new stack those first runs failed (red in the
+        grid) on a schema the setup DAG had not applied yet. The setup DAG stays the way a
+        deployment applies the migrations; on the stack it then finds them applied.
+        """
+        from lagsched.adapters.migrations import migrate
+        from lagsched.adapters.mysql import connect
+        from lagsched.connections import MySQLParams
+
+        password = stack_secrets(self.cfg)["LAGSCHED_MYSQL_PASSWORD"]
+        conn = connect(MySQLParams("127.0.0.1", self.cfg.mysql_port, MYSQL_USER, password, MYSQL_DATABASE))
+        try:
+            migrate(conn)
+        finally:
+            conn.close()
 
     def _write_admin_password(self) -> None:
         """Generate the admin's password ourselves, so Airflow never prints one into its log.
