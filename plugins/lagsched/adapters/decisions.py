@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
-from lagsched.adapters.mysql import from_db, to_db
+from lagsched.adapters.mysql import epoch_from_db, to_db
 from lagsched.adapters.transactions import transaction
 from lagsched.core.decisions import DecisionRow
 from lagsched.core.evaluator import Decision
@@ -49,10 +49,10 @@ def decisions_of(conn: Connection, evaluation_id: str) -> dict[str, DecisionRow]
 
 def _row(r: Sequence[Any]) -> DecisionRow:
     return DecisionRow(
-        decision_id=int(r[0]), evaluation_id=str(r[1]), decided_at=_epoch(r[2]), topic_id=str(r[3]),
+        decision_id=int(r[0]), evaluation_id=str(r[1]), decided_at=epoch_from_db(r[2]), topic_id=str(r[3]),
         cluster=str(r[4]), topic=str(r[5]), previous_linker_workers=int(r[6]), linker_workers=int(r[7]),
         lag=int(r[8]), time_lag_s=float(r[9]), slope=float(r[10]), fit_r2=float(r[11]), policy=str(r[12]),
-        rule=str(r[13]), reason=str(r[14]), announced_at=None if r[15] is None else _epoch(r[15]),
+        rule=str(r[13]), reason=str(r[14]), announced_at=None if r[15] is None else epoch_from_db(r[15]),
     )  # fmt: skip
 
 
@@ -68,7 +68,7 @@ def last_change_times(conn: Connection, topic_ids: Sequence[str]) -> dict[str, f
             tuple(topic_ids),
         )
         rows = cur.fetchall()
-    return {str(t): _epoch(at) for t, at in rows if at is not None}
+    return {str(t): epoch_from_db(at) for t, at in rows if at is not None}
 
 
 def insert_decision(cur: Cursor, *, cluster: str, evaluation_id: str, topic_id: str, d: Decision) -> int:
@@ -185,7 +185,3 @@ def mark_announced(conn: Connection, decision_id: int, at: float) -> None:
             "UPDATE scaling_decisions SET announced_at = %s WHERE decision_id = %s AND announced_at IS NULL",
             (to_db(at), decision_id),
         )
-
-
-def _epoch(value: Any) -> float:
-    return from_db(value).timestamp()

@@ -15,8 +15,12 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pymysql
+
+if TYPE_CHECKING:
+    from lagsched.connections import MySQLParams
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +65,17 @@ def discover(sql_dir: Path = SQL_DIR) -> list[Migration]:
     if len(set(versions)) != len(versions):
         raise MigrationError(f"duplicate migration versions in {sql_dir}: {sorted(versions)}")
     return sorted(migrations, key=lambda m: m.version)
+
+
+def migrate_database(params: MySQLParams) -> list[str]:
+    """`migrate` on a connection of its own to ``params``' database; the names applied."""
+    from lagsched.adapters.mysql import connect
+
+    conn = connect(params)
+    try:
+        return migrate(conn)
+    finally:
+        conn.close()
 
 
 def migrate(conn: pymysql.connections.Connection[pymysql.cursors.Cursor], sql_dir: Path = SQL_DIR) -> list[str]:

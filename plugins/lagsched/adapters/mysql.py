@@ -103,3 +103,8 @@ def from_db(value: Any) -> datetime:
     if not isinstance(value, datetime):
         raise TypeError(f"expected a TIMESTAMP from the database, got {value!r}")
     return value.replace(tzinfo=UTC)
+
+
+def epoch_from_db(value: Any) -> float:
+    """A ``TIMESTAMP`` read back as seconds since the epoch (`from_db`)."""
+    return from_db(value).timestamp()

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from lagsched.adapters.mysql import from_db
+from lagsched.adapters.mysql import epoch_from_db, from_db
 from lagsched.adapters.transactions import transaction
 from lagsched.core.names import validate_cluster_name
 from lagsched.core.status import GapView, PartitionState
@@ -29,10 +29,6 @@ __all__ = [
     "partition_states",
     "retention_gaps",
 ]
-
-
-def _epoch(value: Any) -> float | None:
-    return None if value is None else from_db(value).timestamp()
 
 
 def overrides_if_migrated(conn: Connection, cluster: str, now: datetime) -> list[Any] | None:
@@ -99,5 +95,6 @@ def retention_gaps(conn: Connection, cluster: str, *, limit: int = 100) -> list[
         )
         rows: Sequence[Any] = cur.fetchall()
     return [
-        GapView(str(n), int(p), int(a), int(b), int(rec), str(s), _epoch(at) or 0.0) for n, p, a, b, rec, s, at in rows
+        GapView(str(n), int(p), int(a), int(b), int(rec), str(s), epoch_from_db(at))
+        for n, p, a, b, rec, s, at in rows  # detected_at is NOT NULL
     ]

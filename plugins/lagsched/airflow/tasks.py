@@ -113,18 +113,13 @@ def run_migrations() -> list[str]:
     """
     from lagsched.adapters.failures import mysql_target, naming_connections
     from lagsched.adapters.health import check_mysql
-    from lagsched.adapters.migrations import migrate
-    from lagsched.adapters.mysql import connect
+    from lagsched.adapters.migrations import migrate_database
     from lagsched.connections import mysql_params
 
     params = mysql_params()
     log.info("MySQL: %s", check_mysql(params))
     with naming_connections(mysql_target(params)):
-        conn = connect(params)
-        try:
-            applied = migrate(conn)
-        finally:
-            conn.close()
+        applied = migrate_database(params)
     log.info("applied %d migration(s): %s", len(applied), applied or "none pending")
     return applied
 
@@ -213,8 +208,8 @@ def run_monitor(
         store = LagStore(redis, c.name, max_samples=settings.sample_window, max_age_s=settings.sample_ttl_s)
         at = time.time() if now is None else now
         last = store.last_measured() if when_due else None
-        if when_due and not measurement_due(last, at, settings.measure_every_s):
-            why = f"measured {at - (last or at):.0f} s ago; measure_every_s is {settings.measure_every_s:g}"
+        if last is not None and not measurement_due(last, at, settings.measure_every_s):
+            why = f"measured {at - last:.0f} s ago; measure_every_s is {settings.measure_every_s:g}"
             log.info("cluster %s: not measuring now (%s)", c.name, why)
             return {"cluster": c.name, "skipped": why}
         summary = measure(c.name, mysql=mysql, admin=admin, store=store, settings=settings, now=at)

@@ -100,14 +100,9 @@ def create_database(base: MySQLParams, prefix: str = "lagsched_bench", *, migrat
 
 def migrate_database(params: MySQLParams) -> MySQLParams:
     """``params``, once every migration in sql/ is applied to its database."""
-    from lagsched.adapters.migrations import migrate
-    from lagsched.adapters.mysql import connect
+    from lagsched.adapters import migrations
 
-    conn = connect(params)
-    try:
-        migrate(conn)
-    finally:
-        conn.close()
+    migrations.migrate_database(params)
     return params
 
 

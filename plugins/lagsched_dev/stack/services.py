@@ -477,16 +477,11 @@ class Airflow(Service):
         grid) on a schema the setup DAG had not applied yet. The setup DAG stays the way a
         deployment applies the migrations; on the stack it then finds them applied.
         """
-        from lagsched.adapters.migrations import migrate
-        from lagsched.adapters.mysql import connect
+        from lagsched.adapters.migrations import migrate_database
         from lagsched.connections import MySQLParams
 
         password = stack_secrets(self.cfg)["LAGSCHED_MYSQL_PASSWORD"]
-        conn = connect(MySQLParams("127.0.0.1", self.cfg.mysql_port, MYSQL_USER, password, MYSQL_DATABASE))
-        try:
-            migrate(conn)
-        finally:
-            conn.close()
+        migrate_database(MySQLParams("127.0.0.1", self.cfg.mysql_port, MYSQL_USER, password, MYSQL_DATABASE))
 
     def _write_admin_password(self) -> None:
         """Generate the admin's password ourselves, so Airflow never prints one into its log.
