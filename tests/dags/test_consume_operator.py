@@ -7,6 +7,7 @@ batch, commit, release its rows and exit 0, where the provider's kill would aban
 
 from __future__ import annotations
 
+import os
 import tempfile
 import threading
 import time
@@ -21,6 +22,7 @@ from test_lag_dags import add_topic, env  # noqa: F401 - env is a fixture
 
 from lagsched.adapters.slots import SlotRegistry, slot_id_for
 from lagsched.airflow.operators import LagschedSparkSubmitOperator
+from lagsched.airflow.scratch import LOCK_FILE, MIN_AGE_S, SCRATCH_PREFIX
 from lagsched.spark import CONSUME_JOB
 
 # Starts Spark applications: with the other Spark tests, one at a time (tests/conftest.py).
@@ -35,6 +37,19 @@ def committed(conn: Any, topic_id: str) -> int:
         (total,) = cur.fetchone()
     conn.commit()
     return int(total)
+
+
+def processes_holding(path: Path) -> dict[int, str]:
+    """The processes with `path` open, and their command lines."""
+    holders = {}
+    for fd in Path("/proc").glob("[0-9]*/fd/*"):
+        try:
+            if fd.readlink() == path:
+                pid = int(fd.parts[2])
+                holders[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+    return holders
 
 
 def test_slot_consumes_then_stops_gracefully_on_kill(
@@ -56,6 +71,11 @@ def test_slot_consumes_then_stops_gracefully_on_kill(
     assert producer.flush(30) == 0
     topic_id = add_topic(env, cluster, topic, {0: None}, workers=1)
     name = f"{cluster}-slot-1"
+    # The scratch folder of an earlier run whose task process and JVM were killed: this run sweeps it.
+    left = Path(tempfile.gettempdir()) / f"{SCRATCH_PREFIX}{cluster}-killed"
+    (left / "artifacts").mkdir(parents=True)
+    (left / LOCK_FILE).touch()
+    os.utime(left, (time.time() - MIN_AGE_S - 5,) * 2)
     op = LagschedSparkSubmitOperator(
         task_id="consume",
         application=str(JOB),
@@ -95,6 +115,11 @@ def test_slot_consumes_then_stops_gracefully_on_kill(
     assert op._hook is not None and op._hook.scratch_dir is not None
     running_in = Path(op._hook.scratch_dir)
     assert list(running_in.glob("spark-*/userFiles-*/*.jar")), sorted(p.name for p in running_in.iterdir())
+    # Spark's JVM inherited the folder's lock, so it stays held (the folder unswept) if the task
+    # process is killed and the JVM lives on.
+    holders = processes_holding(running_in / LOCK_FILE)
+    assert any("java" in cmd and "SparkSubmit" in cmd for cmd in holders.values()), holders
+    assert not left.exists()
 
     op.on_kill()
     worker.join(timeout=150)

@@ -34,17 +34,17 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+from lagsched.airflow.scratch import scratch_folder
 
 __all__ = [
     "CHILD_CONNECTIONS",
@@ -163,19 +163,21 @@ class _GracefulSparkSubmitHook(SparkSubmitHook):
         kwargs.setdefault("start_new_session", True)
         # Spark 4 creates `artifacts/` (its ArtifactManager's root is the relative path "artifacts")
         # and more in its working directory, and a killed JVM leaves `artifacts/spark-<uuid>` there:
-        # each run gets a scratch folder of its own as working directory, removed when it ends, so
-        # the task's own (often the checkout the DAGs live in) stays clean.
-        scratch = self.scratch_dir = tempfile.mkdtemp(prefix="lagsched-spark-")
-        kwargs.setdefault("cwd", scratch)
-        # Spark copies the connector jars (66 MB) into its local dir at every start and deletes them
-        # as it exits; a killed driver cannot. Unless the deployment chose a local dir, it is the
-        # scratch folder, so they go with it whatever the end.
-        if not spark_local_dir_chosen(kwargs["env"], self._conf or {}):
-            kwargs["env"]["SPARK_LOCAL_DIRS"] = scratch
-        try:
+        # each run gets a scratch folder of its own as working directory, removed when it ends (or,
+        # if the task and the JVM were killed, by a later run's sweep), so the task's own (often the
+        # checkout the DAGs live in) stays clean.
+        with scratch_folder() as scratch:
+            self.scratch_dir = scratch.path
+            kwargs.setdefault("cwd", scratch.path)
+            # spark-submit, and so Spark's JVM, inherit the folder's lock: it stays held while the
+            # JVM lives, also after the task process is gone.
+            kwargs["pass_fds"] = (*kwargs.get("pass_fds", ()), scratch.lock_fd)
+            # Spark copies the connector jars (66 MB) into its local dir at every start and deletes
+            # them as it exits; a killed driver cannot. Unless the deployment chose a local dir, it is
+            # the scratch folder, so they go with it whatever the end.
+            if not spark_local_dir_chosen(kwargs["env"], self._conf or {}):
+                kwargs["env"]["SPARK_LOCAL_DIRS"] = scratch.path
             return super().submit(application, **kwargs)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
 
 
 class LagschedSparkSubmitOperator(SparkSubmitOperator):
