@@ -52,6 +52,31 @@ def processes_holding(path: Path) -> dict[int, str]:
     return holders
 
 
+def run_in_thread(op: LagschedSparkSubmitOperator, outcome: dict[str, BaseException | None]) -> threading.Thread:
+    def run() -> None:
+        try:
+            op.execute({})
+            outcome["error"] = None
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    return worker
+
+
+def jvms_mapping(path: Path) -> list[int]:
+    """The processes that have `path` mapped into memory."""
+    found = []
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            if str(path) in maps.read_text():
+                found.append(int(maps.parts[2]))
+        except OSError:
+            continue
+    return found
+
+
 def test_slot_consumes_then_stops_gracefully_on_kill(
     env: Any,  # noqa: F811
     redis_client: Any,
@@ -63,6 +88,8 @@ def test_slot_consumes_then_stops_gracefully_on_kill(
     task_cwd = tmp_path / "task-cwd"
     task_cwd.mkdir()
     monkeypatch.chdir(task_cwd)  # where Airflow's task process runs: Spark must leave nothing there
+    classes = tmp_path / "classes"
+    monkeypatch.setenv("LAGSCHED_CLASS_ARCHIVE_DIR", str(classes))
     cluster = f"c-{uuid.uuid4().hex[:8]}"
     topic = new_topic(1)
     producer = Producer(kafka_config)
@@ -95,15 +122,7 @@ def test_slot_consumes_then_stops_gracefully_on_kill(
     )
     outcome: dict[str, BaseException | None] = {}
 
-    def run() -> None:
-        try:
-            op.execute({})
-            outcome["error"] = None
-        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
+    worker = run_in_thread(op, outcome)
     deadline = time.monotonic() + 240
     while committed(env, topic_id) < 2000:
         assert worker.is_alive(), f"the slot ended before consuming: {outcome.get('error')!r}"
@@ -139,3 +158,24 @@ def test_slot_consumes_then_stops_gracefully_on_kill(
     scratch = getattr(op._hook, "scratch_dir", None)
     assert scratch is not None and Path(scratch).parent == Path(tempfile.gettempdir())
     assert not Path(scratch).exists()
+
+    # The run recorded the slots' class-data archive as its JVM exited; the next run's JVM maps it.
+    (archive,) = classes.iterdir()
+    assert archive.suffix == ".jsa" and archive.stat().st_size > 10_000_000, archive
+    again = LagschedSparkSubmitOperator(
+        task_id="consume-again",
+        application=str(JOB),
+        application_args=["--slot", name, "--cluster", cluster, "--exit-when-idle", "--warm-up-rows", "0",
+                          "--warehouse", f"file://{tmp_path}"],
+        conf={"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"},
+    )  # fmt: skip
+    outcome = {}
+    worker = run_in_thread(again, outcome)
+    mapped: list[int] = []
+    while worker.is_alive() and not mapped:
+        mapped = jvms_mapping(archive)
+        time.sleep(0.2)
+    worker.join(timeout=150)
+    assert outcome.get("error", "running") is None, outcome
+    assert mapped, "the second run's JVM did not map the class archive"
+    assert list(classes.iterdir()) == [archive]  # mapped, not recorded again

@@ -405,20 +405,14 @@ __all__: Sequence[str] = [
 
 @functools.cache  # the same for the whole session; every slot start asks for it
 def class_archive_path() -> Path:
-    """Where the slots' JVM class-data archive is kept: with the stack's data, under a name of the
-    JDK, pyspark and jars it holds classes of (a JVM ignores an archive of another JDK or other jars,
-    so a changed setup records a new one instead of mapping nothing)."""
-    import hashlib
-    import shutil
-
-    import pyspark
-
+    """Where the slots' JVM class-data archive is kept: with the stack's data, where the stack's
+    Airflow keeps its operator's (`lagsched.adapters.class_archive`), under a name of the JDK,
+    pyspark and jars it holds classes of."""
+    from lagsched.adapters.class_archive import archive_file, spark_java
     from lagsched.adapters.spark import connector_jars
     from lagsched_dev.stack.config import load
 
-    java = os.path.realpath(shutil.which("java") or "java")
-    key = hashlib.sha256("\n".join([java, pyspark.__version__, *connector_jars()]).encode()).hexdigest()[:16]
-    return load().home / "spark-classes" / f"slot-{key}.jsa"
+    return Path(archive_file(str(load().home / "spark-classes"), java=spark_java(os.environ), jars=connector_jars()))
 
 
 def record_class_archive(harness: ConsumerHarness, kafka_config: dict[str, Any], topic: str, path: Path) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
+from lagsched.adapters.class_archive import archive_options
 from lagsched.core.offsets import OffsetRange, spark_kafka_options
 
 #: Options of Spark's Kafka source beyond its defaults (docs/consumer-benchmark.md has the figures).
@@ -243,7 +244,7 @@ def submit_command(
     jvm = [f"-Dlog4j2.configurationFile=file:{log4j}", *java_options]
     class_path: list[str] = []
     if class_archive is not None and (record_classes or os.path.isfile(class_archive)):
-        jvm.append(f"-XX:{'ArchiveClassesAtExit' if record_classes else 'SharedArchiveFile'}={class_archive}")
+        jvm.extend(archive_options(class_archive, record=record_classes))
         class_path = ["--driver-class-path", os.pathsep.join(jars)]
     return [
         os.path.join(bin_dir, "spark-submit"),

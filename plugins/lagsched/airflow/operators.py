@@ -34,9 +34,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,7 @@ from typing import Any
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from lagsched.adapters.class_archive import archive_dir, archive_file, archive_options, spark_java
 from lagsched.airflow.scratch import scratch_folder
 
 __all__ = [
@@ -146,6 +149,8 @@ class _GracefulSparkSubmitHook(SparkSubmitHook):
     """The provider's hook with the job's environment of our making, in a session of its own."""
 
     _lagsched_child_env: Mapping[str, str] = {}
+    #: The slots' JVM class-data archive: mapped if it exists, else recorded by this run.
+    _lagsched_class_archive: str | None = None
     #: The working directory of the newest run (removed when it ended).
     scratch_dir: str | None = None
 
@@ -177,7 +182,55 @@ class _GracefulSparkSubmitHook(SparkSubmitHook):
             # the scratch folder, so they go with it whatever the end.
             if not spark_local_dir_chosen(kwargs["env"], self._conf or {}):
                 kwargs["env"]["SPARK_LOCAL_DIRS"] = scratch.path
-            return super().submit(application, **kwargs)
+            recording = self._use_class_archive(scratch.path)
+            result = super().submit(application, **kwargs)  # raises unless the job exited 0
+            if recording is not None:
+                self._keep_class_archive(recording)
+            return result
+
+    def _use_class_archive(self, scratch: str) -> str | None:
+        """Have the driver's JVM map the class archive, or record it into `scratch` (returned) when there is
+        none yet; nothing in cluster mode, where the driver is not started here."""
+        archive = self._lagsched_class_archive
+        if archive is None or self._connection["deploy_mode"] == "cluster":
+            return None
+        recording = None if os.path.isfile(archive) else os.path.join(scratch, "classes.jsa")
+        conf = dict(self._conf or {})
+        options = [
+            conf.get("spark.driver.extraJavaOptions", ""),
+            *archive_options(recording or archive, record=bool(recording)),
+        ]
+        conf["spark.driver.extraJavaOptions"] = " ".join(filter(None, options))
+        class_path = [conf["spark.driver.extraClassPath"]] if conf.get("spark.driver.extraClassPath") else []
+        conf["spark.driver.extraClassPath"] = os.pathsep.join([*class_path, *(self._jars or "").split(",")])
+        self._conf = conf
+        if recording is None:
+            self.log.info("the driver maps the slots' class archive %s", archive)
+        else:
+            self.log.info("no class archive of this JDK and these jars yet: this run records %s as it exits", archive)
+        return recording
+
+    def _keep_class_archive(self, recording: str) -> None:
+        archive = self._lagsched_class_archive
+        assert archive is not None
+        if not os.path.isfile(recording):
+            self.log.warning("the driver's JVM wrote no class archive (a JDK without class-data sharing?)")
+            return
+        # Moved next to its place first (/tmp may be another file system), then renamed into it at once:
+        # a JVM starting meanwhile maps a whole archive or none.
+        partial = f"{archive}.{uuid.uuid4().hex}.partial"
+        try:
+            shutil.move(recording, partial)
+            os.replace(partial, archive)
+        except OSError as exc:
+            self.log.warning("could not keep the class archive %s: %s", archive, exc)
+            Path(partial).unlink(missing_ok=True)
+            return
+        self.log.info(
+            "recorded the slots' class archive %s (%.0f MB): later slots start from it",
+            archive,
+            os.path.getsize(archive) / 1e6,
+        )
 
 
 class LagschedSparkSubmitOperator(SparkSubmitOperator):
@@ -187,6 +240,10 @@ class LagschedSparkSubmitOperator(SparkSubmitOperator):
         kafka_conn_id: the Kafka Connection of the slot's cluster, handed to the job as
             ``lagsched_kafka``.
         stop_timeout_s: after a kill, how long to wait for the job to finish its batch and exit.
+        class_archive: start the driver's JVM from a class-data archive of the slot's classes (a
+            quarter less start-up CPU), kept in ``LAGSCHED_CLASS_ARCHIVE_DIR`` (default
+            ``~/.cache/lagsched/spark-classes``; empty: none) and recorded by the first run of a JDK
+            and set of jars that exits normally; client mode only (docs/dags.md).
         conn_id: the Spark Connection (its host is the master).
         kwargs: everything `SparkSubmitOperator` takes (``application``, ``application_args``, ...).
     """
@@ -198,6 +255,7 @@ class LagschedSparkSubmitOperator(SparkSubmitOperator):
         *,
         kafka_conn_id: str = "lagsched_kafka",
         stop_timeout_s: float = 120.0,
+        class_archive: bool = True,
         conn_id: str = "lagsched_spark",
         name: str = "lagsched-consume",
         **kwargs: Any,
@@ -205,7 +263,9 @@ class LagschedSparkSubmitOperator(SparkSubmitOperator):
         super().__init__(conn_id=conn_id, name=name, **kwargs)
         self.kafka_conn_id = kafka_conn_id
         self.stop_timeout_s = stop_timeout_s
+        self.class_archive = class_archive
         self._lagsched_child_env: dict[str, str] = {}
+        self._lagsched_class_archive: str | None = None
 
     @property
     def slot(self) -> str:
@@ -233,7 +293,16 @@ class LagschedSparkSubmitOperator(SparkSubmitOperator):
         log4j = os.path.join(os.path.dirname(os.path.abspath(self.application)), "log4j2.properties")
         if os.path.exists(log4j):  # the job's quiet logging (lagsched/spark/log4j2.properties)
             conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
-        self.conf = {**conf, **(self.conf or {})}
+        given = dict(self.conf or {})
+        if "spark.driver.extraJavaOptions" in given and "spark.driver.extraJavaOptions" in conf:
+            # The caller's options come after ours (the JVM takes the last of a repeated one).
+            given["spark.driver.extraJavaOptions"] = (
+                f"{conf['spark.driver.extraJavaOptions']} {given['spark.driver.extraJavaOptions']}"
+            )
+        self.conf = {**conf, **given}
+        self._lagsched_class_archive = (
+            self._class_archive_path(str(self.jars).split(",")) if self.class_archive else None
+        )
         child = child_connections_environment(self.kafka_conn_id)
         # The job imports the lagsched package; Airflow puts plugins/ on sys.path, not on PYTHONPATH.
         pythonpath = os.pathsep.join(filter(None, [str(_PLUGINS), os.environ.get("PYTHONPATH")]))
@@ -256,7 +325,19 @@ class LagschedSparkSubmitOperator(SparkSubmitOperator):
         # The provider builds the hook with some twenty arguments; re-class it rather than copy them.
         hook.__class__ = _GracefulSparkSubmitHook
         hook._lagsched_child_env = self._lagsched_child_env  # type: ignore[attr-defined]
+        hook._lagsched_class_archive = self._lagsched_class_archive  # type: ignore[attr-defined]
         return hook
+
+    def _class_archive_path(self, jars: list[str]) -> str | None:
+        directory = archive_dir(os.environ)
+        if directory is None:
+            return None
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            self.log.warning("slot %s: no class archive, its folder %s cannot be made: %s", self.slot, directory, exc)
+            return None
+        return archive_file(directory, java=spark_java(os.environ), jars=jars)
 
     def _returncode(self) -> int | None:
         process = getattr(self._hook, "_submit_sp", None) if self._hook is not None else None

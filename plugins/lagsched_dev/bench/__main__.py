@@ -15,6 +15,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("lagsched_dev.bench.lag", []),
     ("lagsched_dev.bench.consumer", []),
     ("lagsched_dev.bench.sink", []),
+    ("lagsched_dev.bench.slot_start", []),
     # Through Airflow (started with the stack if not running); the consume DAG must be paused.
     ("lagsched_dev.bench.lifecycle", []),
     # Starts (and stops) the 3-broker rack cluster unless it is up.

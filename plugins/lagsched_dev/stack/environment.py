@@ -120,6 +120,9 @@ def stack_environment(cfg: StackConfig) -> dict[str, str]:
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "LAGSCHED_SPARK_JARS": ",".join(str(p) for p in spark_jars(cfg)),
+        # The operator's slots start from a class-data archive kept with the stack's data, the one
+        # the tests' slots use (recorded by whichever started first).
+        "LAGSCHED_CLASS_ARCHIVE_DIR": str(cfg.home / "spark-classes"),
         # The local standalone cluster's master, up after `lagsched-dev stack up --spark-cluster`:
         # `spark-submit --master "$LAGSCHED_SPARK_MASTER_URL" ...` (the Connection stays local[2]).
         "LAGSCHED_SPARK_MASTER_URL": cfg.spark_master_url,
