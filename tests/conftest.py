@@ -41,6 +41,10 @@ os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{AIRFLOW_TEST_HO
 # this environment), the installed wheel's slot, and the tests' in-process Spark sessions;
 # spark-submit hands SPARK_SUBMIT_OPTS to the driver's JVM.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# The operator's slots (in dag.test() and in the stack's Airflow) keep their class-data archive with
+# the stack's data, where the consumer harness keeps its slots' (one file for both), never in the
+# user's cache.
+os.environ.setdefault("LAGSCHED_CLASS_ARCHIVE_DIR", str(CFG.home / "spark-classes"))
 
 TIERS = ("unit", "integration", "dags", "e2e")
 

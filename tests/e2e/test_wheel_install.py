@@ -181,6 +181,9 @@ def deployment(
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_SUBMIT_OPTS": os.environ.get("SPARK_SUBMIT_OPTS", ""),  # the suite's JVM flags (tests/conftest.py)
         "LAGSCHED_SPARK_JARS": ",".join(str(p) for p in spark_jars(stack)),
+        # No class-data archive: recording one (some 15 s as the JVM exits, 190 MB) is the operator
+        # test's (tests/dags/test_consume_operator.py); this test is about what the wheel installs.
+        "LAGSCHED_CLASS_ARCHIVE_DIR": "",
         **{k: json.dumps(v) for k, v in conns.items()},
     }
     if os.environ.get("JAVA_HOME"):

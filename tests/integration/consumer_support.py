@@ -412,7 +412,9 @@ def class_archive_path() -> Path:
     from lagsched.adapters.spark import connector_jars
     from lagsched_dev.stack.config import load
 
-    return Path(archive_file(str(load().home / "spark-classes"), java=spark_java(os.environ), jars=connector_jars()))
+    directory = str(load().home / "spark-classes")
+    java = spark_java(os.environ)
+    return Path(archive_file(directory, java=java, jars=connector_jars(), spark_home=os.environ.get("SPARK_HOME")))
 
 
 def record_class_archive(harness: ConsumerHarness, kafka_config: dict[str, Any], topic: str, path: Path) -> None:

@@ -15,6 +15,7 @@ import os
 import shutil
 from collections.abc import Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
+from importlib.util import find_spec
 
 __all__ = ["ARCHIVE_DIR_ENV", "archive_dir", "archive_file", "archive_options", "spark_java"]
 
@@ -49,14 +50,21 @@ def spark_java(env: Mapping[str, str]) -> str:
     return os.path.realpath(java or "java")
 
 
-def archive_file(directory: str, *, java: str, jars: Sequence[str]) -> str:
-    """The archive in `directory` for this `java`, this pyspark and these `jars`."""
-    try:
-        spark = version("pyspark")
-    except PackageNotFoundError:
-        spark = "none"
+def archive_file(directory: str, *, java: str, jars: Sequence[str], spark_home: str | None = None) -> str:
+    """The archive in `directory` for this `java`, this Spark (`spark_home`, else the installed
+    pyspark: its version and place, as its jars are the class path) and these `jars`."""
+    spark = spark_home or _pyspark_place()
     key = hashlib.sha256("\n".join([java, spark, *jars]).encode()).hexdigest()[:16]
     return os.path.join(directory, f"slot-{key}.jsa")
+
+
+def _pyspark_place() -> str:
+    try:
+        spec = find_spec("pyspark")  # found, not imported
+        where = list(spec.submodule_search_locations or []) if spec is not None else []
+        return f"{version('pyspark')} {where}"
+    except PackageNotFoundError:
+        return "none"
 
 
 def archive_options(path: str, *, record: bool) -> list[str]:
