@@ -179,3 +179,23 @@ def test_slot_consumes_then_stops_gracefully_on_kill(
     assert outcome.get("error", "running") is None, outcome
     assert mapped, "the second run's JVM did not map the class archive"
     assert list(classes.iterdir()) == [archive]  # mapped, not recorded again
+
+
+def test_an_archive_folder_that_cannot_be_made_costs_the_archive_only(
+    tmp_path: Path, monkeypatch: Any, capfd: pytest.CaptureFixture[str]
+) -> None:
+    op = LagschedSparkSubmitOperator(task_id="consume", application=str(JOB), application_args=["--slot", "s-1"])
+    jars = [str(tmp_path / "a.jar")]
+    taken = tmp_path / "a-file"
+    taken.write_text("not a folder")
+    monkeypatch.setenv("LAGSCHED_CLASS_ARCHIVE_DIR", str(taken / "classes"))
+    assert op._class_archive_path(jars) is None
+    logged = capfd.readouterr()
+    assert "no class archive" in logged.out + logged.err and str(taken / "classes") in logged.out + logged.err
+    monkeypatch.setenv("LAGSCHED_CLASS_ARCHIVE_DIR", "")
+    assert op._class_archive_path(jars) is None
+    monkeypatch.setenv("LAGSCHED_CLASS_ARCHIVE_DIR", str(tmp_path / "new" / "classes"))
+    path = op._class_archive_path(jars)
+    assert path is not None and Path(path).parent == tmp_path / "new" / "classes"
+    assert (tmp_path / "new" / "classes").is_dir()
+    assert path != op._class_archive_path([*jars, str(tmp_path / "b.jar")])  # other jars, another archive
