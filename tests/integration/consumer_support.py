@@ -414,7 +414,8 @@ def class_archive_path() -> Path:
 
     directory = str(load().home / "spark-classes")
     java = spark_java(os.environ)
-    return Path(archive_file(directory, java=java, jars=connector_jars(), spark_home=os.environ.get("SPARK_HOME")))
+    jars = connector_jars()
+    return Path(archive_file(directory, job=JOB.stem, java=java, jars=jars, spark_home=os.environ.get("SPARK_HOME")))
 
 
 def record_class_archive(harness: ConsumerHarness, kafka_config: dict[str, Any], topic: str, path: Path) -> None:

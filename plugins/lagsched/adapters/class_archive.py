@@ -50,12 +50,18 @@ def spark_java(env: Mapping[str, str]) -> str:
     return os.path.realpath(java or "java")
 
 
-def archive_file(directory: str, *, java: str, jars: Sequence[str], spark_home: str | None = None) -> str:
-    """The archive in `directory` for this `java`, this Spark (`spark_home`, else the installed
-    pyspark: its version and place, as its jars are the class path) and these `jars`."""
+def archive_file(directory: str, *, job: str, java: str, jars: Sequence[str], spark_home: str | None = None) -> str:
+    """The archive in `directory` of `job` (the application's name: each job loads classes of its
+    own, and one job's archive would hold few of another's) for this `java`, this Spark
+    (`spark_home`, else the installed pyspark: its version and place, as its jars are the class
+    path) and these `jars`.
+
+    >>> os.path.basename(archive_file("/c", job="consume", java="/usr/bin/java", jars=["/j/a.jar"], spark_home="/s"))
+    'consume-0894924c31bf7bed.jsa'
+    """
     spark = spark_home or _pyspark_place()
     key = hashlib.sha256("\n".join([java, spark, *jars]).encode()).hexdigest()[:16]
-    return os.path.join(directory, f"slot-{key}.jsa")
+    return os.path.join(directory, f"{job}-{key}.jsa")
 
 
 def _pyspark_place() -> str:

@@ -221,6 +221,11 @@ class _GracefulSparkSubmitHook(SparkSubmitHook):
         if not os.path.isfile(recording):
             self.log.warning("the driver's JVM wrote no class archive (a JDK without class-data sharing?)")
             return
+        # An archive holds the classes its run loaded: one recorded meanwhile by a run that went
+        # further (a run that left early, a second start of a running slot, records few) stays.
+        if os.path.isfile(archive) and os.path.getsize(archive) >= os.path.getsize(recording):
+            self.log.info("kept the class archive %s: another run recorded a fuller one meanwhile", archive)
+            return
         # Moved next to its place first (/tmp may be another file system), then renamed into it at once:
         # a JVM starting meanwhile maps a whole archive or none.
         partial = f"{archive}.{uuid.uuid4().hex}.partial"
@@ -342,7 +347,10 @@ class LagschedSparkSubmitOperator(SparkSubmitOperator):
         except OSError as exc:
             self.log.warning("slot %s: no class archive, its folder %s cannot be made: %s", self.slot, directory, exc)
             return None
-        return archive_file(directory, java=spark_java(os.environ), jars=jars, spark_home=os.environ.get("SPARK_HOME"))
+        job = Path(self.application).stem  # consume, table_care
+        return archive_file(
+            directory, job=job, java=spark_java(os.environ), jars=jars, spark_home=os.environ.get("SPARK_HOME")
+        )
 
     def _returncode(self) -> int | None:
         process = getattr(self._hook, "_submit_sp", None) if self._hook is not None else None
