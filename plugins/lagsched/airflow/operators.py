@@ -150,6 +150,18 @@ def spark_local_dir_chosen(env: Mapping[str, str], conf: Mapping[str, Any]) -> b
     return re.search(r"^[ \t]*spark\.local\.dir[ \t]*[=: \t]", defaults.read_text(errors="replace"), re.M) is not None
 
 
+def with_driver_java_options(conf: Mapping[str, Any], options: Sequence[str]) -> dict[str, Any]:
+    """`conf` with `options` appended to its ``spark.driver.extraJavaOptions``.
+
+    >>> with_driver_java_options({"spark.driver.extraJavaOptions": "-Da=1"}, ["-Xss4m", ""])
+    {'spark.driver.extraJavaOptions': '-Da=1 -Xss4m'}
+    >>> with_driver_java_options({}, [])
+    {}
+    """
+    joined = " ".join(filter(None, [conf.get("spark.driver.extraJavaOptions", ""), *options]))
+    return {**conf, "spark.driver.extraJavaOptions": joined} if joined else dict(conf)
+
+
 class _GracefulSparkSubmitHook(SparkSubmitHook):
     """The provider's hook with the job's environment of our making, in a session of its own."""
 
@@ -200,12 +212,7 @@ class _GracefulSparkSubmitHook(SparkSubmitHook):
         if archive is None or self._connection["deploy_mode"] == "cluster":
             return None
         recording = None if os.path.isfile(archive) else os.path.join(scratch, "classes.jsa")
-        conf = dict(self._conf or {})
-        options = [
-            conf.get("spark.driver.extraJavaOptions", ""),
-            *archive_options(recording or archive, record=bool(recording)),
-        ]
-        conf["spark.driver.extraJavaOptions"] = " ".join(filter(None, options))
+        conf = with_driver_java_options(self._conf or {}, archive_options(recording or archive, record=bool(recording)))
         class_path = [conf["spark.driver.extraClassPath"]] if conf.get("spark.driver.extraClassPath") else []
         conf["spark.driver.extraClassPath"] = os.pathsep.join([*class_path, *(self._jars or "").split(",")])
         self._conf = conf
@@ -303,13 +310,10 @@ class LagschedSparkSubmitOperator(SparkSubmitOperator):
         log4j = os.path.join(os.path.dirname(os.path.abspath(self.application)), "log4j2.properties")
         if os.path.exists(log4j):  # the job's quiet logging (lagsched/spark/log4j2.properties)
             conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
+        # The caller's Java options come after ours (the JVM takes the last of a repeated one).
         given = dict(self.conf or {})
-        if "spark.driver.extraJavaOptions" in given and "spark.driver.extraJavaOptions" in conf:
-            # The caller's options come after ours (the JVM takes the last of a repeated one).
-            given["spark.driver.extraJavaOptions"] = (
-                f"{conf['spark.driver.extraJavaOptions']} {given['spark.driver.extraJavaOptions']}"
-            )
-        self.conf = {**conf, **given}
+        callers = given.pop("spark.driver.extraJavaOptions", "")
+        self.conf = with_driver_java_options({**conf, **given}, [callers])
         self._lagsched_class_archive = (
             self._class_archive_path(str(self.jars).split(",")) if self.class_archive else None
         )
