@@ -198,9 +198,7 @@ class ConsumerHarness:
         self.spark_local.mkdir(exist_ok=True)
         argv = [
             "--slot", name, "--cluster", self.cluster, "--stats-file", str(stats), *self._lake_args(),
-            "--min-interval-s", "0", "--min-records", "1", "--heartbeat-s", "1", "--lease-s", "6",
-            # The warm-up's path runs in every test's slot; its 300,000 default records would only add time.
-            "--warm-up-rows", "1000", *args,
+            "--min-interval-s", "0", "--min-records", "1", "--heartbeat-s", "1", "--lease-s", "6", *args,
         ]  # fmt: skip
         with log.open("wb") as out:
             proc = subprocess.Popen(

@@ -9,16 +9,17 @@ holder that woke up, two slots redoing the same recorded batch) can never both l
 the timing. A redo first looks whether the range is already in the table as of the mark (its
 holder died between the table commit and the MySQL commit) and then only commits the offset.
 
-How the data files are written without committing them: Spark writes the batch through Iceberg's
-own writer in its "rewrite" mode (the write option ``rewritten-file-scan-task-set-id``, which
-Iceberg's ``rewrite_data_files`` uses), which stages the new files in the driver instead of
-committing; this module then commits them with Iceberg's ``OverwriteFiles`` API (adding files
-only, so the snapshot's operation is ``append``) with the conflict check above. Files of a failed
-commit are deleted at once; files of a crashed process are orphans, removed by the table care.
+How the data files are written without committing them: Spark tasks read the ranges with
+confluent-kafka and write Parquet files with pyarrow in the table's schema (`adapters.range_files`),
+returning only the files they wrote. The driver builds Iceberg data files from their Parquet footers
+(Iceberg's own metrics) and commits them with Iceberg's ``OverwriteFiles`` API (adding files only,
+so the snapshot's operation is ``append``) with the conflict check above. Files of a failed commit
+are deleted at once; files of a crashed process are orphans, removed by the table care.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -27,13 +28,20 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
-from lagsched.adapters.spark import read_offset_ranges
-from lagsched.core.errors import LagschedError
+from lagsched.adapters.range_files import (
+    READER_CONFIG,
+    FileSettings,
+    TaskResult,
+    WrittenFile,
+    reader_config,
+    write_task,
+)
+from lagsched.core.errors import KafkaOffsetsError, LagschedError
 from lagsched.core.lake import RANGES_PROPERTY, TABLE_PROPERTIES, LakeTable, encode_ranges
-from lagsched.core.offsets import OffsetRange
+from lagsched.core.offsets import OffsetRange, spread
 
 __all__ = [
     "BatchRead",
@@ -42,7 +50,6 @@ __all__ = [
     "SinkWrite",
     "catalog_conf",
     "ensure_table",
-    "to_table_rows",
 ]
 
 log = logging.getLogger(__name__)
@@ -53,11 +60,6 @@ COLUMNS_DDL = (
     "key BINARY, value BINARY, headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
 )
 PARTITIONING = "topic, hours(`timestamp`)"
-#: Made-up records a new slot writes (and throws away) before its first batch (`IcebergSink.warm_up`).
-WARM_UP_ROWS = 300_000
-#: Their topic column: the files never reach a snapshot, so no reader ever sees it.
-WARM_UP_TOPIC = "__lagsched_warm_up"
-WARM_UP_PARTITIONS = 12
 #: Snapshot summary key naming the batch (a UUID) that committed it.
 BATCH_PROPERTY = "lagsched.batch"
 
@@ -225,11 +227,6 @@ def ensure_table(spark: SparkSession, lake: LakeTable) -> None:
             log.info("lost the race to create it; another slot did: %s", create.split(" (")[0])
 
 
-def to_table_rows(df: DataFrame) -> DataFrame:
-    """Kafka source rows -> the table's columns."""
-    return df.select("topic", "partition", "offset", "timestamp", "key", "value", "headers")
-
-
 class IcebergSink:
     """Lands batches in one Iceberg table through one Spark session (see the module doc)."""
 
@@ -240,10 +237,23 @@ class IcebergSink:
         lake: LakeTable,
         *,
         properties: Mapping[str, str] | None = None,
+        rack: str | None = None,
+        tasks: int | None = None,
+        stall_s: float = 60.0,
     ) -> None:
-        self._spark, self._kafka, self._lake = spark, dict(kafka_config), lake
+        """``kafka_config``: the Kafka Connection's client settings, which the tasks' consumers take
+        with lagsched's read guarantees over them (`adapters.range_files.reader_config`), and
+        ``client.rack`` = ``rack`` when given (reads from a same-rack replica, docs/rack.md).
+        ``tasks``: Spark tasks per batch at most (None: Spark's default parallelism, one per core).
+        ``stall_s``: a task whose partitions make no progress this long fails as Kafka unreachable."""
+        configured = kafka_config.get("isolation.level")
+        if configured not in (None, READER_CONFIG["isolation.level"]):
+            log.warning("ignoring isolation.level=%s: lagsched reads %s only", configured, READER_CONFIG["isolation.level"])
+        self._spark, self._kafka, self._lake = spark, reader_config(kafka_config, rack), lake
         #: Extra snapshot summary entries of every commit (the slot and cluster).
         self._properties = dict(properties or {})
+        self._tasks, self._stall_s = tasks, stall_s
+        self._spec_checked: int | None = None
         jvm: Any = spark._jvm
         self._jvm = jvm
         self._expressions = jvm.org.apache.iceberg.expressions.Expressions
@@ -271,6 +281,9 @@ class IcebergSink:
         Raises:
             SinkConflictError: records of these ranges were committed since ``since``; nothing of
                 this batch was committed (its files are deleted).
+            KafkaOffsetsError: a task could not read its ranges because Kafka stopped answering
+                (the slot rides that through); nothing was committed, the files are deleted.
+            LagschedError: a task failed otherwise (its message says how); nothing was committed.
         """
         todo = [r for r in reads if r.batch[1] > r.read_start]
         redo = [r for r in todo if r.redo]
@@ -284,60 +297,99 @@ class IcebergSink:
         if not todo:
             return SinkWrite(0, len(present), 0.0, 0.0, present=present)
         started = time.monotonic()
+        table = self._table()
         ranges = [OffsetRange(r.topic, r.partition, r.read_start, r.batch[1]) for r in todo]
-        df = to_table_rows(read_offset_ranges(self._spark, self._kafka, ranges, include_headers=True))
-        file_set, table, files = self._stage(df)
+        written_files = self._write_files(table, ranges)
         written = time.monotonic()
         recorded = {(r.topic, r.partition): r.batch for r in todo}
-        if not files:  # every record of the ranges was aborted or compacted away: nothing to commit
+        if not written_files:  # every record of the ranges was aborted or compacted away: nothing to commit
             return SinkWrite(0, len(present), written - started, 0.0, present=present)
-        snapshot_id = self._commit(table, files, recorded, since, file_set)
-        records = sum(int(f.recordCount()) for f in files)
+        try:
+            files = [self._data_file(table, f) for f in written_files]
+        except BaseException:
+            self._delete(table, [f.location for f in written_files])
+            raise
+        snapshot_id = self._commit(table, files, recorded, since, f"lagsched-{uuid.uuid4().hex}")
+        records = sum(f.records for f in written_files)
         return SinkWrite(
             len(files), len(present), written - started, time.monotonic() - written, snapshot_id, records, present
         )
 
-    def warm_up(self, rows: int = WARM_UP_ROWS) -> int:
-        """Write `rows` made-up records through a batch's write path and throw the files away;
-        returns how many files that was.
+    def _write_files(self, table: Any, ranges: Sequence[OffsetRange]) -> list[WrittenFile]:
+        """Spark tasks read ``ranges`` and write their data files (`adapters.range_files`); the files.
 
-        A new slot's JVM runs its first batch interpreted and compiles the hot code as it goes, so
-        the first batch ran at a third of the steady rate (docs/consumer-benchmark.md). This pays
-        part of that before the slot claims anything: the same staged write as `write` (Spark's
-        rows, the partition transform, Iceberg's Parquet writer, the file IO), whose staged files
-        are deleted and never committed. A crash in between leaves orphans for the
-        table care, as a crashed batch does.
+        Ranges are spread over at most ``tasks`` tasks (one consumer each), by record count. A task
+        that failed deleted its own files; the others' are deleted here before raising.
         """
-        if rows <= 0:
-            return 0
-        started = time.monotonic()
-        made_up = self._spark.range(rows).select(
-            F.lit(WARM_UP_TOPIC).alias("topic"),
-            (F.col("id") % WARM_UP_PARTITIONS).cast("int").alias("partition"),
-            F.col("id").alias("offset"),
-            F.current_timestamp().alias("timestamp"),
-            F.encode(F.concat(F.lit("key-"), F.col("id").cast("string")), "UTF-8").alias("key"),
-            F.encode(F.concat(F.lit("v" * 100), F.col("id").cast("string")), "UTF-8").alias("value"),
-            F.array(F.struct(F.lit("h").alias("key"), F.encode(F.lit("1"), "UTF-8").alias("value"))).alias("headers"),
+        settings = FileSettings.of(
+            str(table.location()),
+            str(self._jvm.org.apache.iceberg.SchemaParser.toJson(table.schema())),
+            dict(table.properties()),
+            s3_endpoint=self._lake.s3_endpoint,
         )
-        _, table, files = self._stage(made_up)
-        io = table.io()
-        for f in files:
-            io.deleteFile(f.location())
-        took = time.monotonic() - started
-        log.info("warmed up on %d made-up records (%d files written and deleted) in %.1f s", rows, len(files), took)
-        return len(files)
+        groups = spread(ranges, self._tasks or self._spark.sparkContext.defaultParallelism)
+        task = functools.partial(write_task, kafka_config=self._kafka, settings=settings, stall_s=self._stall_s)
+        results: list[TaskResult] = (
+            self._spark.sparkContext.parallelize(groups, len(groups)).mapPartitions(task).collect()
+        )
+        files = [f for r in results for f in r.files]
+        failed = [r for r in results if r.error is not None]
+        if failed:
+            self._delete(table, [f.location for f in files])
+            first = failed[0]
+            message = f"{len(failed)} of {len(groups)} task(s) could not write their ranges; first: {first.error}"
+            if all(r.unreachable for r in failed):
+                raise KafkaOffsetsError(message)
+            raise LagschedError(message)
+        read = {key: n for r in results for key, n in r.records.items()}
+        log.debug("read %d records of %d range(s) in %d task(s)", sum(read.values()), len(ranges), len(groups))
+        return files
 
-    def _stage(self, df: DataFrame) -> tuple[str, Any, list[Any]]:
-        """Write `df` in Iceberg's rewrite mode (module docstring): its data files are staged in
-        the driver, not committed. Returns the file set's id, the table and the files."""
-        file_set = f"lagsched-{uuid.uuid4().hex}"
-        df.writeTo(self._lake.identifier).option("rewritten-file-scan-task-set-id", file_set).append()
-        table = self._table()
-        coordinator = self._jvm.org.apache.iceberg.spark.FileRewriteCoordinator.get()
-        files = list(_iterate(coordinator.fetchNewFiles(table, file_set)))
-        coordinator.clearRewrite(table, file_set)
-        return file_set, table, files
+    def _data_file(self, table: Any, written: WrittenFile) -> Any:
+        """An Iceberg ``DataFile`` of a written file: metrics from its Parquet footer, its partition
+        values checked against Iceberg's own transform of the footer's timestamp bounds."""
+        jvm = self._jvm
+        spec = table.spec()
+        if self._spec_checked != spec.specId():
+            _check_spec(spec, table.schema())
+            self._spec_checked = spec.specId()
+        metrics = jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(
+            table.io().newInputFile(written.location, written.size_bytes),
+            jvm.org.apache.iceberg.MetricsConfig.forTable(table),
+        )
+        if int(metrics.recordCount()) != written.records:
+            raise LagschedError(
+                f"{written.location}: the footer says {metrics.recordCount()} records, the task wrote {written.records}"
+            )
+        hour_field = spec.fields().get(1)
+        timestamp = table.schema().findField(hour_field.sourceId())
+        to_hour = hour_field.transform().bind(timestamp.type())
+        for bounds in (metrics.lowerBounds(), metrics.upperBounds()):
+            value = jvm.org.apache.iceberg.types.Conversions.fromByteBuffer(timestamp.type(), bounds.get(timestamp.fieldId()))
+            if int(to_hour.apply(value)) != written.hour:
+                raise LagschedError(
+                    f"{written.location}: a timestamp of hour {to_hour.apply(value)} in a file of hour {written.hour}"
+                )
+        partition = jvm.org.apache.iceberg.PartitionData(spec.partitionType())
+        partition.set(0, written.topic)
+        partition.set(1, jvm.java.lang.Integer(written.hour))
+        return (
+            jvm.org.apache.iceberg.DataFiles.builder(spec)
+            .withPath(written.location)
+            .withFileSizeInBytes(written.size_bytes)
+            .withFormat("PARQUET")
+            .withPartition(partition)
+            .withMetrics(metrics)
+            .build()
+        )
+
+    def _delete(self, table: Any, locations: Iterable[str]) -> None:
+        io = table.io()
+        for location in locations:
+            try:
+                io.deleteFile(location)
+            except Exception as exc:  # noqa: BLE001 - an orphan: the table care removes it
+                log.warning("could not delete %s (%s); the table care removes it as an orphan", location, exc)
 
     def _commit(
         self,
@@ -412,6 +464,16 @@ def _any_of(conditions: Iterable[Column]) -> Column:
     for c in conditions:
         out = c if out is None else (out | c)
     return out if out is not None else F.lit(False)
+
+
+def _check_spec(spec: Any, schema: Any) -> None:
+    """The table is partitioned as lagsched creates it: ``topic`` (identity), then ``hours(timestamp)``."""
+    fields = [(str(schema.findColumnName(f.sourceId())), str(f.transform())) for f in _iterate(spec.fields())]
+    if fields != [("topic", "identity"), ("timestamp", "hour")]:
+        raise LagschedError(
+            f"the table is partitioned by {fields}, not by topic, hours(timestamp) as lagsched creates it; "
+            "point the cluster's sink at a table lagsched created"
+        )
 
 
 def _iterate(java_collection: Any) -> Iterable[Any]:

@@ -1,10 +1,12 @@
-"""Offset ranges and the JSON options Spark's Kafka batch source takes for them."""
+"""Offset ranges, the JSON options Spark's Kafka batch source takes for them, and how a batch's ranges
+are spread over tasks."""
 
 from __future__ import annotations
 
+import heapq
 import json
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 
@@ -50,3 +52,29 @@ def spark_kafka_options(ranges: Iterable[OffsetRange]) -> dict[str, str]:
         "startingOffsets": json.dumps(dict(starting)),
         "endingOffsets": json.dumps(dict(ending)),
     }
+
+
+def spread(ranges: Sequence[OffsetRange], tasks: int) -> list[list[OffsetRange]]:
+    """``ranges`` in at most ``tasks`` groups of about as many records each, for a batch's tasks.
+
+    Largest first, each to the group with the fewest records so far (longest processing time
+    first: within 4/3 of the best split); a range is never cut (one Kafka partition's records stay in
+    one task, so each data file holds one partition). Groups are in a stable order, ranges within
+    a group sorted, and no group is empty.
+
+    >>> spread([OffsetRange("t", p, 0, n) for p, n in enumerate([50, 10, 30, 30])], 2)
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [[OffsetRange(topic='t', partition=0, start=0, end=50), OffsetRange(topic='t', partition=1, start=0, end=10)],
+     [OffsetRange(topic='t', partition=2, start=0, end=30), OffsetRange(topic='t', partition=3, start=0, end=30)]]
+    >>> spread([], 4)
+    []
+    """
+    if tasks < 1:
+        raise ValueError(f"tasks must be >= 1, got {tasks}")
+    groups: list[list[OffsetRange]] = [[] for _ in range(min(tasks, len(ranges)))]
+    loads = [(0, i) for i in range(len(groups))]
+    for r in sorted(ranges, key=lambda r: (-r.count, r)):
+        load, i = heapq.heappop(loads)
+        groups[i].append(r)
+        heapq.heappush(loads, (load + r.count, i))
+    return [sorted(g) for g in groups]

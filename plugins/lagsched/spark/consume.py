@@ -58,11 +58,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "above the need stands by warm, without claiming, and joins when the need reaches it (default: 0)",
     )  # fmt: skip
     p.add_argument("--max-records", type=int, default=100_000, help="max records per partition per batch")
-    p.add_argument(
-        "--warm-up-rows", type=int, default=None,
-        help="made-up records written and thrown away before the first claim, so the first batch runs on "
-        "compiled code (default: 300,000; 0: none)",
-    )  # fmt: skip
     p.add_argument("--min-interval-s", type=float, default=5.0, help="a batch waits this long since the last ...")
     p.add_argument("--min-records", type=int, default=10_000, help="... unless this many records are waiting")
     p.add_argument(
@@ -91,10 +86,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--start-from", choices=[s.value for s in StartFrom], default="earliest",
         help="where a never-consumed partition starts (default: %(default)s)",
     )  # fmt: skip
-    args = p.parse_args(argv)
-    if args.warm_up_rows is not None and args.warm_up_rows < 0:
-        p.error(f"--warm-up-rows: 0 or more, got {args.warm_up_rows}")
-    return args
+    return p.parse_args(argv)
 
 
 def main(argv: list[str]) -> int:
@@ -250,7 +242,7 @@ def _run_slot(
     mysql: Any,
     stop: threading.Event,
 ) -> int:
-    from lagsched.adapters import sink, spark
+    from lagsched.adapters import sink
     from lagsched.adapters.claims import open_claim_store
     from lagsched.adapters.kafka_admin import admin_client
     from lagsched.adapters.lag_store import redis_client
@@ -265,14 +257,14 @@ def _run_slot(
     wake = threading.Event()
     registry = SlotRegistry(redis, cluster=cluster)
     # The reads fetch from a same-rack replica where the brokers allow it (KIP-392).
-    read_config = spark.with_client_rack(kafka, settings.rack)
     table = sink.IcebergSink(
-        session, read_config, lake, properties={"lagsched.slot": slot_id, "lagsched.cluster": cluster}
+        session,
+        kafka,
+        lake,
+        rack=settings.rack,
+        properties={"lagsched.slot": slot_id, "lagsched.cluster": cluster},
+        stall_s=settings.outage_bound_s,
     )
-    rows = sink.WARM_UP_ROWS if args.warm_up_rows is None else args.warm_up_rows
-    warming = time.monotonic()
-    if table.warm_up(rows):
-        _stat(stats, "warmed_up", slot=slot_id, rows=rows, seconds=time.monotonic() - warming)
     channels = (SCALING_CHANNEL, registry.events_channel)
     listener = ScalingListener(redis_client(redis_conf), channels, cluster, wake)
     with open_claim_store(mysql) as store:

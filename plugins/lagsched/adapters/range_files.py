@@ -1,0 +1,712 @@
+"""A batch's data files: claimed offset ranges read from Kafka and written as the table's Parquet files.
+
+This is the part of a slot's batch that runs inside Spark tasks (docs/lake.md, step 3 "write"). A
+task gets a few offset ranges, reads them with one confluent-kafka consumer and writes Parquet data
+files with pyarrow in the table's schema; it returns what it wrote (`WrittenFile`), nothing else.
+It knows no claim, no MySQL and no Redis, and it commits nothing: the driver builds Iceberg data
+files from the returned files' footers and commits them conditionally (`adapters.sink`).
+
+Reading, as the Spark Kafka source did before:
+
+* read committed (`READER_CONFIG`): records of aborted transactions and transaction markers are
+  never seen; a range never ends past the last stable offset (the planner ends it there);
+* a start that retention deleted meanwhile fails the read (``auto.offset.reset=error``), so no
+  record is skipped silently;
+* a range may end on an offset no record carries (a transaction marker, a record compacted
+  away, an aborted record): a partition's read ends when the consumer's position reaches the end,
+  told by the first record at or past it or by the end-of-partition event, never by the last
+  record's offset;
+* a partition that makes no progress for ``stall_s`` (Kafka unreachable, a truncated log) fails
+  the task as unreachable; the driver then rides the outage through like any other.
+
+Writing: one file holds records of one Kafka partition and one hour of their timestamps (the table
+is partitioned by ``topic, hours(timestamp)``), so each file's ``partition`` and ``offset`` bounds
+are exact, which the commit's conflict check relies on. Columns are built with ``map`` over the
+consumer's C methods and numpy, never a Python object per record beyond the consumer's own
+``Message``; the Parquet schema carries the table's field ids, so Iceberg reads the files by id
+with no name mapping. Options come from the table's write properties (`FileSettings.of`).
+
+A task that fails deletes the files it wrote and reports the failure as a value (`TaskResult`), so
+the driver can name it and decide whether the outage is worth riding through; a task killed
+outright leaves orphans that the table care removes.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from operator import itemgetter
+from typing import Any
+from urllib.parse import quote_plus, urlsplit
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lagsched.core.offsets import OffsetRange
+
+__all__ = [
+    "READER_CONFIG",
+    "FileSettings",
+    "TaskResult",
+    "WrittenFile",
+    "arrow_schema",
+    "hour_name",
+    "reader_config",
+    "write_ranges",
+    "write_task",
+]
+
+log = logging.getLogger(__name__)
+
+#: The table's columns in the order a task builds them (docs/lake.md, "The table").
+COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
+_US_PER_HOUR = 3_600_000_000
+
+#: What every reader sets over the Kafka Connection's extra: the reads' guarantees.
+READER_CONFIG: Mapping[str, Any] = {
+    # assign() joins no group, but the Python client refuses a consumer without one; nothing is
+    # ever committed to it (the claim table holds the offsets).
+    "group.id": "lagsched.reader",
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    # The end of a partition is how a read learns that its range ended on an offset with no
+    # record (a marker, a compacted record) when nothing follows it yet.
+    "enable.partition.eof": True,
+    # A start below the log start (retention deleted it since the plan) is an error, never a jump.
+    "auto.offset.reset": "error",
+    "isolation.level": "read_committed",
+}
+#: Reader tuning, under the Connection's extra (a deployment may set its own).
+READER_DEFAULTS: Mapping[str, Any] = {
+    # librdkafka 2.x backs off this long when its pre-fetch queue is full; the default (1 s) idles
+    # the fetcher long after the task has drained the queue.
+    "fetch.queue.backoff.ms": 10,
+    "check.crcs": False,
+}
+#: Records taken from the consumer per call: one C call per this many records.
+CONSUME_BATCH = 20_000
+
+
+def reader_config(kafka_config: Mapping[str, Any], rack: str | None = None) -> dict[str, Any]:
+    """The consumer settings of a task: the Kafka Connection's extra with `READER_DEFAULTS` under it
+    and `READER_CONFIG` over it; ``client.rack`` when ``rack`` is given, so brokers running the
+    ``RackAwareReplicaSelector`` serve the reads from the replica in that rack (KIP-392, docs/rack.md).
+
+    >>> c = reader_config({"bootstrap.servers": "b:9092", "isolation.level": "read_uncommitted"}, "a")
+    >>> c["bootstrap.servers"], c["isolation.level"], c["client.rack"], c["auto.offset.reset"]
+    ('b:9092', 'read_committed', 'a', 'error')
+    """
+    config = {**READER_DEFAULTS, **kafka_config, **READER_CONFIG}
+    if rack is not None:
+        config["client.rack"] = rack
+    return config
+
+
+# ---------------------------------------------------------------------------------- the schema
+
+
+def arrow_schema(iceberg_schema_json: str) -> pa.Schema:
+    """The Arrow schema of the table's data files, with Iceberg's field ids, from the table's schema.
+
+    The files' columns are lagsched's (`COLUMNS`, in order); a table whose schema has other
+    columns or types was not made by lagsched and is refused.
+
+    >>> s = arrow_schema(json.dumps({"type": "struct", "fields": [
+    ...     {"id": 1, "name": "topic", "required": True, "type": "string"},
+    ...     {"id": 2, "name": "partition", "required": True, "type": "int"},
+    ...     {"id": 3, "name": "offset", "required": True, "type": "long"},
+    ...     {"id": 4, "name": "timestamp", "required": False, "type": "timestamptz"},
+    ...     {"id": 5, "name": "key", "required": False, "type": "binary"},
+    ...     {"id": 6, "name": "value", "required": False, "type": "binary"},
+    ...     {"id": 7, "name": "headers", "required": False, "type": {"type": "list", "element-id": 8,
+    ...      "element-required": False, "element": {"type": "struct", "fields": [
+    ...         {"id": 9, "name": "key", "required": False, "type": "string"},
+    ...         {"id": 10, "name": "value", "required": False, "type": "binary"}]}}}]}))
+    >>> s.field("offset").metadata, s.field("offset").nullable
+    ({b'PARQUET:field_id': b'3'}, False)
+    >>> s.field("headers").type.value_field.metadata
+    {b'PARQUET:field_id': b'8'}
+    """
+    schema = json.loads(iceberg_schema_json)
+    fields = [_arrow_field(f["name"], f["type"], f["id"], f["required"]) for f in schema["fields"]]
+    arrow = pa.schema(fields)
+    expected = pa.schema(
+        [
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("offset", pa.int64()),
+            ("timestamp", pa.timestamp("us", tz="UTC")),
+            ("key", pa.binary()),
+            ("value", pa.binary()),
+            ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+        ]
+    )
+    if arrow.names != expected.names or any(
+        not a.type.equals(b.type) for a, b in zip(arrow, expected, strict=True)
+    ):
+        raise ValueError(
+            f"the table's schema is not lagsched's ({', '.join(COLUMNS)}): {arrow}; "
+            "point the cluster's sink at a table lagsched created"
+        )
+    return arrow
+
+
+_PRIMITIVES: Mapping[str, pa.DataType] = {
+    "string": pa.string(),
+    "int": pa.int32(),
+    "long": pa.int64(),
+    "binary": pa.binary(),
+    "timestamptz": pa.timestamp("us", tz="UTC"),
+    "timestamp": pa.timestamp("us"),
+}
+
+
+def _arrow_field(name: str, kind: Any, field_id: int, required: bool) -> pa.Field:
+    return pa.field(name, _arrow_type(kind), nullable=not required, metadata={"PARQUET:field_id": str(field_id)})
+
+
+def _arrow_type(kind: Any) -> pa.DataType:
+    if isinstance(kind, str):
+        if kind not in _PRIMITIVES:
+            raise ValueError(f"the table has a column of type {kind}, which lagsched never writes")
+        return _PRIMITIVES[kind]
+    if kind["type"] == "struct":
+        return pa.struct([_arrow_field(f["name"], f["type"], f["id"], f["required"]) for f in kind["fields"]])
+    if kind["type"] == "list":
+        element = _arrow_field("element", kind["element"], kind["element-id"], kind["element-required"])
+        return pa.list_(element)
+    raise ValueError(f"the table has a column of type {kind['type']}, which lagsched never writes")
+
+
+# ------------------------------------------------------------------------------- the settings
+
+
+#: Iceberg's names of Parquet codecs -> pyarrow's.
+_CODECS = {"snappy": "snappy", "zstd": "zstd", "gzip": "gzip", "lz4": "lz4", "brotli": "brotli", "uncompressed": "none"}
+
+
+@dataclass(frozen=True, slots=True)
+class FileSettings:
+    """How a task writes the table's data files; built on the driver from the table (`of`).
+
+    Attributes:
+        data_location: the table's data folder (``write.data.path``, else ``<location>/data``);
+            files go to ``<data_location>/topic=<topic>/timestamp_hour=<hour>/``, Iceberg's own layout.
+        schema: the files' Arrow schema, with the table's field ids (`arrow_schema`).
+        compression, compression_level: ``write.parquet.compression-codec`` and ``-level``.
+        dictionary_page_bytes: ``write.parquet.dict-size-bytes``; dictionaries are used for the
+            columns with few distinct values only (topic, partition, header keys): a dictionary of
+            unique keys, values and offsets costs time and saves nothing.
+        data_page_bytes: ``write.parquet.page-size-bytes``.
+        row_group_bytes: ``write.parquet.row-group-size-bytes``: records of one file buffered in
+            memory at most before they are written as a row group.
+        target_file_bytes: ``write.target-file-size-bytes``: a file is closed once it is this big.
+        statistics: the columns with Parquet statistics (``write.parquet.stats-enabled.column.<c>``
+            turns them off for a column; the conflict check needs ``partition`` and ``offset``).
+        s3_endpoint: an S3-compatible store's URL for ``s3a://`` and ``s3://`` tables.
+    """
+
+    data_location: str
+    schema: pa.Schema
+    compression: str = "snappy"
+    compression_level: int | None = None
+    dictionary_page_bytes: int = 64 * 1024
+    data_page_bytes: int = 1024 * 1024
+    row_group_bytes: int = 128 * 1024 * 1024
+    target_file_bytes: int = 512 * 1024 * 1024
+    statistics: tuple[str, ...] = ("topic", "partition", "offset", "timestamp")
+    s3_endpoint: str | None = None
+
+    @classmethod
+    def of(
+        cls, location: str, schema_json: str, properties: Mapping[str, str], *, s3_endpoint: str | None = None
+    ) -> FileSettings:
+        """From a table's location, schema (Iceberg JSON) and properties, Iceberg's defaults where unset.
+
+        >>> s = FileSettings.of("file:/lake/t", _DOCTEST_SCHEMA, {"write.parquet.compression-codec": "zstd",
+        ...     "write.parquet.stats-enabled.column.timestamp": "false"})
+        >>> s.data_location, s.compression, s.statistics
+        ('file:/lake/t/data', 'zstd', ('topic', 'partition', 'offset'))
+        """
+        codec = properties.get("write.parquet.compression-codec", "zstd").lower()
+        if codec not in _CODECS:
+            raise ValueError(f"write.parquet.compression-codec={codec!r}: lagsched writes {', '.join(_CODECS)}")
+        level = properties.get("write.parquet.compression-level")
+        stats = tuple(
+            c
+            for c in ("topic", "partition", "offset", "timestamp")
+            if properties.get(f"write.parquet.stats-enabled.column.{c}", "true").lower() != "false"
+        )
+        missing = {"partition", "offset"} - set(stats)
+        if missing:
+            raise ValueError(
+                f"the table turns off Parquet statistics of {sorted(missing)}; the commit's conflict check needs them "
+                "(unset write.parquet.stats-enabled.column.partition/offset)"
+            )
+        return cls(
+            data_location=properties.get("write.data.path") or f"{location.rstrip('/')}/data",
+            schema=arrow_schema(schema_json),
+            compression=_CODECS[codec],
+            compression_level=int(level) if level else None,
+            dictionary_page_bytes=int(properties.get("write.parquet.dict-size-bytes", 2 * 1024 * 1024)),
+            data_page_bytes=int(properties.get("write.parquet.page-size-bytes", 1024 * 1024)),
+            row_group_bytes=int(properties.get("write.parquet.row-group-size-bytes", 128 * 1024 * 1024)),
+            target_file_bytes=int(properties.get("write.target-file-size-bytes", 512 * 1024 * 1024)),
+            statistics=stats,
+            s3_endpoint=s3_endpoint,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenFile:
+    """One data file a task wrote: records of one Kafka partition, one hour of timestamps.
+
+    ``hour`` is the ``hours(timestamp)`` partition value (hours since the epoch, UTC); ``first``
+    and ``last`` are the lowest and highest offsets in the file.
+    """
+
+    location: str
+    topic: str
+    partition: int
+    hour: int
+    records: int
+    size_bytes: int
+    first: int
+    last: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskResult:
+    """What a task did: the files it wrote, the records it read per partition, or why it failed.
+
+    A failed task deleted its files (``files`` is empty). ``unreachable``: the failure was Kafka
+    not answering (a retry may help), not a refused setting or a bug.
+    """
+
+    files: tuple[WrittenFile, ...] = ()
+    records: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    error: str | None = None
+    unreachable: bool = False
+    read_s: float = 0.0
+
+
+class RangeReadError(RuntimeError):
+    """A range could not be read to its end; ``unreachable`` says whether Kafka stopped answering."""
+
+    def __init__(self, message: str, *, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.unreachable = unreachable
+
+
+# -------------------------------------------------------------------------------- file system
+
+
+def _file_system(location: str, s3_endpoint: str | None) -> tuple[Any, str]:
+    """The pyarrow file system of a table location and the location's path in it.
+
+    S3 credentials come from the environment (``AWS_ACCESS_KEY_ID``...) or an instance profile,
+    as for S3A: never from lagsched's settings.
+    """
+    from pyarrow import fs
+
+    parts = urlsplit(location)
+    if parts.scheme in ("", "file"):
+        return fs.LocalFileSystem(), parts.path
+    if parts.scheme in ("s3", "s3a"):
+        import os
+
+        options: dict[str, Any] = {"region": os.environ.get("AWS_REGION", "us-east-1")}
+        if s3_endpoint:
+            endpoint = urlsplit(s3_endpoint)
+            options.update(endpoint_override=endpoint.netloc, scheme=endpoint.scheme or "https")
+        return fs.S3FileSystem(**options), f"{parts.netloc}{parts.path}"
+    if parts.scheme == "hdfs":
+        hdfs, path = fs.FileSystem.from_uri(location)
+        return hdfs, path
+    raise ValueError(f"cannot write data files to {location}: lagsched writes file://, s3a:// and hdfs:// tables")
+
+
+def hour_name(hour: int) -> str:
+    """Iceberg's human form of an ``hours`` partition value, as in its partition paths.
+
+    >>> hour_name(0), hour_name(494_570), hour_name(-1)
+    ('1970-01-01-00', '2026-06-03-02', '1969-12-31-23')
+    """
+    return time.strftime("%Y-%m-%d-%H", time.gmtime(hour * 3600))
+
+
+class _PartitionWriter:
+    """The files of one Kafka partition in one task: one open file per hour, row groups buffered."""
+
+    def __init__(self, fs: Any, root: str, root_uri: str, topic: str, partition: int, settings: FileSettings) -> None:
+        self._fs, self._root, self._root_uri = fs, root, root_uri
+        self.topic, self.partition, self._settings = topic, partition, settings
+        self._topic_dir = f"topic={quote_plus(topic)}"
+        self._open: dict[int, _OpenFile] = {}
+        self.written: list[WrittenFile] = []
+
+    def add(self, batch: pa.RecordBatch, hours: np.ndarray[Any, Any]) -> None:
+        """Records of this partition in offset order, with each record's hour."""
+        if hours.min() == hours.max():  # nearly always: a batch's records are of one hour
+            self._file(int(hours[0])).add(batch)
+            return
+        order = np.argsort(hours, kind="stable")  # keeps offset order within an hour
+        sorted_hours = hours[order]
+        cuts = np.flatnonzero(sorted_hours[1:] != sorted_hours[:-1]) + 1
+        taken = batch.take(pa.array(order))
+        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(order)], strict=True):
+            self._file(int(sorted_hours[lo])).add(taken.slice(lo, hi - lo))
+
+    def close(self) -> None:
+        for hour in sorted(self._open):
+            self._close(hour)
+
+    def abandon(self) -> list[str]:
+        """Stop writing; the paths of every file begun (to delete)."""
+        paths = [f.path for f in self._open.values()]
+        for f in self._open.values():
+            f.abandon()
+        self._open.clear()
+        return paths
+
+    def _file(self, hour: int) -> _OpenFile:
+        f = self._open.get(hour)
+        if f is not None and f.bytes_written >= self._settings.target_file_bytes:
+            self._close(hour)
+            f = None
+        if f is None:
+            name = f"{self._topic_dir}/timestamp_hour={hour_name(hour)}/{self.partition:05d}-{uuid.uuid4().hex}.parquet"
+            f = self._open[hour] = _OpenFile(self._fs, f"{self._root}/{name}", f"{self._root_uri}/{name}", self._settings)
+        return f
+
+    def _close(self, hour: int) -> None:
+        f = self._open.pop(hour)
+        done = f.close()
+        if done is not None:
+            records, size, first, last = done
+            self.written.append(WrittenFile(f.uri, self.topic, self.partition, hour, records, size, first, last))
+
+
+class _OpenFile:
+    """One Parquet file being written: batches buffered up to a row group, then written."""
+
+    def __init__(self, fs: Any, path: str, uri: str, settings: FileSettings) -> None:
+        self._fs, self.path, self.uri, self._settings = fs, path, uri, settings
+        self._buffer: list[pa.RecordBatch] = []
+        self._buffered = 0
+        self._stream: Any = None
+        self._writer: pq.ParquetWriter | None = None
+        self.records = 0
+        self.bytes_written = 0
+        self._first: int | None = None
+        self._last = -1
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        offsets = batch.column(2)
+        if self._first is None:
+            self._first = offsets[0].as_py()
+        self._last = offsets[-1].as_py()
+        self._buffer.append(batch)
+        self._buffered += batch.nbytes
+        self.records += batch.num_rows
+        if self._buffered >= self._settings.row_group_bytes:
+            self._flush()
+
+    def close(self) -> tuple[int, int, int, int] | None:
+        """Write what is buffered and the footer: (records, bytes, first offset, last offset)."""
+        if self._buffer:
+            self._flush()
+        if self._writer is None:
+            return None
+        self._writer.close()
+        size = self._stream.tell()
+        self._stream.close()
+        assert self._first is not None
+        return self.records, size, self._first, self._last
+
+    def abandon(self) -> None:
+        for closing in (self._writer, self._stream):
+            if closing is not None:
+                try:
+                    closing.close()
+                except Exception:  # noqa: BLE001, S110 - the file is deleted next; a failed close changes nothing
+                    pass
+
+    def _flush(self) -> None:
+        if self._writer is None:
+            s = self._settings
+            parent = self.path.rsplit("/", 1)[0]
+            self._fs.create_dir(parent, recursive=True)
+            self._stream = self._fs.open_output_stream(self.path)
+            self._writer = pq.ParquetWriter(
+                self._stream,
+                s.schema,
+                compression=s.compression,
+                compression_level=s.compression_level,
+                use_dictionary=["topic", "partition", "headers.list.element.key"],
+                dictionary_pagesize_limit=s.dictionary_page_bytes,
+                data_page_size=s.data_page_bytes,
+                write_statistics=list(s.statistics),
+                # Iceberg reads Parquet's own types; the Arrow schema in the footer is not needed.
+                store_schema=False,
+            )
+        table = pa.Table.from_batches(self._buffer, schema=self._settings.schema)
+        self._writer.write_table(table, row_group_size=table.num_rows)
+        self._buffer, self._buffered = [], 0
+        self.bytes_written = self._stream.tell()
+
+
+# ------------------------------------------------------------------------------------ reading
+
+
+@dataclass(slots=True)
+class _Progress:
+    """One range being read: the next offset wanted, whether its end was reached."""
+
+    range: OffsetRange
+    next: int
+    records: int = 0
+    done: bool = False
+
+
+def write_ranges(
+    ranges: Sequence[OffsetRange],
+    kafka_config: Mapping[str, Any],
+    settings: FileSettings,
+    *,
+    stall_s: float = 60.0,
+    consumer_factory: Callable[[Mapping[str, Any]], Any] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> TaskResult:
+    """Read ``ranges`` with one consumer and write them as data files; never raises.
+
+    ``kafka_config`` is the consumer's whole config (`reader_config`). Each range must be of its
+    own partition. A range with nothing to read is done at once.
+    """
+    started = clock()
+    writers: dict[tuple[str, int], _PartitionWriter] = {}
+    try:
+        fs, root = _file_system(settings.data_location, settings.s3_endpoint)
+        root_uri = settings.data_location.rstrip("/")
+        for r in ranges:
+            writers[(r.topic, r.partition)] = _PartitionWriter(fs, root.rstrip("/"), root_uri, r.topic, r.partition, settings)
+        records = _read(ranges, kafka_config, writers, stall_s=stall_s, consumer_factory=consumer_factory, clock=clock)
+        for w in writers.values():
+            w.close()
+    except BaseException as exc:  # noqa: BLE001 - reported to the driver as a value, after clean-up
+        _delete_all(writers)
+        if not isinstance(exc, Exception):
+            raise
+        return TaskResult(
+            error=f"{type(exc).__name__}: {exc}",
+            unreachable=getattr(exc, "unreachable", False),
+            read_s=clock() - started,
+        )
+    files = tuple(f for w in writers.values() for f in w.written)
+    return TaskResult(files=files, records=records, read_s=clock() - started)
+
+
+def write_task(
+    groups: Iterable[Sequence[OffsetRange]], kafka_config: Mapping[str, Any], settings: FileSettings, stall_s: float
+) -> Iterator[TaskResult]:
+    """A Spark task's function (``mapPartitions``): each group of ranges through `write_ranges`."""
+    for group in groups:
+        yield write_ranges(group, kafka_config, settings, stall_s=stall_s)
+
+
+def _delete_all(writers: Mapping[tuple[str, int], _PartitionWriter]) -> None:
+    for w in writers.values():
+        paths = w.abandon() + [urlsplit(f.location).path if "://" in f.location else f.location for f in w.written]
+        for path in paths:
+            try:
+                w._fs.delete_file(_fs_path(path, w))
+            except Exception:  # noqa: BLE001, S112 - an orphan the table care removes
+                continue
+
+
+def _fs_path(path: str, writer: _PartitionWriter) -> str:
+    """A file's path in the writer's file system, from its path or its URI."""
+    if path.startswith(writer._root_uri):
+        return writer._root + path[len(writer._root_uri) :]
+    return path
+
+
+def _read(
+    ranges: Sequence[OffsetRange],
+    kafka_config: Mapping[str, Any],
+    writers: Mapping[tuple[str, int], _PartitionWriter],
+    *,
+    stall_s: float,
+    consumer_factory: Callable[[Mapping[str, Any]], Any] | None,
+    clock: Callable[[], float],
+) -> dict[tuple[str, int], int]:
+    from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+    progress = {(r.topic, r.partition): _Progress(r, r.start, done=r.end <= r.start) for r in ranges}
+    if len(progress) != len(ranges):
+        raise ValueError("two ranges of one partition in one task")
+    todo = [p for p in progress.values() if not p.done]
+    if not todo:
+        return {key: 0 for key in progress}
+    consumer = (consumer_factory or Consumer)(dict(kafka_config))
+    # Millions of Message, tuple and bytes objects, none in a cycle: the cyclic collector would run
+    # over and over for nothing (a third of consume()'s time, docs/consumer-benchmark.md).
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        consumer.assign([TopicPartition(p.range.topic, p.range.partition, p.next) for p in todo])
+        last_progress = clock()
+        remaining = len(todo)
+        transient: str | None = None
+        while remaining:
+            msgs = consumer.consume(num_messages=CONSUME_BATCH, timeout=0.5)
+            moved = False
+            if msgs and any(map(Message.error, msgs)):
+                good = []
+                for m in msgs:
+                    err = m.error()
+                    if err is None:
+                        good.append(m)
+                    elif err.code() == KafkaError._PARTITION_EOF:
+                        p = progress.get((m.topic(), m.partition()))
+                        if p is not None and not p.done and m.offset() >= p.range.end:
+                            p.next = p.range.end
+                            p.done, moved = True, True
+                            remaining -= 1
+                            consumer.pause([TopicPartition(m.topic(), m.partition())])
+                    elif err.fatal() or not (err.retriable() or _is_transient(err)):
+                        raise RangeReadError(f"reading {m.topic() or 'Kafka'}[{m.partition()}]: {err.str()}")
+                    else:
+                        transient = err.str()
+                msgs = good
+            if msgs:
+                for topic, partition, run in _runs(msgs):
+                    p = progress.get((topic, partition))
+                    if p is None or p.done:
+                        continue  # prefetched past the end of a partition already done
+                    finished = _take(p, run, writers[(topic, partition)])
+                    moved = True
+                    if finished:
+                        remaining -= 1
+                        consumer.pause([TopicPartition(topic, partition)])
+            now = clock()
+            if moved:
+                last_progress, transient = now, None
+            elif now - last_progress > stall_s:
+                stuck = ", ".join(
+                    f"{p.range.topic}[{p.range.partition}] at {p.next} of [{p.range.start}, {p.range.end})"
+                    for p in progress.values()
+                    if not p.done
+                )
+                raise RangeReadError(
+                    f"no progress for {stall_s:.0f} s reading {stuck}"
+                    + (f" (Kafka: {transient})" if transient else " (Kafka sent nothing)"),
+                    unreachable=True,
+                )
+    finally:
+        try:
+            consumer.close()
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+    return {key: p.records for key, p in progress.items()}
+
+
+def _is_transient(err: Any) -> bool:
+    from confluent_kafka import KafkaError
+
+    return err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._RESOLVE)
+
+
+def _runs(msgs: list[Any]) -> Iterator[tuple[str, int, list[Any]]]:
+    """Consecutive messages of one partition (librdkafka hands a fetch over partition by partition)."""
+    from confluent_kafka import Message
+
+    n = len(msgs)
+    partitions = np.fromiter(map(Message.partition, msgs), dtype=np.int32, count=n)
+    topics = list(map(Message.topic, msgs))
+    cuts = np.flatnonzero(partitions[1:] != partitions[:-1]) + 1
+    bounds = [0, *cuts.tolist(), n]
+    for lo, hi in zip(bounds, bounds[1:], strict=False):
+        # A run of one partition number may still mix topics: split on the topic too.
+        start = lo
+        for i in range(lo + 1, hi):
+            if topics[i] != topics[i - 1]:
+                yield topics[start], int(partitions[start]), msgs[start:i]
+                start = i
+        yield topics[start], int(partitions[start]), msgs[start:hi]
+
+
+def _take(p: _Progress, run: list[Any], writer: _PartitionWriter) -> bool:
+    """Add the records of ``run`` that belong to the range; True once the range is read to its end."""
+    from confluent_kafka import Message
+
+    n = len(run)
+    offsets = np.fromiter(map(Message.offset, run), dtype=np.int64, count=n)
+    if n > 1 and not bool(np.all(offsets[1:] > offsets[:-1])):
+        raise RangeReadError(f"{p.range.topic}[{p.range.partition}]: offsets out of order in one fetch")
+    lo = int(np.searchsorted(offsets, p.next))  # anything before `next` was taken already
+    hi = int(np.searchsorted(offsets, p.range.end))  # anything from the end on is not ours
+    if hi > lo:
+        part = run[lo:hi] if (lo, hi) != (0, n) else run
+        m = hi - lo
+        ts_us = np.fromiter(map(itemgetter(1), map(Message.timestamp, part)), dtype=np.int64, count=m) * 1000
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.repeat(pa.scalar(p.range.topic, pa.string()), m),
+                pa.array(np.full(m, p.range.partition, dtype=np.int32)),
+                pa.array(offsets[lo:hi]),
+                pa.array(ts_us).view(pa.timestamp("us", tz="UTC")),
+                pa.array(list(map(Message.key, part)), type=pa.binary()),
+                pa.array(list(map(Message.value, part)), type=pa.binary()),
+                pa.array(list(map(Message.headers, part)), type=writer._settings.schema.field("headers").type),
+            ],
+            schema=writer._settings.schema,
+        )
+        writer.add(batch, np.floor_divide(ts_us, _US_PER_HOUR))
+        p.records += m
+        p.next = int(offsets[hi - 1]) + 1
+    if hi < n:  # a record at or past the end: every offset before it is decided
+        p.next = p.range.end
+    p.done = p.next >= p.range.end
+    return p.done
+
+
+_DOCTEST_SCHEMA = json.dumps(
+    {
+        "type": "struct",
+        "fields": [
+            {"id": 1, "name": "topic", "required": True, "type": "string"},
+            {"id": 2, "name": "partition", "required": True, "type": "int"},
+            {"id": 3, "name": "offset", "required": True, "type": "long"},
+            {"id": 4, "name": "timestamp", "required": False, "type": "timestamptz"},
+            {"id": 5, "name": "key", "required": False, "type": "binary"},
+            {"id": 6, "name": "value", "required": False, "type": "binary"},
+            {
+                "id": 7,
+                "name": "headers",
+                "required": False,
+                "type": {
+                    "type": "list",
+                    "element-id": 8,
+                    "element-required": False,
+                    "element": {
+                        "type": "struct",
+                        "fields": [
+                            {"id": 9, "name": "key", "required": False, "type": "string"},
+                            {"id": 10, "name": "value", "required": False, "type": "binary"},
+                        ],
+                    },
+                },
+            },
+        ],
+    }
+)
