@@ -34,6 +34,7 @@ outright leaves orphans that the table care removes.
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import logging
 import time
@@ -66,7 +67,8 @@ log = logging.getLogger(__name__)
 
 #: The table's columns in the order a task builds them (docs/lake.md, "The table").
 COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
-_US_PER_HOUR = 3_600_000_000
+#: Microseconds in an hour: a record's ``hours(timestamp)`` partition is its microseconds // this.
+HOUR_US = 3_600_000_000
 
 #: What every reader sets over the Kafka Connection's extra: the reads' guarantees.
 READER_CONFIG: Mapping[str, Any] = {
@@ -135,10 +137,12 @@ def arrow_schema(iceberg_schema_json: str) -> pa.Schema:
     """
     schema = json.loads(iceberg_schema_json)
     fields = [_arrow_field(f["name"], f["type"], f["id"], f["required"]) for f in schema["fields"]]
+    if fields and fields[0].name == "topic" and fields[0].type == pa.string():
+        fields[0] = fields[0].with_type(TOPIC_TYPE)
     arrow = pa.schema(fields)
     expected = pa.schema(
         [
-            ("topic", pa.string()),
+            ("topic", TOPIC_TYPE),
             ("partition", pa.int32()),
             ("offset", pa.int64()),
             ("timestamp", pa.timestamp("us", tz="UTC")),
@@ -156,6 +160,10 @@ def arrow_schema(iceberg_schema_json: str) -> pa.Schema:
         )
     return arrow
 
+
+#: The topic column as the tasks build it: one value per file, so a dictionary of one entry (Parquet
+#: stores it as a plain string column, dictionary-encoded).
+TOPIC_TYPE = pa.dictionary(pa.int32(), pa.string())
 
 _PRIMITIVES: Mapping[str, pa.DataType] = {
     "string": pa.string(),
@@ -518,8 +526,24 @@ def write_task(
     groups: Iterable[Sequence[OffsetRange]], kafka_config: Mapping[str, Any], settings: FileSettings, stall_s: float
 ) -> Iterator[TaskResult]:
     """A Spark task's function (``mapPartitions``): each group of ranges through `write_ranges`."""
+    _keep_zip_directories()
     for group in groups:
         yield write_ranges(group, kafka_config, settings, stall_s=stall_s)
+
+
+def _keep_zip_directories() -> None:
+    """Stop zip importers from re-reading their archives at every task, in this (worker) process.
+
+    PySpark's worker calls ``importlib.invalidate_caches()`` before each task; before Python 3.13
+    every zip importer then re-reads its whole archive's directory, in Python: one per package
+    imported from pyspark.zip and py4j's zip, ~0.2 s of CPU per task here (a tenth of a task's
+    time in a profile of 100,000-record batches). Those archives do not change while a worker lives.
+    """
+    import sys
+    import zipimport
+
+    if sys.version_info < (3, 13):
+        zipimport.zipimporter.invalidate_caches = lambda self: None  # type: ignore[method-assign]
 
 
 def _delete_all(writers: Mapping[tuple[str, int], _PartitionWriter]) -> None:
@@ -556,6 +580,8 @@ def _read(
     todo = [p for p in progress.values() if not p.done]
     if not todo:
         return {key: 0 for key in progress}
+    topics = {p.range.topic for p in todo}
+    one_topic = next(iter(topics)) if len(topics) == 1 else None
     consumer = (consumer_factory or Consumer)(dict(kafka_config))
     # Millions of Message, tuple and bytes objects, none in a cycle: the cyclic collector would run
     # over and over for nothing (a third of consume()'s time, docs/consumer-benchmark.md).
@@ -569,34 +595,29 @@ def _read(
         while remaining:
             msgs = consumer.consume(num_messages=CONSUME_BATCH, timeout=0.5)
             moved = False
-            if msgs and any(map(Message.error, msgs)):
-                good = []
-                for m in msgs:
-                    err = m.error()
-                    if err is None:
-                        good.append(m)
-                    elif err.code() == KafkaError._PARTITION_EOF:
-                        p = progress.get((m.topic(), m.partition()))
-                        if p is not None and not p.done and m.offset() >= p.range.end:
-                            p.next = p.range.end
-                            p.done, moved = True, True
+            # In order: an end-of-partition event follows the partition's records it comes after.
+            for chunk in _chunks(msgs):
+                if isinstance(chunk, list):
+                    for topic, partition, run in _runs(chunk, one_topic):
+                        p = progress.get((topic, partition))
+                        if p is None or p.done:
+                            continue  # prefetched past the end of a partition already done
+                        moved = True
+                        if _take(p, run, writers[(topic, partition)]):
                             remaining -= 1
-                            consumer.pause([TopicPartition(m.topic(), m.partition())])
-                    elif err.fatal() or not (err.retriable() or _is_transient(err)):
-                        raise RangeReadError(f"reading {m.topic() or 'Kafka'}[{m.partition()}]: {err.str()}")
-                    else:
-                        transient = err.str()
-                msgs = good
-            if msgs:
-                for topic, partition, run in _runs(msgs):
-                    p = progress.get((topic, partition))
-                    if p is None or p.done:
-                        continue  # prefetched past the end of a partition already done
-                    finished = _take(p, run, writers[(topic, partition)])
-                    moved = True
-                    if finished:
+                            consumer.pause([TopicPartition(topic, partition)])
+                    continue
+                err = chunk.error()
+                if err.code() == KafkaError._PARTITION_EOF:
+                    p = progress.get((chunk.topic(), chunk.partition()))
+                    if p is not None and not p.done and chunk.offset() >= p.range.end:
+                        p.next, p.done, moved = p.range.end, True, True
                         remaining -= 1
-                        consumer.pause([TopicPartition(topic, partition)])
+                        consumer.pause([TopicPartition(chunk.topic(), chunk.partition())])
+                elif err.fatal() or not (err.retriable() or _is_transient(err)):
+                    raise RangeReadError(f"reading {chunk.topic() or 'Kafka'}[{chunk.partition()}]: {err.str()}")
+                else:
+                    transient = err.str()
             now = clock()
             if moved:
                 last_progress, transient = now, None
@@ -626,23 +647,74 @@ def _is_transient(err: Any) -> bool:
     return err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._RESOLVE)
 
 
-def _runs(msgs: list[Any]) -> Iterator[tuple[str, int, list[Any]]]:
-    """Consecutive messages of one partition (librdkafka hands a fetch over partition by partition)."""
+def headers_array(headers: list[list[tuple[str, bytes | None]] | None], kind: pa.ListType) -> pa.ListArray:
+    """Kafka headers (None, or a list of (key, value) pairs per record) as an Arrow list of structs.
+
+    Built flat (one list of keys, one of values, the offsets from the lengths), with C-level loops
+    only: pyarrow's conversion of the nested Python lists took ~40x longer.
+
+    >>> kind = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    >>> headers_array([[("a", b"1")], None, [], [("b", None), ("c", b"3")]], kind).to_pylist()
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [[{'key': 'a', 'value': b'1'}], None, [],
+     [{'key': 'b', 'value': None}, {'key': 'c', 'value': b'3'}]]
+    """
+    n = len(headers)
+    nulls = headers.count(None)
+    lists: list[Any] = headers if not nulls else [() if h is None else h for h in headers]
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.fromiter(map(len, lists), dtype=np.int32, count=n), out=offsets[1:])
+    pairs = list(itertools.chain.from_iterable(lists))
+    element = kind.value_type
+    values = pa.StructArray.from_arrays(
+        [
+            pa.array(list(map(itemgetter(0), pairs)), type=element.field("key").type),
+            pa.array(list(map(itemgetter(1), pairs)), type=element.field("value").type),
+        ],
+        fields=list(element),
+    )
+    mask = pa.array([h is None for h in headers]) if nulls else None
+    return pa.ListArray.from_arrays(pa.array(offsets), values, type=kind, mask=mask)
+
+
+def _chunks(msgs: list[Any]) -> Iterator[list[Any] | Any]:
+    """``msgs`` in order as lists of records and, between them, single error or end-of-partition events."""
+    from confluent_kafka import Message
+
+    if not msgs:
+        return
+    found = list(map(Message.error, msgs))
+    if not any(found):  # nearly always: no event among the records
+        yield msgs
+        return
+    errors = [i for i, e in enumerate(found) if e is not None]
+    start = 0
+    for i in errors:
+        if i > start:
+            yield msgs[start:i]
+        yield msgs[i]
+        start = i + 1
+    if start < len(msgs):
+        yield msgs[start:] if start else msgs
+
+
+def _runs(msgs: list[Any], one_topic: str | None) -> Iterator[tuple[str, int, list[Any]]]:
+    """Consecutive messages of one partition (librdkafka hands a fetch over partition by partition).
+
+    ``one_topic``: the only topic the consumer reads, so runs differ by partition alone; None: the
+    topic is compared too (two topics' partitions of one number may follow each other).
+    """
     from confluent_kafka import Message
 
     n = len(msgs)
     partitions = np.fromiter(map(Message.partition, msgs), dtype=np.int32, count=n)
-    topics = list(map(Message.topic, msgs))
-    cuts = np.flatnonzero(partitions[1:] != partitions[:-1]) + 1
-    bounds = [0, *cuts.tolist(), n]
-    for lo, hi in zip(bounds, bounds[1:], strict=False):
-        # A run of one partition number may still mix topics: split on the topic too.
-        start = lo
-        for i in range(lo + 1, hi):
-            if topics[i] != topics[i - 1]:
-                yield topics[start], int(partitions[start]), msgs[start:i]
-                start = i
-        yield topics[start], int(partitions[start]), msgs[start:hi]
+    change = partitions[1:] != partitions[:-1]
+    if one_topic is None:
+        topics = np.array(list(map(Message.topic, msgs)), dtype=object)
+        change |= topics[1:] != topics[:-1]
+    bounds = [0, *(np.flatnonzero(change) + 1).tolist(), n]
+    for lo, hi in itertools.pairwise(bounds):
+        yield one_topic or msgs[lo].topic(), int(partitions[lo]), msgs[lo:hi] if (lo, hi) != (0, n) else msgs
 
 
 def _take(p: _Progress, run: list[Any], writer: _PartitionWriter) -> bool:
@@ -659,19 +731,21 @@ def _take(p: _Progress, run: list[Any], writer: _PartitionWriter) -> bool:
         part = run[lo:hi] if (lo, hi) != (0, n) else run
         m = hi - lo
         ts_us = np.fromiter(map(itemgetter(1), map(Message.timestamp, part)), dtype=np.int64, count=m) * 1000
+        schema = writer._settings.schema
         batch = pa.RecordBatch.from_arrays(
             [
-                pa.repeat(pa.scalar(p.range.topic, pa.string()), m),
+                # One value for the whole batch: a dictionary of one entry, as Parquet stores it anyway.
+                pa.DictionaryArray.from_arrays(pa.array(np.zeros(m, dtype=np.int32)), pa.array([p.range.topic])),
                 pa.array(np.full(m, p.range.partition, dtype=np.int32)),
                 pa.array(offsets[lo:hi]),
                 pa.array(ts_us).view(pa.timestamp("us", tz="UTC")),
                 pa.array(list(map(Message.key, part)), type=pa.binary()),
                 pa.array(list(map(Message.value, part)), type=pa.binary()),
-                pa.array(list(map(Message.headers, part)), type=writer._settings.schema.field("headers").type),
+                headers_array(list(map(Message.headers, part)), schema.field("headers").type),
             ],
-            schema=writer._settings.schema,
+            schema=schema,
         )
-        writer.add(batch, np.floor_divide(ts_us, _US_PER_HOUR))
+        writer.add(batch, np.floor_divide(ts_us, HOUR_US))
         p.records += m
         p.next = int(offsets[hi - 1]) + 1
     if hi < n:  # a record at or past the end: every offset before it is decided

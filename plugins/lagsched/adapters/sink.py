@@ -32,6 +32,7 @@ from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
 from lagsched.adapters.range_files import (
+    HOUR_US,
     READER_CONFIG,
     FileSettings,
     TaskResult,
@@ -227,6 +228,25 @@ def ensure_table(spark: SparkSession, lake: LakeTable) -> None:
             log.info("lost the race to create it; another slot did: %s", create.split(" (")[0])
 
 
+class _JavaClasses:
+    """The JVM classes a commit uses, looked up once: each step of ``jvm.org.apache...`` is a round
+    trip to the JVM (~0.2 ms), a call on a held class one (~0.06 ms)."""
+
+    def __init__(self, jvm: Any) -> None:
+        parquet = jvm.org.apache.iceberg.shaded.org.apache.parquet
+        self.HadoopReadOptions = parquet.HadoopReadOptions
+        self.ParquetFileReader = parquet.hadoop.ParquetFileReader
+        self.HadoopInputFile = parquet.hadoop.util.HadoopInputFile
+        self.Path = jvm.org.apache.hadoop.fs.Path
+        self.FileStatus = jvm.org.apache.hadoop.fs.FileStatus
+        self.ParquetUtil = jvm.org.apache.iceberg.parquet.ParquetUtil
+        self.MetricsConfig = jvm.org.apache.iceberg.MetricsConfig
+        self.PartitionData = jvm.org.apache.iceberg.PartitionData
+        self.DataFiles = jvm.org.apache.iceberg.DataFiles
+        self.Stream = jvm.java.util.stream.Stream
+        self.Integer = jvm.java.lang.Integer
+
+
 class IcebergSink:
     """Lands batches in one Iceberg table through one Spark session (see the module doc)."""
 
@@ -257,6 +277,8 @@ class IcebergSink:
         jvm: Any = spark._jvm
         self._jvm = jvm
         self._expressions = jvm.org.apache.iceberg.expressions.Expressions
+        self._java = _JavaClasses(jvm)
+        self._read_options: Any = None
         ensure_table(spark, lake)
 
     @property
@@ -305,7 +327,7 @@ class IcebergSink:
         if not written_files:  # every record of the ranges was aborted or compacted away: nothing to commit
             return SinkWrite(0, len(present), written - started, 0.0, present=present)
         try:
-            files = [self._data_file(table, f) for f in written_files]
+            files = self._data_files(table, written_files)
         except BaseException:
             self._delete(table, [f.location for f in written_files])
             raise
@@ -345,43 +367,51 @@ class IcebergSink:
         log.debug("read %d records of %d range(s) in %d task(s)", sum(read.values()), len(ranges), len(groups))
         return files
 
-    def _data_file(self, table: Any, written: WrittenFile) -> Any:
-        """An Iceberg ``DataFile`` of a written file: metrics from its Parquet footer, its partition
-        values checked against Iceberg's own transform of the footer's timestamp bounds."""
-        jvm = self._jvm
+    def _data_files(self, table: Any, written: Sequence[WrittenFile]) -> list[Any]:
+        """Iceberg ``DataFile``s of the written files, their metrics (bounds, counts, sizes) from
+        their Parquet footers as Iceberg computes them for its own writers.
+
+        The footers are read through parquet's reader with options built once: Iceberg's
+        ``ParquetUtil.fileMetrics`` builds a fresh Hadoop configuration per file (parsing
+        core-default.xml again), 10-17 ms a file here, against ~2 ms this way.
+        """
+        j = self._java
         spec = table.spec()
         if self._spec_checked != spec.specId():
-            _check_spec(spec, table.schema())
+            _check_spec(spec, table.schema(), self._jvm)
             self._spec_checked = spec.specId()
-        metrics = jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(
-            table.io().newInputFile(written.location, written.size_bytes),
-            jvm.org.apache.iceberg.MetricsConfig.forTable(table),
-        )
-        if int(metrics.recordCount()) != written.records:
-            raise LagschedError(
-                f"{written.location}: the footer says {metrics.recordCount()} records, the task wrote {written.records}"
-            )
-        hour_field = spec.fields().get(1)
-        timestamp = table.schema().findField(hour_field.sourceId())
-        to_hour = hour_field.transform().bind(timestamp.type())
-        for bounds in (metrics.lowerBounds(), metrics.upperBounds()):
-            value = jvm.org.apache.iceberg.types.Conversions.fromByteBuffer(timestamp.type(), bounds.get(timestamp.fieldId()))
-            if int(to_hour.apply(value)) != written.hour:
+        conf = self._spark._jsc.hadoopConfiguration()
+        if self._read_options is None:
+            self._read_options = j.HadoopReadOptions.builder(conf).build()
+        options = self._read_options
+        metrics_config = j.MetricsConfig.forTable(table)
+        partition_type = spec.partitionType()
+        files = []
+        for f in written:
+            status = j.FileStatus(f.size_bytes, False, 1, 0, 0, j.Path(f.location))
+            reader = j.ParquetFileReader.open(j.HadoopInputFile.fromStatus(status, conf), options)
+            try:
+                footer = reader.getFooter()
+            finally:
+                reader.close()
+            metrics = j.ParquetUtil.footerMetrics(footer, j.Stream.empty(), metrics_config)
+            if int(metrics.recordCount()) != f.records:
                 raise LagschedError(
-                    f"{written.location}: a timestamp of hour {to_hour.apply(value)} in a file of hour {written.hour}"
+                    f"{f.location}: its footer says {metrics.recordCount()} records, the task wrote {f.records}"
                 )
-        partition = jvm.org.apache.iceberg.PartitionData(spec.partitionType())
-        partition.set(0, written.topic)
-        partition.set(1, jvm.java.lang.Integer(written.hour))
-        return (
-            jvm.org.apache.iceberg.DataFiles.builder(spec)
-            .withPath(written.location)
-            .withFileSizeInBytes(written.size_bytes)
-            .withFormat("PARQUET")
-            .withPartition(partition)
-            .withMetrics(metrics)
-            .build()
-        )
+            partition = j.PartitionData(partition_type)
+            partition.set(0, f.topic)
+            partition.set(1, j.Integer(f.hour))
+            files.append(
+                j.DataFiles.builder(spec)
+                .withPath(f.location)
+                .withFileSizeInBytes(f.size_bytes)
+                .withFormat("PARQUET")
+                .withPartition(partition)
+                .withMetrics(metrics)
+                .build()
+            )
+        return files
 
     def _delete(self, table: Any, locations: Iterable[str]) -> None:
         io = table.io()
@@ -466,14 +496,21 @@ def _any_of(conditions: Iterable[Column]) -> Column:
     return out if out is not None else F.lit(False)
 
 
-def _check_spec(spec: Any, schema: Any) -> None:
-    """The table is partitioned as lagsched creates it: ``topic`` (identity), then ``hours(timestamp)``."""
+def _check_spec(spec: Any, schema: Any, jvm: Any) -> None:
+    """The table is partitioned as lagsched creates it: ``topic`` (identity), then ``hours(timestamp)``,
+    and Iceberg's hour transform is what the tasks compute (`adapters.range_files`: floor division of
+    the microseconds, before the epoch too)."""
     fields = [(str(schema.findColumnName(f.sourceId())), str(f.transform())) for f in _iterate(spec.fields())]
     if fields != [("topic", "identity"), ("timestamp", "hour")]:
         raise LagschedError(
             f"the table is partitioned by {fields}, not by topic, hours(timestamp) as lagsched creates it; "
             "point the cluster's sink at a table lagsched created"
         )
+    hour_field = spec.fields().get(1)
+    to_hour = hour_field.transform().bind(schema.findField(hour_field.sourceId()).type())
+    for micros in (0, 1, -1, HOUR_US - 1, HOUR_US, -HOUR_US, -HOUR_US - 1, 1_780_000_000_000_000):
+        if int(to_hour.apply(jvm.java.lang.Long(micros))) != micros // HOUR_US:
+            raise LagschedError(f"Iceberg's hour of {micros} us is {to_hour.apply(micros)}, not {micros // HOUR_US}")
 
 
 def _iterate(java_collection: Any) -> Iterable[Any]:
