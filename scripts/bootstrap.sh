@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what lagsched needs, idempotently: Debian packages (MariaDB, Redis, a JDK, Maven), the
-# Python virtualenv from requirements.lock, and the Kafka broker and tools and the Spark connector jars
+# Python virtualenv from requirements.lock, and the Kafka broker and tools and the lake's jars for Spark
 # from Maven Central. Each step checks what is already there, so a second run downloads nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,8 +43,8 @@ if [ "$(cat "$VENV/.lagsched-stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$VENV/.lagsched-stamp"
 fi
 
-# 3. Jars: the Kafka broker with Kafka's own CLI tools (one classpath), Spark's Kafka connector
-# (only what Spark does not ship itself) and the lake's (Iceberg, its JDBC catalog's driver, S3A). Each set is fetched into a temporary folder and swapped in
+# 3. Jars: the Kafka broker with Kafka's own CLI tools (one classpath) and the lake's for Spark
+# (Iceberg, its JDBC catalog's driver, S3A). Each set is fetched into a temporary folder and swapped in
 # whole, stamped with the hash of its pom and options, so a changed pom refetches only its own set
 # and an interrupted fetch never leaves a half-filled folder that looks done.
 # What Maven has downloaded so far per its log: "<files> files, <MB> MB".
@@ -96,8 +96,8 @@ fetch_jars() {  # fetch_jars <folder name> <pom> [extra dependency:copy-dependen
   rm -rf "$JARS/$name" && mv "$JARS/$name.tmp" "$JARS/$name"
 }
 fetch_jars kafka deps/kafka/pom.xml
-fetch_jars spark deps/spark-kafka/pom.xml \
-  -DincludeArtifactIds=spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2
+# Spark's Kafka connector of earlier versions: the slots read Kafka with confluent-kafka now.
+rm -rf "$JARS/spark"
 fetch_jars spark-lake deps/spark-lake/pom.xml \
   -DincludeGroupIds=org.apache.iceberg,org.mariadb.jdbc,org.apache.hadoop,software.amazon.awssdk,software.amazon.eventstream,org.reactivestreams
 fetch_jars s3proxy deps/s3proxy/pom.xml

@@ -315,7 +315,7 @@ class ConsumerHarness:
     @property
     def spark_local(self) -> Path:
         """The slots' scratch space (Spark's local dirs and the JVM's temporary files): each Spark
-        start copies its 66 MB of connector jars there, and a killed slot cannot delete them. Under
+        start copies its 56 MB of jars there, and a killed slot cannot delete them. Under
         /tmp every killed slot of every run left them behind (860 MB a suite run); here they go with
         the harness."""
         return self.workdir / "spark-local"
@@ -407,12 +407,12 @@ def class_archive_path() -> Path:
     Airflow keeps its operator's (`lagsched.adapters.class_archive`), under a name of the JDK,
     pyspark and jars it holds classes of."""
     from lagsched.adapters.class_archive import archive_file, spark_java
-    from lagsched.adapters.spark import connector_jars
+    from lagsched.adapters.spark import lake_jars
     from lagsched_dev.stack.config import load
 
     directory = str(load().home / "spark-classes")
     java = spark_java(os.environ)
-    jars = connector_jars()
+    jars = lake_jars()
     return Path(archive_file(directory, job=JOB.stem, java=java, jars=jars, spark_home=os.environ.get("SPARK_HOME")))
 
 

@@ -179,21 +179,70 @@ def test_the_catalog_tables_are_created_race_free_before_any_spark_session(mysql
     assert "iceberg_type" in columns()
 
 
-def test_the_warm_up_writes_through_the_sink_and_leaves_nothing(
-    lake_sink: IcebergSink, empty_mysql_db: Any, topic: str
+def test_records_of_any_hour_and_shape_land_as_kafka_holds_them(
+    lake_sink: IcebergSink, empty_mysql_db: Any, new_topic: Callable[..., str], kafka_config: dict[str, Any], spark: Any
 ) -> None:
-    lake_sink.write([BatchRead(topic, 0, (0, 30), 0)], lake_sink.mark())
-    snapshot = lake_sink.mark()
-    files_before = sorted(data_file_paths(lake_sink, empty_mysql_db))
+    from confluent_kafka import Producer
 
-    assert lake_sink.warm_up(5_000) > 0  # files written (and thrown away)
-    assert lake_sink.warm_up(0) == 0  # none asked for: nothing written
+    import time
 
-    # No snapshot, no row and no file of the made-up records: only the real batch is there.
+    topic = new_topic(1)
+    hour_ms = 3_600_000
+    # This hour: the log's retention (by its newest timestamp) keeps the records, old ones among them.
+    t0 = int(time.time() * 1000) // hour_ms * hour_ms
+    sent = [
+        (b"k0", b"v0", [("h", b"1")], t0 - 1),  # the hour before
+        (None, b"v1", None, t0),  # no key, no headers, on the hour
+        (b"k2", None, [("a", None), ("b", b"")], t0 + 5),  # a tombstone; a header without a value
+        (b"k3", bytes(range(256)) * 800, [("h", b"2")], 1),  # 200 KB; 1 ms after the epoch
+    ]
+    producer = Producer(kafka_config)
+    for key, value, headers, ts in sent:
+        producer.produce(topic, key=key, value=value, headers=headers, timestamp=ts, partition=0)
+    assert producer.flush(30) == 0
+
+    wrote = lake_sink.write([BatchRead(topic, 0, (0, 4), 0)], lake_sink.mark())
+    assert (wrote.records, wrote.files) == (4, 3)  # one file per hour: t0 - 1, t0 (two records), the epoch's
+
+    columns = ("offset", "timestamp", "key", "value", "headers")
+    table = read_rows(lake_sink.lake, empty_mysql_db, columns=columns).sort_by("offset").to_pylist()
+    # pyiceberg 0.12 reads a null list as [] (the files hold null: Spark's reader below says so).
+    got = [(r["key"], r["value"], r["headers"] or None, int(r["timestamp"].timestamp() * 1000)) for r in table]
+    expected = [(k, v, None if h is None else [{"key": a, "value": b} for a, b in h], ts) for k, v, h, ts in sent]
+    assert got == expected
+    # Spark's Iceberg reader reads the same files (by field id), pruned by the hour partition.
+    one_hour = spark.sql(
+        f"SELECT `offset` FROM {lake_sink.lake.identifier} "
+        f"WHERE `timestamp` >= timestamp_millis({t0}) AND `timestamp` < timestamp_millis({t0 + hour_ms})"
+    ).collect()
+    assert sorted(r["offset"] for r in one_hour) == [1, 2]
+    no_headers = spark.sql(f"SELECT `offset` FROM {lake_sink.lake.identifier} WHERE headers IS NULL").collect()
+    assert [r["offset"] for r in no_headers] == [1]
+    hours = spark.sql(f"SELECT partition.timestamp_hour AS h FROM {lake_sink.lake.identifier}.files").collect()
+    assert sorted(r["h"] for r in hours) == [0, t0 // hour_ms - 1, t0 // hour_ms]
+
+
+def test_a_read_that_cannot_finish_commits_nothing_and_leaves_no_file(
+    lake_sink: IcebergSink, empty_mysql_db: Any, topic: str, spark: Any, kafka_config: dict[str, Any]
+) -> None:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from lagsched.core.errors import KafkaOffsetsError, LagschedError
+
+    lake_sink.write([BatchRead(topic, 0, (0, 10), 0)], lake_sink.mark())
+    snapshot, files = lake_sink.mark(), sorted(data_file_paths(lake_sink, empty_mysql_db))
+    # Kafka unreachable: the tasks wait `stall_s` for progress, then the batch fails as an outage.
+    nowhere = IcebergSink(spark, {"bootstrap.servers": "127.0.0.1:9"}, lake_sink.lake, stall_s=3)
+    with pytest.raises(KafkaOffsetsError, match=rf"no progress for 3 s reading {topic}\[[01]\] at (0|10) of "):
+        nowhere.write([BatchRead(topic, 0, (10, 60), 10), BatchRead(topic, 1, (0, 50), 0)], snapshot)
+    # Retention deleted the start of a range since it was planned: refused at once, never skipped.
+    admin = AdminClient(kafka_config)
+    for done in admin.delete_records([TopicPartition(topic, 1, 30)]).values():
+        done.result(30)
+    with pytest.raises(LagschedError, match=rf"reading {topic}\[1\]") as refused:
+        lake_sink.write([BatchRead(topic, 0, (10, 60), 10), BatchRead(topic, 1, (0, 50), 0)], snapshot)
+    assert not isinstance(refused.value, KafkaOffsetsError)
     assert lake_sink.mark() == snapshot
-    assert sorted(data_file_paths(lake_sink, empty_mysql_db)) == files_before
-    assert offsets(lake_sink, empty_mysql_db) == [(topic, 0, o) for o in range(30)]
-    # The slot's batches after it land as before.
-    wrote = lake_sink.write([BatchRead(topic, 0, (30, 60), 30)], lake_sink.mark())
-    assert wrote.records == 30
-    assert len(offsets(lake_sink, empty_mysql_db)) == 60
+    assert sorted(data_file_paths(lake_sink, empty_mysql_db)) == files  # partition 0's file was deleted too
+    assert offsets(lake_sink, empty_mysql_db) == [(topic, 0, o) for o in range(10)]

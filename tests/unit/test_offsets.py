@@ -1,19 +1,8 @@
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from lagsched.core.offsets import OffsetRange, spark_kafka_options
-
-
-def test_options_cover_exactly_the_ranges() -> None:
-    opts = spark_kafka_options(
-        [OffsetRange("b", 2, 100, 600), OffsetRange("b", 0, 100, 600), OffsetRange("a", 1, 5, 6)]
-    )
-    assert json.loads(opts["assign"]) == {"a": [1], "b": [0, 2]}
-    assert json.loads(opts["startingOffsets"]) == {"a": {"1": 5}, "b": {"0": 100, "2": 100}}
-    assert json.loads(opts["endingOffsets"]) == {"a": {"1": 6}, "b": {"0": 600, "2": 600}}
+from lagsched.core.offsets import OffsetRange, spread
 
 
 @pytest.mark.parametrize(
@@ -25,8 +14,11 @@ def test_bad_range_is_refused(args: tuple[str, int, int, int], message: str) -> 
         OffsetRange(*args)
 
 
-def test_duplicate_partition_and_empty_input_are_refused() -> None:
-    with pytest.raises(ValueError, match="twice"):
-        spark_kafka_options([OffsetRange("t", 0, 0, 1), OffsetRange("t", 0, 1, 2)])
-    with pytest.raises(ValueError, match="no offset ranges"):
-        spark_kafka_options([])
+def test_spread_balances_records_keeps_each_range_whole_and_drops_no_range() -> None:
+    ranges = [OffsetRange("t", p, 0, n) for p, n in enumerate([100, 90, 40, 30, 30, 5, 0])]
+    groups = spread(ranges, 3)
+    assert sorted(r for g in groups for r in g) == sorted(ranges)
+    assert sorted(sum(r.count for r in g) for g in groups) == [95, 100, 100]
+    assert spread(ranges, 10) == [[r] for r in sorted(ranges, key=lambda r: (-r.count, r))]
+    with pytest.raises(ValueError, match="tasks"):
+        spread(ranges, 0)

@@ -582,7 +582,7 @@ def _read(
         return {key: 0 for key in progress}
     topics = {p.range.topic for p in todo}
     one_topic = next(iter(topics)) if len(topics) == 1 else None
-    consumer = (consumer_factory or Consumer)(dict(kafka_config))
+    consumer = (consumer_factory or Consumer)({**kafka_config, "logger": _client_log()})
     # Millions of Message, tuple and bytes objects, none in a cycle: the cyclic collector would run
     # over and over for nothing (a third of consume()'s time, docs/consumer-benchmark.md).
     gc_was_enabled = gc.isenabled()
@@ -641,6 +641,32 @@ def _read(
     return {key: p.records for key, p in progress.items()}
 
 
+class _OncePerKind(logging.Filter):
+    """Lets one line of each kind (librdkafka's facility, per client) through: a broker that refuses
+    connections is otherwise logged every few milliseconds for as long as the task waits, and the
+    task's own error names the outage anyway."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[tuple[Any, ...]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = tuple(record.args[:2]) if isinstance(record.args, tuple) else (record.msg,)
+        if kind in self.seen:
+            return False
+        self.seen.add(kind)
+        return True
+
+
+def _client_log() -> logging.Logger:
+    """The logger of a task's consumer (librdkafka's lines), repeats of a kind dropped for this task."""
+    client = logging.getLogger("lagsched.reader.librdkafka")
+    for f in list(client.filters):
+        client.removeFilter(f)
+    client.addFilter(_OncePerKind())
+    return client
+
+
 def _is_transient(err: Any) -> bool:
     from confluent_kafka import KafkaError
 
@@ -648,7 +674,8 @@ def _is_transient(err: Any) -> bool:
 
 
 def headers_array(headers: list[list[tuple[str, bytes | None]] | None], kind: pa.ListType) -> pa.ListArray:
-    """Kafka headers (None, or a list of (key, value) pairs per record) as an Arrow list of structs.
+    """Kafka headers (None, or a list of (key, value) pairs per record) as an Arrow list of structs;
+    a record without headers has null.
 
     Built flat (one list of keys, one of values, the offsets from the lengths), with C-level loops
     only: pyarrow's conversion of the nested Python lists took ~40x longer.
@@ -656,12 +683,13 @@ def headers_array(headers: list[list[tuple[str, bytes | None]] | None], kind: pa
     >>> kind = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
     >>> headers_array([[("a", b"1")], None, [], [("b", None), ("c", b"3")]], kind).to_pylist()
     ... # doctest: +NORMALIZE_WHITESPACE
-    [[{'key': 'a', 'value': b'1'}], None, [],
+    [[{'key': 'a', 'value': b'1'}], None, None,
      [{'key': 'b', 'value': None}, {'key': 'c', 'value': b'3'}]]
     """
     n = len(headers)
-    nulls = headers.count(None)
-    lists: list[Any] = headers if not nulls else [() if h is None else h for h in headers]
+    # No headers is null, as Spark's Kafka source had it (Kafka cannot tell none from an empty list).
+    nulls = headers.count(None) + headers.count([])
+    lists: list[Any] = headers if not nulls else [h or () for h in headers]
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(np.fromiter(map(len, lists), dtype=np.int32, count=n), out=offsets[1:])
     pairs = list(itertools.chain.from_iterable(lists))
@@ -673,7 +701,7 @@ def headers_array(headers: list[list[tuple[str, bytes | None]] | None], kind: pa
         ],
         fields=list(element),
     )
-    mask = pa.array([h is None for h in headers]) if nulls else None
+    mask = pa.array([not h for h in headers]) if nulls else None
     return pa.ListArray.from_arrays(pa.array(offsets), values, type=kind, mask=mask)
 
 

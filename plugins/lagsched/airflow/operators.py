@@ -19,7 +19,7 @@ Four things differ from the provider's operator (apache-spark provider 6.3):
    the job's ``--budget-s`` bounds how long it can outlive the task.
 3. **Defaults for lagsched**: the master from the ``lagsched_spark`` Connection (host ``local[1]``,
    ``spark://...``, ``yarn``; a missing Connection fails the task, where the provider would silently
-   use YARN), the Kafka connector jars from ``LAGSCHED_SPARK_JARS`` as ``spark.jars`` (never
+   use YARN), the lake's jars (Iceberg, its JDBC driver, S3A) from ``LAGSCHED_SPARK_JARS`` as ``spark.jars`` (never
    resolved from Maven at start), this Python on the executors, and the ``lagsched`` package on the
    driver's ``PYTHONPATH``.
 
@@ -86,14 +86,14 @@ def child_connections_environment(kafka_conn_id: str, conn_ids: Sequence[str] = 
     return {_env_name(cid): resolved[_env_name(asked)] for cid, asked in zip(conn_ids, resolve, strict=True)}
 
 
-def connector_jars_from_environment() -> str:
+def lake_jars_from_environment() -> str:
     """``LAGSCHED_SPARK_JARS`` (comma-separated), each checked to exist; the task fails naming the fix."""
     raw = os.environ.get("LAGSCHED_SPARK_JARS", "")
     jars = [j for j in raw.split(",") if j]
     missing = [j for j in jars if not os.path.exists(j)]
     if not jars or missing:
         raise RuntimeError(
-            "Spark's Kafka connector jars are not available to this Airflow worker "
+            "the lake's jars for Spark (Iceberg, its JDBC driver, S3A) are not available to this Airflow worker "
             f"(LAGSCHED_SPARK_JARS={raw!r}, missing: {missing}): run `make deps` and start Airflow with "
             "`lagsched-dev stack env` applied, or set LAGSCHED_SPARK_JARS to the jars' paths"
         )
@@ -194,7 +194,7 @@ class _GracefulSparkSubmitHook(SparkSubmitHook):
             # spark-submit, and so Spark's JVM, inherit the folder's lock: it stays held while the
             # JVM lives, also after the task process is gone.
             kwargs["pass_fds"] = (*kwargs.get("pass_fds", ()), scratch.lock_fd)
-            # Spark copies the connector jars (66 MB) into its local dir at every start and deletes
+            # Spark copies the jars into its local dir at every start and deletes
             # them as it exits; a killed driver cannot. Unless the deployment chose a local dir, it is
             # the scratch folder, so they go with it whatever the end.
             if not spark_local_dir_chosen(kwargs["env"], self._conf or {}):
@@ -305,7 +305,7 @@ class LagschedSparkSubmitOperator(SparkSubmitOperator):
                 "would silently submit to YARN"
             ) from None
         if not self.jars:
-            self.jars = connector_jars_from_environment()
+            self.jars = lake_jars_from_environment()
         conf = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable}
         log4j = os.path.join(os.path.dirname(os.path.abspath(self.application)), "log4j2.properties")
         if os.path.exists(log4j):  # the job's quiet logging (lagsched/spark/log4j2.properties)

@@ -1,7 +1,7 @@
 """The scratch folders of the operator's ``spark-submit`` runs, and the sweep of those a kill left behind.
 
 Each run works in a folder of its own under the temporary directory (Spark makes ``artifacts/`` in
-its working directory and, as its local dir, copies the connector jars there, 66 MB, at every
+its working directory and, as its local dir, copies the lake's jars there, 56 MB, at every
 start). The run removes it when it ends; a run whose task process and JVM were killed cannot, and
 on a Celery or local executor its folders pile up in ``/tmp``. So every folder holds a lock file,
 locked by the task process and inherited by ``spark-submit`` and so by Spark's JVM (hand

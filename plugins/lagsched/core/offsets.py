@@ -1,12 +1,9 @@
-"""Offset ranges, the JSON options Spark's Kafka batch source takes for them, and how a batch's ranges
-are spread over tasks."""
+"""Offset ranges, and how a batch's ranges are spread over its tasks."""
 
 from __future__ import annotations
 
 import heapq
-import json
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -28,30 +25,6 @@ class OffsetRange:
     @property
     def count(self) -> int:
         return self.end - self.start
-
-
-def spark_kafka_options(ranges: Iterable[OffsetRange]) -> dict[str, str]:
-    """``assign``, ``startingOffsets`` and ``endingOffsets`` for exactly these ranges.
-
-    >>> spark_kafka_options([OffsetRange("t", 0, 100, 600)])["endingOffsets"]
-    '{"t": {"0": 600}}'
-    """
-    assign: dict[str, list[int]] = defaultdict(list)
-    starting: dict[str, dict[str, int]] = defaultdict(dict)
-    ending: dict[str, dict[str, int]] = defaultdict(dict)
-    for r in sorted(ranges):
-        if str(r.partition) in starting[r.topic]:
-            raise ValueError(f"{r.topic}[{r.partition}] appears twice")
-        assign[r.topic].append(r.partition)
-        starting[r.topic][str(r.partition)] = r.start
-        ending[r.topic][str(r.partition)] = r.end
-    if not assign:
-        raise ValueError("no offset ranges given")
-    return {
-        "assign": json.dumps(dict(assign)),
-        "startingOffsets": json.dumps(dict(starting)),
-        "endingOffsets": json.dumps(dict(ending)),
-    }
 
 
 def spread(ranges: Sequence[OffsetRange], tasks: int) -> list[list[OffsetRange]]:

@@ -8,7 +8,7 @@
 
 Start them with `lagsched.adapters.spark.submit_command(CONSUME_JOB, args, master=...)`, or from
 Airflow with `lagsched.airflow.operators.LagschedSparkSubmitOperator(application=CONSUME_JOB)`.
-The connector jars come from ``LAGSCHED_SPARK_JARS``, never resolved at start. Importing this
+The lake's jars come from ``LAGSCHED_SPARK_JARS``, never resolved at start. Importing this
 package imports no Spark: the DAG files read these paths at parse time.
 """
 

@@ -33,9 +33,9 @@ CONSUME_POOL_SLOTS = 3
 
 
 def spark_jars(cfg: StackConfig) -> list[Path]:
-    """The Kafka connector's and the lake's jars fetched by `make deps` (passed as spark.jars, never
-    resolved at start)."""
-    return sorted((cfg.jars / "spark").glob("*.jar")) + sorted((cfg.jars / "spark-lake").glob("*.jar"))
+    """The lake's jars fetched by `make deps` (Iceberg, its JDBC driver, S3A; passed as spark.jars,
+    never resolved at start)."""
+    return sorted((cfg.jars / "spark-lake").glob("*.jar"))
 
 
 def connection_environment(cfg: StackConfig) -> dict[str, str]:

@@ -53,7 +53,7 @@ all clusters; `lagsched-dev stack up --airflow` creates it with 3 slots. Keep th
 `max_slots` within it: slots beyond the pool wait for a free pool slot.
 
 **Spark**: the master is the `lagsched_spark` Connection's host (`local[1]`: each slot is its own
-driver; `spark://...`, `yarn`), the Kafka connector jars come from `LAGSCHED_SPARK_JARS`. The
+driver; `spark://...`, `yarn`), the lake's jars come from `LAGSCHED_SPARK_JARS`. The
 Connections `lagsched_kafka` (or the cluster's own Kafka Connection), `lagsched_mysql` and
 `lagsched_redis` reach the job through its process environment, never through rendered fields.
 
