@@ -1,8 +1,10 @@
-"""The sink's conditional commit on the real stack: Kafka, Spark with Iceberg, the JDBC catalog in MariaDB.
+"""A batch's write and conditional commit on the real stack: Kafka, Spark tasks writing with pyarrow,
+Iceberg's commit, the JDBC catalog in MariaDB.
 
-Each case drives ``IcebergSink`` directly, as two holders of one range would, and judges the table
-with pyiceberg (Iceberg's own reader, no Spark). The slot-level tests (kills, a frozen holder,
-concurrent slots) are in test_consumer_failures.py.
+Each case drives a batch's steps 3 and 4 (`lagsched.workflows.batch.write_batch`: the tasks of
+``RangeWriter``, then ``IcebergSink.commit``) directly, as two holders of one range would, and
+judges the table with pyiceberg (Iceberg's own reader, no Spark). The slot-level tests (kills, a
+frozen holder, concurrent slots) are in test_consumer_failures.py.
 """
 
 from __future__ import annotations
@@ -17,16 +19,31 @@ import pytest
 from consumer_support import produce, register_catalog
 
 from lagsched.adapters.lake_reader import load_table, read_rows, table_stats
+from lagsched.adapters.range_files import RangeWriter
 from lagsched.adapters.sink import BatchRead, IcebergSink, SinkConflictError
 from lagsched.core.lake import RANGES_PROPERTY, LakeTable, decode_ranges
+from lagsched.workflows.batch import BatchWrite, write_batch
 
 pytestmark = pytest.mark.integration
+
+
+class Landing:
+    """A table's committer and the tasks' writer, as a slot's batches use them."""
+
+    def __init__(self, sink: IcebergSink, writer: RangeWriter) -> None:
+        self.sink, self.writer, self.lake = sink, writer, sink.lake
+
+    def mark(self) -> int | None:
+        return self.sink.mark()
+
+    def write(self, reads: list[BatchRead], since: int | None) -> BatchWrite:
+        return write_batch(self.sink, self.writer, reads, since)
 
 
 @pytest.fixture(params=["file", "s3a"])
 def lake_sink(
     request: pytest.FixtureRequest, spark: Any, empty_mysql_db: Any, kafka_config: dict[str, Any], tmp_path: Path
-) -> Iterator[IcebergSink]:
+) -> Iterator[Landing]:
     """An ``IcebergSink`` on a catalog of its own (this test's database) in the shared Spark session,
     its warehouse on the local disk or in the stack's S3 API server (S3Proxy, through S3A)."""
     catalog = f"t_{uuid.uuid4().hex[:8]}"
@@ -36,10 +53,11 @@ def lake_sink(
         sink = {"warehouse": (tmp_path / "warehouse").as_uri()}
     lake = LakeTable.of("sink_test", {"catalog": catalog, **sink}, default_warehouse="")
     register_catalog(spark, lake, empty_mysql_db)
-    yield IcebergSink(spark, kafka_config, lake, properties={"lagsched.slot": "test"})
+    sink = IcebergSink(spark, lake, properties={"lagsched.slot": "test"})
+    yield Landing(sink, RangeWriter(spark, kafka_config))
 
 
-def data_file_paths(sink: IcebergSink, mysql: Any) -> list[str]:
+def data_file_paths(sink: Landing, mysql: Any) -> list[str]:
     """Every Parquet file under the table's data folder, committed or not, as its file system lists it."""
     from pyarrow.fs import FileSelector
 
@@ -49,7 +67,7 @@ def data_file_paths(sink: IcebergSink, mysql: Any) -> list[str]:
     return [i.path for i in fs.get_file_info(FileSelector(path, recursive=True)) if i.path.endswith(".parquet")]
 
 
-def offsets(sink: IcebergSink, mysql: Any) -> list[tuple[str, int, int]]:
+def offsets(sink: Landing, mysql: Any) -> list[tuple[str, int, int]]:
     table = read_rows(sink.lake, mysql)
     columns = (table.column(c).to_pylist() for c in ("topic", "partition", "offset"))
     return sorted(zip(*columns, strict=True))
@@ -63,7 +81,7 @@ def topic(new_topic: Callable[..., str], kafka_config: dict[str, Any]) -> str:
 
 
 def test_a_batch_is_one_snapshot_that_records_its_ranges(
-    lake_sink: IcebergSink, empty_mysql_db: Any, topic: str
+    lake_sink: Landing, empty_mysql_db: Any, topic: str
 ) -> None:
     wrote = lake_sink.write([BatchRead(topic, 0, (0, 120), 0), BatchRead(topic, 1, (0, 80), 0)], lake_sink.mark())
     assert (wrote.records, wrote.already_there) == (200, 0)
@@ -83,7 +101,7 @@ def test_a_batch_is_one_snapshot_that_records_its_ranges(
 
 
 def test_a_second_commit_of_a_range_since_the_mark_is_refused_and_leaves_no_file(
-    lake_sink: IcebergSink, empty_mysql_db: Any, topic: str, tmp_path: Path
+    lake_sink: Landing, empty_mysql_db: Any, topic: str, tmp_path: Path
 ) -> None:
     lake_sink.write([BatchRead(topic, 0, (0, 50), 0)], lake_sink.mark())
     # Holder A takes its mark and records [50, 150); it freezes. Holder B redoes the range and commits.
@@ -102,14 +120,14 @@ def test_a_second_commit_of_a_range_since_the_mark_is_refused_and_leaves_no_file
 
 
 def test_a_redo_of_a_range_already_committed_writes_nothing(
-    lake_sink: IcebergSink, empty_mysql_db: Any, topic: str
+    lake_sink: Landing, empty_mysql_db: Any, topic: str
 ) -> None:
     lake_sink.write([BatchRead(topic, 1, (0, 100), 0)], lake_sink.mark())
     # The holder died between the table commit and the MySQL commit; the next one redoes the range.
     redo = lake_sink.write(
         [BatchRead(topic, 1, (0, 100), 0, redo=True), BatchRead(topic, 0, (0, 10), 0)], lake_sink.mark()
     )
-    assert redo.already_there == 1 and redo.present == frozenset({(topic, 1)})
+    assert redo.already_there == 1
     assert redo.records == 10  # only partition 0's new range was written
     expected = [(topic, 0, o) for o in range(10)] + [(topic, 1, o) for o in range(100)]
     assert offsets(lake_sink, empty_mysql_db) == sorted(expected)
@@ -119,7 +137,7 @@ def test_a_redo_of_a_range_already_committed_writes_nothing(
 
 
 def test_other_partitions_committed_since_the_mark_do_not_conflict(
-    lake_sink: IcebergSink, empty_mysql_db: Any, topic: str
+    lake_sink: Landing, empty_mysql_db: Any, topic: str
 ) -> None:
     mark = lake_sink.mark()
     lake_sink.write([BatchRead(topic, 0, (0, 200), 0)], mark)  # another slot's batch, after our mark
@@ -180,11 +198,11 @@ def test_the_catalog_tables_are_created_race_free_before_any_spark_session(mysql
 
 
 def test_records_of_any_hour_and_shape_land_as_kafka_holds_them(
-    lake_sink: IcebergSink, empty_mysql_db: Any, new_topic: Callable[..., str], kafka_config: dict[str, Any], spark: Any
+    lake_sink: Landing, empty_mysql_db: Any, new_topic: Callable[..., str], kafka_config: dict[str, Any], spark: Any
 ) -> None:
-    from confluent_kafka import Producer
-
     import time
+
+    from confluent_kafka import Producer
 
     topic = new_topic(1)
     hour_ms = 3_600_000
@@ -223,7 +241,7 @@ def test_records_of_any_hour_and_shape_land_as_kafka_holds_them(
 
 
 def test_a_read_that_cannot_finish_commits_nothing_and_leaves_no_file(
-    lake_sink: IcebergSink, empty_mysql_db: Any, topic: str, spark: Any, kafka_config: dict[str, Any]
+    lake_sink: Landing, empty_mysql_db: Any, topic: str, spark: Any, kafka_config: dict[str, Any]
 ) -> None:
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
@@ -233,7 +251,7 @@ def test_a_read_that_cannot_finish_commits_nothing_and_leaves_no_file(
     lake_sink.write([BatchRead(topic, 0, (0, 10), 0)], lake_sink.mark())
     snapshot, files = lake_sink.mark(), sorted(data_file_paths(lake_sink, empty_mysql_db))
     # Kafka unreachable: the tasks wait `stall_s` for progress, then the batch fails as an outage.
-    nowhere = IcebergSink(spark, {"bootstrap.servers": "127.0.0.1:9"}, lake_sink.lake, stall_s=3)
+    nowhere = Landing(lake_sink.sink, RangeWriter(spark, {"bootstrap.servers": "127.0.0.1:9"}, stall_s=3))
     with pytest.raises(KafkaOffsetsError, match=rf"no progress for 3 s reading {topic}\[[01]\] at (0|10) of "):
         nowhere.write([BatchRead(topic, 0, (10, 60), 10), BatchRead(topic, 1, (0, 50), 0)], snapshot)
     # Retention deleted the start of a range since it was planned: refused at once, never skipped.

@@ -119,12 +119,10 @@ def test_a_producer_in_rack_a_writes_only_to_partitions_led_in_a(
 # ------------------------------------------------------------------------------------ consuming
 
 
-def test_slots_read_from_same_rack_replicas(bootstrap: str, rack_topic: Callable[..., str], spark: Any) -> None:
+def test_slots_read_from_same_rack_replicas(bootstrap: str, rack_topic: Callable[..., str]) -> None:
     from confluent_kafka import Producer
 
-    from lagsched.adapters.spark import read_offset_ranges, with_client_rack
-    from lagsched.core.offsets import OffsetRange
-    from lagsched_dev.bench.rack import fetch, spark_fetch_bytes
+    from lagsched_dev.bench.rack import fetch, slot_fetch
 
     topic = rack_topic(6)
     # Records everywhere, through the leaders of every rack.
@@ -132,27 +130,17 @@ def test_slots_read_from_same_rack_replicas(bootstrap: str, rack_topic: Callable
     for i in range(6000):
         producer.produce(topic, f"v{i}".encode().ljust(200, b"."), partition=i % 6)
     assert producer.flush(60) == 0
-    latest = latest_offsets({"bootstrap.servers": bootstrap}, topic, 6)
     leaders = settled_leaders(bootstrap, topic, 6)
-    ranges = [OffsetRange(topic, p, 0, latest[p]) for p in range(6)]
 
-    def spark_read(rack: str | None) -> tuple[int, float]:
-        before = spark_fetch_bytes(spark)
-        rows = read_offset_ranges(spark, with_client_rack({"bootstrap.servers": bootstrap}, rack), ranges).count()
-        after = spark_fetch_bytes(spark)
-        delta = {k: v - before.get(k, 0) for k, v in after.items()}
-        total = sum(delta.values())
-        assert total > 6000 * 200, delta  # the records' bytes came through these consumers
-        return rows, sum(v for (_, node), v in delta.items() if node == 1) / total  # node 1 is rack a
-
-    # The Spark reader (the slots' path): client.rack=a reads from broker 1's replicas.
-    rows, share = spark_read("a")
-    assert rows == 6000
-    assert share >= 0.9, f"Spark with client.rack=a got {share:.2f} of its bytes from rack a"
-    rows, default_share = spark_read(None)
-    assert rows == 6000
+    # The slots' reader (a batch task's function): client.rack=a reads from broker 1's replicas.
+    got = slot_fetch(bootstrap, topic, "a", list(range(6)), client_rack=True)
+    assert got.records == 6000
+    assert got.total_bytes > 6000 * 200, got.bytes_by_rack  # the records' bytes came through this consumer
+    assert got.same_rack_bytes / got.total_bytes >= 0.9, f"client.rack=a got {got.bytes_by_rack}"
+    got = slot_fetch(bootstrap, topic, "a", list(range(6)), client_rack=False)
+    assert got.records == 6000
     led_by_a = sum(1 for r in leaders.values() if r == "a") / 6
-    assert default_share <= led_by_a + 0.1, "without client.rack the reads follow the leaders"
+    assert got.same_rack_bytes / got.total_bytes <= led_by_a + 0.1, "without client.rack the reads follow the leaders"
 
     # librdkafka (the benchmark's path) in rack b, likewise.
     got = fetch(bootstrap, topic, "b", list(range(6)), client_rack=True)

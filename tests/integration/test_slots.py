@@ -138,7 +138,7 @@ def test_a_lock_held_by_a_dead_process_of_this_host_is_taken_over_at_once(redis_
 
 def test_the_slot_keeper_heartbeats_on_its_injected_wall_clock(registry: SlotRegistry, mysql_db: Any) -> None:
     from lagsched.adapters.claims import open_claim_store
-    from lagsched.workflows.consume import SlotKeeper
+    from lagsched.workflows.slot_keeper import SlotKeeper
 
     s = new_slot_id()
     keeper = SlotKeeper(registry, open_claim_store(mysql_db), s, heartbeat_s=1.0, lease_s=6.0, wall_clock=lambda: at(7))

@@ -1,5 +1,6 @@
 """The Spark standalone cluster of `lagsched-dev stack up --spark-cluster`: its workers register, and a job
-submitted with ``--master spark://...`` reads exact Kafka offset ranges on both of them."""
+submitted with ``--master spark://...`` reads exact Kafka offset ranges with the slots' write path
+(`lagsched.adapters.range_files.RangeWriter`) on both of them."""
 
 from __future__ import annotations
 
@@ -25,21 +26,18 @@ RECORDS = 2_000  # record i in partition i % 4 with value v<i>, so offset o of p
 START, END = 100, 300  # the range read from every partition
 
 # The job runs under spark-submit as the consumer job does: it sets no master (spark-submit's
-# --master applies), takes the connector from --jars, and imports lagsched from PYTHONPATH.
+# --master applies), takes the lake's jars from --jars, and imports lagsched from PYTHONPATH.
 JOB = """
 import json, os, sys, time
 
+import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from lagsched.core.offsets import OffsetRange, spark_kafka_options
+from lagsched.adapters.range_files import CREATED_SCHEMA, FileSettings, RangeWriter
+from lagsched.core.offsets import OffsetRange
 
-topic, bootstrap, start, end, partitions, out = sys.argv[1:7]
+topic, bootstrap, start, end, partitions, out, folder = sys.argv[1:8]
 spark = SparkSession.builder.appName(os.environ["JOB_NAME"]).getOrCreate()
-ranges = [OffsetRange(topic, p, int(start), int(end)) for p in range(int(partitions))]
-reader = spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("failOnDataLoss", "true")
-for key, value in spark_kafka_options(ranges).items():
-    reader = reader.option(key, value)
-rows = reader.load().selectExpr("partition", "offset", "CAST(value AS STRING) AS value").collect()
 
 
 def where(_: object) -> list[list[str]]:
@@ -52,19 +50,26 @@ def where(_: object) -> list[list[str]]:
     return [[os.getcwd(), sys.executable, ",".join(connections)]]
 
 
-# Once both executors have registered (the driver counts itself too), the first wave of tasks puts
-# one on each, as each has one core. Waiting here rather than with minRegisteredResourcesRatio lets
-# the read above overlap the executors' start.
+# Once both executors have registered (the driver counts itself too), a wave of tasks puts one on
+# each, as each has one core.
 deadline = time.monotonic() + 90
 while spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() < 3:
     if time.monotonic() > deadline:
         sys.exit("the two executors did not register within 90 s")
     time.sleep(0.2)
 placements = spark.sparkContext.parallelize(range(4), 4).mapPartitions(where).collect()
+# The slots' write path: one task per range, spread over the executors, files on the shared disk.
+ranges = [OffsetRange(topic, p, int(start), int(end)) for p in range(int(partitions))]
+settings = FileSettings.of("file://" + folder, CREATED_SCHEMA, {})
+files = RangeWriter(spark, {"bootstrap.servers": bootstrap}, tasks=len(ranges)).write(ranges, settings)
+rows = []
+for f in files:
+    t = pq.read_table(f.location.removeprefix("file://"), columns=["partition", "offset", "value"])
+    rows += [[p, o, v.decode()] for p, o, v in zip(*(t[c].to_pylist() for c in t.column_names))]
 result = {
     "master": spark.sparkContext.master,
     "driver_host": spark.conf.get("spark.driver.host"),
-    "rows": [[r["partition"], r["offset"], r["value"]] for r in rows],
+    "rows": rows,
     "executors": sorted({tuple(p) for p in placements}),
 }
 spark.stop()
@@ -138,6 +143,7 @@ def test_a_job_submitted_to_the_cluster_reads_exact_kafka_ranges_on_both_workers
         "--conf", "spark.executor.extraJavaOptions=-XX:TieredStopAtLevel=1",
         "--conf", "spark.ui.enabled=false",
         str(job), topic, spark_cluster.kafka_bootstrap, str(START), str(END), str(PARTITIONS), str(out),
+        str(tmp_path / "data"),
     ]  # fmt: skip
     env = {**os.environ, "JOB_NAME": name}
     started = time.monotonic()

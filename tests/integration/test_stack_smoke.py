@@ -1,4 +1,5 @@
-"""The stack is real: exact broker offsets, SKIP LOCKED claims, Redis pub/sub and Spark's Kafka source."""
+"""The stack is real: exact broker offsets, SKIP LOCKED claims, Redis pub/sub, and Spark tasks reading exact
+offset ranges with the slots' reader."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from lagsched.adapters.mysql import connect
-from lagsched.adapters.spark import read_offset_ranges
 from lagsched.core.offsets import OffsetRange
 
 RECORDS = 10_000
@@ -65,16 +65,21 @@ def test_consume_and_consumer_group_offsets(loaded_topic: str, kafka_config: dic
     assert [(tp.partition, tp.offset) for tp in result.topic_partitions] == [(1, 100)]
 
 
-def test_spark_reads_exact_offset_ranges(loaded_topic: str, kafka_config: dict[str, Any], spark: Any) -> None:
+def test_spark_tasks_read_exact_offset_ranges(
+    loaded_topic: str, kafka_config: dict[str, Any], spark: Any, tmp_path: Any
+) -> None:
+    import pyarrow.parquet as pq
+
+    from lagsched.adapters.range_files import CREATED_SCHEMA, FileSettings, RangeWriter
+
     ranges = [OffsetRange(loaded_topic, 0, 100, 600), OffsetRange(loaded_topic, 2, 100, 600)]
-    df = read_offset_ranges(spark, kafka_config, ranges)
-    rows = df.groupBy("partition").agg({"offset": "min", "*": "count"}).collect()
-    by_partition = {r["partition"]: (r["min(offset)"], r["count(1)"]) for r in rows}
-    assert by_partition == {0: (100, 500), 2: (100, 500)}
-    assert df.count() == 1000
+    settings = FileSettings.of(tmp_path.as_uri(), CREATED_SCHEMA, {})
+    files = RangeWriter(spark, kafka_config, tasks=2).write(ranges, settings)
+    assert sorted((f.partition, f.first, f.last, f.records) for f in files) == [(0, 100, 599, 500), (2, 100, 599, 500)]
+    table = pq.read_table(next(f.location.removeprefix("file://") for f in files if f.partition == 0))
     # Partition 0 offset 100 is record 400 (i = 4 * offset + partition).
-    first = df.filter("partition = 0 AND offset = 100").select("value").collect()[0]["value"]
-    assert bytes(first) == b"v400"
+    assert table["offset"].to_pylist() == list(range(100, 600))
+    assert table["value"][0].as_py() == b"v400"
 
 
 def test_two_connections_claim_disjoint_rows_with_skip_locked(mysql_db: Any) -> None:

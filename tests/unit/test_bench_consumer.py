@@ -21,13 +21,10 @@ from confluent_kafka import Message
 from lagsched_dev.bench.consumer import (
     CpuSnapshot,
     Knobs,
-    batch_ranges,
     check_sink,
     cpu_usage,
     env_int,
     knobs_from,
-    max_records_per_partition,
-    parse_event_log,
     parse_stats,
     reader_order,
     spark_figures,
@@ -238,23 +235,6 @@ def test_env_int() -> None:
         env_int({"X": "0"}, "X", 1)
 
 
-@pytest.mark.parametrize(("records", "partitions"), [(3_000_000, 4), (3_000_000, 12), (1_000_001, 12), (7, 4)])
-def test_batch_ranges_cover_every_offset_once_in_the_planned_number_of_batches(records: int, partitions: int) -> None:
-    expected = {p: records // partitions + (1 if p < records % partitions else 0) for p in range(partitions)}
-    max_records = max_records_per_partition(records, partitions, 5)
-    batches = batch_ranges(expected, max_records)
-    assert len(batches) <= 5
-    covered: dict[int, list[tuple[int, int]]] = {}
-    for batch in batches:
-        for p, lo, hi in batch:
-            assert 0 < hi - lo <= max_records
-            covered.setdefault(p, []).append((lo, hi))
-    for p, n in expected.items():
-        spans = covered.get(p, [])
-        assert [lo for lo, _hi in spans] == [0, *(hi for _lo, hi in spans[:-1])]  # contiguous, in order
-        assert (spans[-1][1] if spans else 0) == n
-
-
 def stats_lines(batches: list[tuple[int, float, float]], ready: float = 3.0) -> list[str]:
     """(records, wall_s, t_end) per batch."""
     lines = [json.dumps({"event": "started", "spark_ready_s": ready})]
@@ -391,38 +371,6 @@ def test_cpu_usage_separates_the_reader_the_broker_and_the_rest() -> None:
         "broker_cpu_s": 3.0,
         "others_cpu_s": 2.0,
         "cores_busy": 1.7,
-    }
-
-
-def test_parse_event_log_sums_tasks_and_jobs_per_group_and_ignores_untagged_jobs() -> None:
-    def job(job_id: int, group: str | None, stages: list[int], start_ms: int, end_ms: int) -> list[str]:
-        props = {"spark.jobGroup.id": group} if group else {}
-        return [
-            json.dumps({"Event": "SparkListenerJobStart", "Job ID": job_id, "Submission Time": start_ms,
-                        "Stage IDs": stages, "Properties": props}),
-            json.dumps({"Event": "SparkListenerJobEnd", "Job ID": job_id, "Completion Time": end_ms}),
-        ]  # fmt: skip
-
-    def task(stage: int, run_ms: int, cpu_ns: int, gc_ms: int) -> str:
-        metrics = {"Executor Run Time": run_ms, "Executor CPU Time": cpu_ns, "JVM GC Time": gc_ms}
-        return json.dumps({"Event": "SparkListenerTaskEnd", "Stage ID": stage, "Task Metrics": metrics})
-
-    lines = [
-        json.dumps({"Event": "SparkListenerApplicationStart"}),
-        *job(0, "read", [0], 0, 2000),
-        task(0, 1500, 500_000_000, 100),
-        task(0, 1000, 250_000_000, 0),
-        *job(1, None, [1], 2000, 2100),  # e.g. Spark's own listing job: not counted
-        task(1, 5000, 5_000_000_000, 0),
-        *job(2, "read", [2, 3], 3000, 3500),
-        task(3, 400, 100_000_000, 0),
-        *job(3, "job", [4], 4000, 7000),
-        task(4, 2500, 2_000_000_000, 300),
-        "",
-    ]
-    assert parse_event_log(lines) == {
-        "read": {"jobs": 2, "job_wall_s": 2.5, "task_run_s": 2.9, "task_cpu_s": 0.85, "gc_s": 0.1},
-        "job": {"jobs": 1, "job_wall_s": 3.0, "task_run_s": 2.5, "task_cpu_s": 2.0, "gc_s": 0.3},
     }
 
 

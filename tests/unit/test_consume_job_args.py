@@ -12,11 +12,11 @@ from lagsched.spark import CONSUME_JOB
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_a_negative_warm_up_is_refused_with_a_usage_error() -> None:
+def test_an_unknown_start_is_refused_with_a_usage_error() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "plugins")}
     done = subprocess.run(
-        [sys.executable, CONSUME_JOB, "--slot", "s1", "--warm-up-rows", "-5"],
+        [sys.executable, CONSUME_JOB, "--slot", "s1", "--start-from", "yesterday"],
         capture_output=True, text=True, env=env, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 2
-    assert "--warm-up-rows: 0 or more, got -5" in done.stderr
+    assert "--start-from: invalid choice: 'yesterday'" in done.stderr

@@ -7,7 +7,7 @@ import pytest
 import redis
 
 from lagsched.core.outage import BACKOFF_S, Outage
-from lagsched.workflows.consume import ride_through
+from lagsched.workflows.slot_keeper import ride_through
 
 
 def test_waits_back_off_then_repeat_the_last_and_never_pass_the_bound() -> None:

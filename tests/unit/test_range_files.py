@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import KafkaError, Message
 
-from lagsched.adapters.range_files import _DOCTEST_SCHEMA, FileSettings, TaskResult, hour_name, write_ranges
+from lagsched.adapters.range_files import CREATED_SCHEMA, FileSettings, TaskResult, hour_name, write_ranges
 from lagsched.core.offsets import OffsetRange
 
 pytestmark = pytest.mark.unit
@@ -70,10 +70,12 @@ class Clock:
 
 @pytest.fixture
 def settings(tmp_path: Path) -> FileSettings:
-    return FileSettings.of((tmp_path / "t").as_uri(), _DOCTEST_SCHEMA, {"write.parquet.compression-codec": "snappy"})
+    return FileSettings.of((tmp_path / "t").as_uri(), CREATED_SCHEMA, {"write.parquet.compression-codec": "snappy"})
 
 
-def run(ranges: Sequence[OffsetRange], consumer: ScriptedConsumer, settings: FileSettings, stall_s: float = 30) -> TaskResult:
+def run(
+    ranges: Sequence[OffsetRange], consumer: ScriptedConsumer, settings: FileSettings, stall_s: float = 30
+) -> TaskResult:
     return write_ranges(ranges, {}, settings, stall_s=stall_s, consumer_factory=lambda _c: consumer, clock=Clock())
 
 
@@ -202,9 +204,9 @@ def test_an_empty_range_reads_nothing(settings: FileSettings) -> None:
 
 def test_settings_refuse_a_table_that_lost_the_statistics_the_conflict_check_needs() -> None:
     with pytest.raises(ValueError, match=r"\['offset'\]"):
-        FileSettings.of("file:/x", _DOCTEST_SCHEMA, {"write.parquet.stats-enabled.column.offset": "false"})
+        FileSettings.of("file:/x", CREATED_SCHEMA, {"write.parquet.stats-enabled.column.offset": "false"})
     with pytest.raises(ValueError, match="compression-codec"):
-        FileSettings.of("file:/x", _DOCTEST_SCHEMA, {"write.parquet.compression-codec": "lzo"})
+        FileSettings.of("file:/x", CREATED_SCHEMA, {"write.parquet.compression-codec": "lzo"})
 
 
 def test_same_numbered_partitions_of_two_topics_next_to_each_other_are_told_apart(settings: FileSettings) -> None:

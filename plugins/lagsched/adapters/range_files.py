@@ -33,6 +33,8 @@ outright leaves orphans that the table care removes.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import gc
 import itertools
 import json
@@ -49,11 +51,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lagsched.core.offsets import OffsetRange
+from lagsched.core.errors import KafkaOffsetsError, LagschedError
+from lagsched.core.offsets import OffsetRange, spread
 
 __all__ = [
     "READER_CONFIG",
     "FileSettings",
+    "RangeWriter",
     "TaskResult",
     "WrittenFile",
     "arrow_schema",
@@ -237,7 +241,7 @@ class FileSettings:
     ) -> FileSettings:
         """From a table's location, schema (Iceberg JSON) and properties, Iceberg's defaults where unset.
 
-        >>> s = FileSettings.of("file:/lake/t", _DOCTEST_SCHEMA, {"write.parquet.compression-codec": "zstd",
+        >>> s = FileSettings.of("file:/lake/t", CREATED_SCHEMA, {"write.parquet.compression-codec": "zstd",
         ...     "write.parquet.stats-enabled.column.timestamp": "false"})
         >>> s.data_location, s.compression, s.statistics
         ('file:/lake/t/data', 'zstd', ('topic', 'partition', 'offset'))
@@ -315,29 +319,47 @@ class RangeReadError(RuntimeError):
 # -------------------------------------------------------------------------------- file system
 
 
-def _file_system(location: str, s3_endpoint: str | None) -> tuple[Any, str]:
-    """The pyarrow file system of a table location and the location's path in it.
+class _DataFolder:
+    """The table's data folder in a pyarrow file system: where files go, and how their URIs map to paths.
 
     S3 credentials come from the environment (``AWS_ACCESS_KEY_ID``...) or an instance profile,
     as for S3A: never from lagsched's settings.
     """
-    from pyarrow import fs
 
-    parts = urlsplit(location)
-    if parts.scheme in ("", "file"):
-        return fs.LocalFileSystem(), parts.path
-    if parts.scheme in ("s3", "s3a"):
-        import os
+    def __init__(self, location: str, s3_endpoint: str | None) -> None:
+        from pyarrow import fs
 
-        options: dict[str, Any] = {"region": os.environ.get("AWS_REGION", "us-east-1")}
-        if s3_endpoint:
-            endpoint = urlsplit(s3_endpoint)
-            options.update(endpoint_override=endpoint.netloc, scheme=endpoint.scheme or "https")
-        return fs.S3FileSystem(**options), f"{parts.netloc}{parts.path}"
-    if parts.scheme == "hdfs":
-        hdfs, path = fs.FileSystem.from_uri(location)
-        return hdfs, path
-    raise ValueError(f"cannot write data files to {location}: lagsched writes file://, s3a:// and hdfs:// tables")
+        self.uri = location.rstrip("/")
+        parts = urlsplit(self.uri)
+        if parts.scheme in ("", "file"):
+            self.fs, path = fs.LocalFileSystem(), parts.path
+        elif parts.scheme in ("s3", "s3a"):
+            import os
+
+            options: dict[str, Any] = {"region": os.environ.get("AWS_REGION", "us-east-1")}
+            if s3_endpoint:
+                endpoint = urlsplit(s3_endpoint)
+                options.update(endpoint_override=endpoint.netloc, scheme=endpoint.scheme or "https")
+            self.fs, path = fs.S3FileSystem(**options), f"{parts.netloc}{parts.path}"
+        elif parts.scheme == "hdfs":
+            self.fs, path = fs.FileSystem.from_uri(self.uri)
+        else:
+            raise ValueError(f"cannot write data files to {location}: lagsched writes file://, s3a://, hdfs:// tables")
+        self.path = path.rstrip("/")
+
+    def path_of(self, uri: str) -> str:
+        """The file system path of a file's URI under the folder."""
+        if not uri.startswith(self.uri + "/"):
+            raise ValueError(f"{uri} is not under {self.uri}")
+        return self.path + uri[len(self.uri) :]
+
+    def delete(self, uris: Iterable[str]) -> None:
+        """Delete files nobody will commit; one that cannot be deleted is an orphan the table care removes."""
+        for uri in uris:
+            try:
+                self.fs.delete_file(self.path_of(uri))
+            except Exception as exc:  # noqa: BLE001 - an orphan: the table care removes it
+                log.warning("could not delete %s (%s); the table care removes it as an orphan", uri, exc)
 
 
 def hour_name(hour: int) -> str:
@@ -352,9 +374,8 @@ def hour_name(hour: int) -> str:
 class _PartitionWriter:
     """The files of one Kafka partition in one task: one open file per hour, row groups buffered."""
 
-    def __init__(self, fs: Any, root: str, root_uri: str, topic: str, partition: int, settings: FileSettings) -> None:
-        self._fs, self._root, self._root_uri = fs, root, root_uri
-        self.topic, self.partition, self._settings = topic, partition, settings
+    def __init__(self, folder: _DataFolder, topic: str, partition: int, settings: FileSettings) -> None:
+        self._folder, self.topic, self.partition, self._settings = folder, topic, partition, settings
         self._topic_dir = f"topic={quote_plus(topic)}"
         self._open: dict[int, _OpenFile] = {}
         self.written: list[WrittenFile] = []
@@ -376,12 +397,12 @@ class _PartitionWriter:
             self._close(hour)
 
     def abandon(self) -> list[str]:
-        """Stop writing; the paths of every file begun (to delete)."""
-        paths = [f.path for f in self._open.values()]
+        """Stop writing; the URIs of every file begun or written (to delete)."""
+        uris = [f.uri for f in self._open.values()] + [f.location for f in self.written]
         for f in self._open.values():
             f.abandon()
         self._open.clear()
-        return paths
+        return uris
 
     def _file(self, hour: int) -> _OpenFile:
         f = self._open.get(hour)
@@ -389,8 +410,9 @@ class _PartitionWriter:
             self._close(hour)
             f = None
         if f is None:
-            name = f"{self._topic_dir}/timestamp_hour={hour_name(hour)}/{self.partition:05d}-{uuid.uuid4().hex}.parquet"
-            f = self._open[hour] = _OpenFile(self._fs, f"{self._root}/{name}", f"{self._root_uri}/{name}", self._settings)
+            hour_dir = f"timestamp_hour={hour_name(hour)}"
+            uri = f"{self._folder.uri}/{self._topic_dir}/{hour_dir}/{self.partition:05d}-{uuid.uuid4().hex}.parquet"
+            f = self._open[hour] = _OpenFile(self._folder, uri, self._settings)
         return f
 
     def _close(self, hour: int) -> None:
@@ -404,8 +426,8 @@ class _PartitionWriter:
 class _OpenFile:
     """One Parquet file being written: batches buffered up to a row group, then written."""
 
-    def __init__(self, fs: Any, path: str, uri: str, settings: FileSettings) -> None:
-        self._fs, self.path, self.uri, self._settings = fs, path, uri, settings
+    def __init__(self, folder: _DataFolder, uri: str, settings: FileSettings) -> None:
+        self._fs, self.path, self.uri, self._settings = folder.fs, folder.path_of(uri), uri, settings
         self._buffer: list[pa.RecordBatch] = []
         self._buffered = 0
         self._stream: Any = None
@@ -443,10 +465,8 @@ class _OpenFile:
     def abandon(self) -> None:
         for closing in (self._writer, self._stream):
             if closing is not None:
-                try:
+                with contextlib.suppress(Exception):  # the file is deleted next; a failed close changes nothing
                     closing.close()
-                except Exception:  # noqa: BLE001, S110 - the file is deleted next; a failed close changes nothing
-                    pass
 
     def _flush(self) -> None:
         if self._writer is None:
@@ -501,16 +521,17 @@ def write_ranges(
     """
     started = clock()
     writers: dict[tuple[str, int], _PartitionWriter] = {}
+    folder: _DataFolder | None = None
     try:
-        fs, root = _file_system(settings.data_location, settings.s3_endpoint)
-        root_uri = settings.data_location.rstrip("/")
+        folder = _DataFolder(settings.data_location, settings.s3_endpoint)
         for r in ranges:
-            writers[(r.topic, r.partition)] = _PartitionWriter(fs, root.rstrip("/"), root_uri, r.topic, r.partition, settings)
+            writers[(r.topic, r.partition)] = _PartitionWriter(folder, r.topic, r.partition, settings)
         records = _read(ranges, kafka_config, writers, stall_s=stall_s, consumer_factory=consumer_factory, clock=clock)
         for w in writers.values():
             w.close()
-    except BaseException as exc:  # noqa: BLE001 - reported to the driver as a value, after clean-up
-        _delete_all(writers)
+    except BaseException as exc:
+        if folder is not None:
+            folder.delete(uri for w in writers.values() for uri in w.abandon())
         if not isinstance(exc, Exception):
             raise
         return TaskResult(
@@ -520,6 +541,60 @@ def write_ranges(
         )
     files = tuple(f for w in writers.values() for f in w.written)
     return TaskResult(files=files, records=records, read_s=clock() - started)
+
+
+class RangeWriter:
+    """The driver's side of the writing: a batch's ranges spread over Spark tasks, their files back.
+
+    One task per core at most (Spark's default parallelism, or ``tasks``), the ranges spread by
+    record count (`lagsched.core.offsets.spread`); each task reads its ranges with one consumer
+    (`write_ranges`). Spark still schedules the tasks, so a slot on a standalone, YARN or Kubernetes
+    cluster spreads them over its executors, which need lagsched and its Python libraries.
+    """
+
+    def __init__(
+        self,
+        spark: Any,
+        kafka_config: Mapping[str, Any],
+        *,
+        rack: str | None = None,
+        tasks: int | None = None,
+        stall_s: float = 60.0,
+    ) -> None:
+        """``kafka_config``: the Kafka Connection's client settings, which the tasks' consumers take
+        with lagsched's read guarantees over them (`reader_config`), with ``client.rack`` = ``rack``
+        when given (reads from a same-rack replica, docs/rack.md). ``stall_s``: a task whose
+        partitions make no progress this long fails, as Kafka unreachable."""
+        configured = kafka_config.get("isolation.level")
+        wanted = READER_CONFIG["isolation.level"]
+        if configured not in (None, wanted):
+            log.warning("ignoring isolation.level=%s: lagsched reads %s only", configured, wanted)
+        self._spark, self._config = spark, reader_config(kafka_config, rack)
+        self._tasks, self._stall_s = tasks, stall_s
+
+    def write(self, ranges: Sequence[OffsetRange], settings: FileSettings) -> list[WrittenFile]:
+        """Read ``ranges`` and write them as data files in ``settings``' layout; the files.
+
+        Raises:
+            KafkaOffsetsError: a task's partitions stopped moving (Kafka unreachable): a slot rides
+                that through. Nothing is left behind: the other tasks' files are deleted too.
+            LagschedError: a task failed otherwise (its message says how); nothing is left behind.
+        """
+        if not ranges:
+            return []
+        context = self._spark.sparkContext
+        groups = spread(ranges, self._tasks or context.defaultParallelism)
+        task = functools.partial(write_task, kafka_config=self._config, settings=settings, stall_s=self._stall_s)
+        results: list[TaskResult] = context.parallelize(groups, len(groups)).mapPartitions(task).collect()
+        files = [f for r in results for f in r.files]
+        failed = [r for r in results if r.error is not None]
+        if failed:
+            _DataFolder(settings.data_location, settings.s3_endpoint).delete(f.location for f in files)
+            message = f"{len(failed)} of {len(groups)} task(s) could not write their ranges; first: {failed[0].error}"
+            if all(r.unreachable for r in failed):
+                raise KafkaOffsetsError(message)
+            raise LagschedError(message)
+        return files
 
 
 def write_task(
@@ -546,23 +621,6 @@ def _keep_zip_directories() -> None:
         zipimport.zipimporter.invalidate_caches = lambda self: None  # type: ignore[method-assign]
 
 
-def _delete_all(writers: Mapping[tuple[str, int], _PartitionWriter]) -> None:
-    for w in writers.values():
-        paths = w.abandon() + [urlsplit(f.location).path if "://" in f.location else f.location for f in w.written]
-        for path in paths:
-            try:
-                w._fs.delete_file(_fs_path(path, w))
-            except Exception:  # noqa: BLE001, S112 - an orphan the table care removes
-                continue
-
-
-def _fs_path(path: str, writer: _PartitionWriter) -> str:
-    """A file's path in the writer's file system, from its path or its URI."""
-    if path.startswith(writer._root_uri):
-        return writer._root + path[len(writer._root_uri) :]
-    return path
-
-
 def _read(
     ranges: Sequence[OffsetRange],
     kafka_config: Mapping[str, Any],
@@ -572,7 +630,8 @@ def _read(
     consumer_factory: Callable[[Mapping[str, Any]], Any] | None,
     clock: Callable[[], float],
 ) -> dict[tuple[str, int], int]:
-    from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+    """Read every range to its end into its partition's writer; the records read per partition."""
+    from confluent_kafka import Consumer, TopicPartition
 
     progress = {(r.topic, r.partition): _Progress(r, r.start, done=r.end <= r.start) for r in ranges}
     if len(progress) != len(ranges):
@@ -580,8 +639,6 @@ def _read(
     todo = [p for p in progress.values() if not p.done]
     if not todo:
         return {key: 0 for key in progress}
-    topics = {p.range.topic for p in todo}
-    one_topic = next(iter(topics)) if len(topics) == 1 else None
     consumer = (consumer_factory or Consumer)({**kafka_config, "logger": _client_log()})
     # Millions of Message, tuple and bytes objects, none in a cycle: the cyclic collector would run
     # over and over for nothing (a third of consume()'s time, docs/consumer-benchmark.md).
@@ -589,49 +646,7 @@ def _read(
     gc.disable()
     try:
         consumer.assign([TopicPartition(p.range.topic, p.range.partition, p.next) for p in todo])
-        last_progress = clock()
-        remaining = len(todo)
-        transient: str | None = None
-        while remaining:
-            msgs = consumer.consume(num_messages=CONSUME_BATCH, timeout=0.5)
-            moved = False
-            # In order: an end-of-partition event follows the partition's records it comes after.
-            for chunk in _chunks(msgs):
-                if isinstance(chunk, list):
-                    for topic, partition, run in _runs(chunk, one_topic):
-                        p = progress.get((topic, partition))
-                        if p is None or p.done:
-                            continue  # prefetched past the end of a partition already done
-                        moved = True
-                        if _take(p, run, writers[(topic, partition)]):
-                            remaining -= 1
-                            consumer.pause([TopicPartition(topic, partition)])
-                    continue
-                err = chunk.error()
-                if err.code() == KafkaError._PARTITION_EOF:
-                    p = progress.get((chunk.topic(), chunk.partition()))
-                    if p is not None and not p.done and chunk.offset() >= p.range.end:
-                        p.next, p.done, moved = p.range.end, True, True
-                        remaining -= 1
-                        consumer.pause([TopicPartition(chunk.topic(), chunk.partition())])
-                elif err.fatal() or not (err.retriable() or _is_transient(err)):
-                    raise RangeReadError(f"reading {chunk.topic() or 'Kafka'}[{chunk.partition()}]: {err.str()}")
-                else:
-                    transient = err.str()
-            now = clock()
-            if moved:
-                last_progress, transient = now, None
-            elif now - last_progress > stall_s:
-                stuck = ", ".join(
-                    f"{p.range.topic}[{p.range.partition}] at {p.next} of [{p.range.start}, {p.range.end})"
-                    for p in progress.values()
-                    if not p.done
-                )
-                raise RangeReadError(
-                    f"no progress for {stall_s:.0f} s reading {stuck}"
-                    + (f" (Kafka: {transient})" if transient else " (Kafka sent nothing)"),
-                    unreachable=True,
-                )
+        _Reading(consumer, progress, writers).until_done(stall_s, clock)
     finally:
         try:
             consumer.close()
@@ -639,6 +654,76 @@ def _read(
             if gc_was_enabled:
                 gc.enable()
     return {key: p.records for key, p in progress.items()}
+
+
+class _Reading:
+    """One task's consumer loop: records to their partition's writer, each partition until its end."""
+
+    def __init__(
+        self, consumer: Any, progress: Mapping[tuple[str, int], _Progress], writers: Mapping[tuple[str, int], Any]
+    ) -> None:
+        self.consumer, self.progress, self.writers = consumer, progress, writers
+        self.remaining = sum(1 for p in progress.values() if not p.done)
+        topics = {key[0] for key in progress}
+        self.one_topic = next(iter(topics)) if len(topics) == 1 else None
+        #: The last retriable error Kafka reported since the last progress (named if the read stalls).
+        self.transient: str | None = None
+
+    def until_done(self, stall_s: float, clock: Callable[[], float]) -> None:
+        last_progress = clock()
+        while self.remaining:
+            msgs = self.consumer.consume(num_messages=CONSUME_BATCH, timeout=0.5)
+            # In order: an end-of-partition event follows the partition's records it comes after.
+            moved = False
+            for chunk in _chunks(msgs):
+                moved |= self._records(chunk) if isinstance(chunk, list) else self._event(chunk)
+            now = clock()
+            if moved:
+                last_progress, self.transient = now, None
+            elif now - last_progress > stall_s:
+                raise self._stalled(stall_s)
+
+    def _records(self, msgs: list[Any]) -> bool:
+        moved = False
+        for topic, partition, run in _runs(msgs, self.one_topic):
+            p = self.progress.get((topic, partition))
+            if p is None or p.done:
+                continue  # prefetched past the end of a partition already done
+            moved = True
+            if _take(p, run, self.writers[(topic, partition)]):
+                self._finished(p)
+        return moved
+
+    def _event(self, msg: Any) -> bool:
+        from confluent_kafka import KafkaError
+
+        err = msg.error()
+        if err.code() == KafkaError._PARTITION_EOF:
+            p = self.progress.get((msg.topic(), msg.partition()))
+            if p is None or p.done or msg.offset() < p.range.end:
+                return False
+            p.next, p.done = p.range.end, True  # what lies before the end has no record: a marker, a hole
+            self._finished(p)
+            return True
+        if err.fatal() or not (err.retriable() or _is_transient(err)):
+            raise RangeReadError(f"reading {msg.topic() or 'Kafka'}[{msg.partition()}]: {err.str()}")
+        self.transient = err.str()
+        return False
+
+    def _finished(self, p: _Progress) -> None:
+        from confluent_kafka import TopicPartition
+
+        self.remaining -= 1
+        self.consumer.pause([TopicPartition(p.range.topic, p.range.partition)])  # no more fetching past its end
+
+    def _stalled(self, stall_s: float) -> RangeReadError:
+        stuck = ", ".join(
+            f"{p.range.topic}[{p.range.partition}] at {p.next} of [{p.range.start}, {p.range.end})"
+            for p in self.progress.values()
+            if not p.done
+        )
+        said = f"Kafka: {self.transient}" if self.transient else "Kafka sent nothing"
+        return RangeReadError(f"no progress for {stall_s:.0f} s reading {stuck} ({said})", unreachable=True)
 
 
 class _OncePerKind(logging.Filter):
@@ -670,7 +755,8 @@ def _client_log() -> logging.Logger:
 def _is_transient(err: Any) -> bool:
     from confluent_kafka import KafkaError
 
-    return err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._RESOLVE)
+    transient = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._RESOLVE)
+    return err.code() in transient
 
 
 def headers_array(headers: list[list[tuple[str, bytes | None]] | None], kind: pa.ListType) -> pa.ListArray:
@@ -769,7 +855,7 @@ def _take(p: _Progress, run: list[Any], writer: _PartitionWriter) -> bool:
                 pa.array(ts_us).view(pa.timestamp("us", tz="UTC")),
                 pa.array(list(map(Message.key, part)), type=pa.binary()),
                 pa.array(list(map(Message.value, part)), type=pa.binary()),
-                headers_array(list(map(Message.headers, part)), schema.field("headers").type),
+                headers_array(list(map(Message.headers, part)), schema.field("headers").type),  # type: ignore[arg-type]
             ],
             schema=schema,
         )
@@ -782,7 +868,9 @@ def _take(p: _Progress, run: list[Any], writer: _PartitionWriter) -> bool:
     return p.done
 
 
-_DOCTEST_SCHEMA = json.dumps(
+#: The schema of a table lagsched creates (`adapters.sink.COLUMNS_DDL`), with the field ids Iceberg
+#: gives it at creation; the tasks take the table's own (`FileSettings.of`), this is for examples and tests.
+CREATED_SCHEMA = json.dumps(
     {
         "type": "struct",
         "fields": [

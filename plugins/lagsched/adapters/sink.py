@@ -19,36 +19,26 @@ are deleted at once; files of a crashed process are orphans, removed by the tabl
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
-from lagsched.adapters.range_files import (
-    HOUR_US,
-    READER_CONFIG,
-    FileSettings,
-    TaskResult,
-    WrittenFile,
-    reader_config,
-    write_task,
-)
-from lagsched.core.errors import KafkaOffsetsError, LagschedError
+from lagsched.adapters.range_files import HOUR_US, FileSettings, WrittenFile
+from lagsched.core.errors import LagschedError
 from lagsched.core.lake import RANGES_PROPERTY, TABLE_PROPERTIES, LakeTable, encode_ranges
-from lagsched.core.offsets import OffsetRange, spread
 
 __all__ = [
     "BatchRead",
     "IcebergSink",
     "SinkConflictError",
-    "SinkWrite",
+    "TableCommit",
     "catalog_conf",
     "ensure_table",
 ]
@@ -80,25 +70,13 @@ class BatchRead:
 
 
 @dataclass(frozen=True, slots=True)
-class SinkWrite:
-    """What one batch did to the table.
+class TableCommit:
+    """One batch's table commit: its snapshot, files, rows and how long it took (footers included)."""
 
-    Attributes:
-        files: data files committed.
-        already_there: redone ranges found in the table already (committed by an earlier holder).
-        read_write_s: Spark's read from Kafka and write of the data files.
-        commit_s: the table commit (conflict check included).
-        snapshot_id: the snapshot of the commit, or None when nothing was committed.
-        records: rows committed.
-    """
-
+    snapshot_id: int | None
     files: int
-    already_there: int
-    read_write_s: float
-    commit_s: float
-    snapshot_id: int | None = None
-    records: int = 0
-    present: frozenset[tuple[str, int]] = field(default_factory=frozenset)
+    records: int
+    seconds: float
 
 
 class SinkConflictError(LagschedError):
@@ -248,37 +226,22 @@ class _JavaClasses:
 
 
 class IcebergSink:
-    """Lands batches in one Iceberg table through one Spark session (see the module doc)."""
+    """The committer: the table's side of a slot's batches (see the module doc), in one Spark session.
 
-    def __init__(
-        self,
-        spark: SparkSession,
-        kafka_config: Mapping[str, Any],
-        lake: LakeTable,
-        *,
-        properties: Mapping[str, str] | None = None,
-        rack: str | None = None,
-        tasks: int | None = None,
-        stall_s: float = 60.0,
-    ) -> None:
-        """``kafka_config``: the Kafka Connection's client settings, which the tasks' consumers take
-        with lagsched's read guarantees over them (`adapters.range_files.reader_config`), and
-        ``client.rack`` = ``rack`` when given (reads from a same-rack replica, docs/rack.md).
-        ``tasks``: Spark tasks per batch at most (None: Spark's default parallelism, one per core).
-        ``stall_s``: a task whose partitions make no progress this long fails as Kafka unreachable."""
-        configured = kafka_config.get("isolation.level")
-        if configured not in (None, READER_CONFIG["isolation.level"]):
-            log.warning("ignoring isolation.level=%s: lagsched reads %s only", configured, READER_CONFIG["isolation.level"])
-        self._spark, self._kafka, self._lake = spark, reader_config(kafka_config, rack), lake
+    ``mark`` before the batch's ranges are recorded; ``present`` for redone ranges; the tasks write
+    the files (`adapters.range_files.RangeWriter`, in `file_settings`' layout); ``commit`` lands them.
+    """
+
+    def __init__(self, spark: SparkSession, lake: LakeTable, *, properties: Mapping[str, str] | None = None) -> None:
+        self._spark, self._lake = spark, lake
         #: Extra snapshot summary entries of every commit (the slot and cluster).
         self._properties = dict(properties or {})
-        self._tasks, self._stall_s = tasks, stall_s
-        self._spec_checked: int | None = None
         jvm: Any = spark._jvm
         self._jvm = jvm
         self._expressions = jvm.org.apache.iceberg.expressions.Expressions
         self._java = _JavaClasses(jvm)
         self._read_options: Any = None
+        self._spec_checked: int | None = None
         ensure_table(spark, lake)
 
     @property
@@ -297,75 +260,45 @@ class IcebergSink:
         snapshot = self._table().currentSnapshot()
         return None if snapshot is None else int(snapshot.snapshotId())
 
-    def write(self, reads: Sequence[BatchRead], since: int | None) -> SinkWrite:
-        """Read ``reads`` from Kafka and commit them in one snapshot, unless already there.
+    def present(self, reads: Sequence[BatchRead], since: int | None) -> frozenset[tuple[str, int]]:
+        """Which of the recorded ranges the table holds records of as of snapshot ``since``: a redo
+        of those commits only its offset (the earlier holder landed it, then died)."""
+        if since is None or not reads:
+            return frozenset()
+        table = self._spark.read.option("snapshot-id", str(since)).table(self._lake.identifier)
+        rows = table.where(_any_of(_range_condition(r) for r in reads)).groupBy("topic", "partition").count().collect()
+        return frozenset((str(row["topic"]), int(row["partition"])) for row in rows)
 
-        Raises:
-            SinkConflictError: records of these ranges were committed since ``since``; nothing of
-                this batch was committed (its files are deleted).
-            KafkaOffsetsError: a task could not read its ranges because Kafka stopped answering
-                (the slot rides that through); nothing was committed, the files are deleted.
-            LagschedError: a task failed otherwise (its message says how); nothing was committed.
-        """
-        todo = [r for r in reads if r.batch[1] > r.read_start]
-        redo = [r for r in todo if r.redo]
-        present = self._present(redo, since) if redo else frozenset()
-        if present:
-            log.info(
-                "%d redone range(s) were committed to %s already (by an earlier holder): committing only the offsets",
-                len(present), self._lake.identifier,
-            )  # fmt: skip
-        todo = [r for r in todo if (r.topic, r.partition) not in present]
-        if not todo:
-            return SinkWrite(0, len(present), 0.0, 0.0, present=present)
-        started = time.monotonic()
+    def file_settings(self) -> FileSettings:
+        """How the tasks write this table's data files: its location, schema and write properties now."""
         table = self._table()
-        ranges = [OffsetRange(r.topic, r.partition, r.read_start, r.batch[1]) for r in todo]
-        written_files = self._write_files(table, ranges)
-        written = time.monotonic()
-        recorded = {(r.topic, r.partition): r.batch for r in todo}
-        if not written_files:  # every record of the ranges was aborted or compacted away: nothing to commit
-            return SinkWrite(0, len(present), written - started, 0.0, present=present)
-        try:
-            files = self._data_files(table, written_files)
-        except BaseException:
-            self._delete(table, [f.location for f in written_files])
-            raise
-        snapshot_id = self._commit(table, files, recorded, since, f"lagsched-{uuid.uuid4().hex}")
-        records = sum(f.records for f in written_files)
-        return SinkWrite(
-            len(files), len(present), written - started, time.monotonic() - written, snapshot_id, records, present
-        )
-
-    def _write_files(self, table: Any, ranges: Sequence[OffsetRange]) -> list[WrittenFile]:
-        """Spark tasks read ``ranges`` and write their data files (`adapters.range_files`); the files.
-
-        Ranges are spread over at most ``tasks`` tasks (one consumer each), by record count. A task
-        that failed deleted its own files; the others' are deleted here before raising.
-        """
-        settings = FileSettings.of(
+        return FileSettings.of(
             str(table.location()),
             str(self._jvm.org.apache.iceberg.SchemaParser.toJson(table.schema())),
             dict(table.properties()),
             s3_endpoint=self._lake.s3_endpoint,
         )
-        groups = spread(ranges, self._tasks or self._spark.sparkContext.defaultParallelism)
-        task = functools.partial(write_task, kafka_config=self._kafka, settings=settings, stall_s=self._stall_s)
-        results: list[TaskResult] = (
-            self._spark.sparkContext.parallelize(groups, len(groups)).mapPartitions(task).collect()
-        )
-        files = [f for r in results for f in r.files]
-        failed = [r for r in results if r.error is not None]
-        if failed:
-            self._delete(table, [f.location for f in files])
-            first = failed[0]
-            message = f"{len(failed)} of {len(groups)} task(s) could not write their ranges; first: {first.error}"
-            if all(r.unreachable for r in failed):
-                raise KafkaOffsetsError(message)
-            raise LagschedError(message)
-        read = {key: n for r in results for key, n in r.records.items()}
-        log.debug("read %d records of %d range(s) in %d task(s)", sum(read.values()), len(ranges), len(groups))
-        return files
+
+    def commit(
+        self, written: Sequence[WrittenFile], ranges: Mapping[tuple[str, int], tuple[int, int]], since: int | None
+    ) -> TableCommit:
+        """Commit ``written`` in one snapshot that records ``ranges``, unless another holder committed
+        records of those ranges since snapshot ``since`` (docs/lake.md, "Exactly once").
+
+        Raises:
+            SinkConflictError: another holder did; nothing was committed and the files are deleted.
+            Anything else (the catalog unreachable): the commit's outcome is unknown; the files stay
+            (an orphan for the table care, or committed), and the redo's check decides.
+        """
+        started = time.monotonic()
+        table = self._table()
+        try:
+            files = self._data_files(table, written)
+        except BaseException:
+            self._delete(table, [f.location for f in written])
+            raise
+        snapshot_id = self._commit(table, files, ranges, since, f"lagsched-{uuid.uuid4().hex}")
+        return TableCommit(snapshot_id, len(files), sum(f.records for f in written), time.monotonic() - started)
 
     def _data_files(self, table: Any, written: Sequence[WrittenFile]) -> list[Any]:
         """Iceberg ``DataFile``s of the written files, their metrics (bounds, counts, sizes) from
@@ -469,14 +402,6 @@ class IcebergSink:
             )
             out = one if out is None else either(out, one)
         return out
-
-    def _present(self, reads: Sequence[BatchRead], since: int | None) -> frozenset[tuple[str, int]]:
-        """Which of the recorded ranges the table holds records of as of snapshot ``since``."""
-        if since is None:
-            return frozenset()
-        table = self._spark.read.option("snapshot-id", str(since)).table(self._lake.identifier)
-        rows = table.where(_any_of(_range_condition(r) for r in reads)).groupBy("topic", "partition").count().collect()
-        return frozenset((str(row["topic"]), int(row["partition"])) for row in rows)
 
 
 def _range_condition(read: BatchRead) -> Column:

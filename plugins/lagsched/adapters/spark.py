@@ -1,4 +1,5 @@
-"""Spark sessions and spark-submit command lines with lagsched's jars (Iceberg, its JDBC driver, S3A) from local files."""
+"""Spark sessions and spark-submit command lines with lagsched's jars (Iceberg, its JDBC driver, S3A),
+from local files."""
 
 from __future__ import annotations
 

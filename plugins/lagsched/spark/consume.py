@@ -119,7 +119,7 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     from lagsched.core.batches import StartFrom
     from lagsched.core.lake import from_job_arguments
     from lagsched.core.names import validate_cluster_name
-    from lagsched.workflows.consume import ConsumerSettings
+    from lagsched.workflows.slot_settings import ConsumerSettings
 
     cluster = validate_cluster_name(args.cluster)
     lake = from_job_arguments(cluster, args, os.environ, str(Path.cwd() / ".local"))
@@ -172,7 +172,7 @@ def _consume(
     from lagsched.adapters.lag_store import redis_client
     from lagsched.adapters.mysql import connect
     from lagsched.adapters.slots import SlotLock, SlotRegistry, holder_is_gone, lock_token
-    from lagsched.workflows.consume import SlotKeeper
+    from lagsched.workflows.slot_keeper import SlotKeeper
 
     slot_id = settings.slot_id
     # MySQL and Redis first: a wrong setting fails in a second, not after the JVM's start.
@@ -246,9 +246,12 @@ def _run_slot(
     from lagsched.adapters.claims import open_claim_store
     from lagsched.adapters.kafka_admin import admin_client
     from lagsched.adapters.lag_store import redis_client
+    from lagsched.adapters.range_files import RangeWriter
     from lagsched.adapters.scaling_messages import SCALING_CHANNEL, ScalingListener
     from lagsched.adapters.slots import SlotRacks, SlotRegistry
-    from lagsched.workflows.consume import SlotRun, SlotTakenError, run_slot
+    from lagsched.workflows.batch import Batches, OffsetMirror
+    from lagsched.workflows.slot import SlotRun, run_slot
+    from lagsched.workflows.slot_keeper import SlotTakenError, utc_now
 
     slot_id, cluster = settings.slot_id, settings.cluster
     stats = open(args.stats_file, "a", encoding="utf-8") if args.stats_file else None  # noqa: SIM115
@@ -256,29 +259,35 @@ def _run_slot(
     _stat(stats, "started", slot=slot_id, spark_ready_s=time.monotonic() - STARTED)
     wake = threading.Event()
     registry = SlotRegistry(redis, cluster=cluster)
-    # The reads fetch from a same-rack replica where the brokers allow it (KIP-392).
-    table = sink.IcebergSink(
-        session,
-        kafka,
-        lake,
-        rack=settings.rack,
-        properties={"lagsched.slot": slot_id, "lagsched.cluster": cluster},
-        stall_s=settings.outage_bound_s,
-    )
+    table = sink.IcebergSink(session, lake, properties={"lagsched.slot": slot_id, "lagsched.cluster": cluster})
+    # The reads fetch from a same-rack replica where the brokers allow it (KIP-392); a read that
+    # makes no progress for the outage bound fails the batch as Kafka unreachable.
+    writer = RangeWriter(session, kafka, rack=settings.rack, stall_s=settings.outage_bound_s)
     channels = (SCALING_CHANNEL, registry.events_channel)
     listener = ScalingListener(redis_client(redis_conf), channels, cluster, wake)
+    admin = admin_client(kafka)
     with open_claim_store(mysql) as store:
+        batches = Batches(
+            settings,
+            conn=conn,
+            store=store,
+            admin=admin,
+            sink=table,
+            writer=writer,
+            mirror=OffsetMirror(admin, settings.group),
+            stats=stats,
+            wall_clock=utc_now,
+        )
         run = SlotRun(
             settings,
             conn=conn,
             store=store,
             registry=registry,
-            admin=admin_client(kafka),
-            sink=table,
+            admin=admin,
+            batches=batches,
             keeper=keeper,
             stop=stop,
             wake=wake,
-            stats=stats,
             racks=SlotRacks(redis),
             announce_joined=True,
         )

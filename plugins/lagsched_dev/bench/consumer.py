@@ -19,8 +19,7 @@ Loads a backlog (`Knobs`: ``LAGSCHED_BENCH_CONSUMER_RECORDS``, default 24,000,00
 
 Each reader's output is checked: the raw files and the slot's Iceberg table must hold every
 (partition, offset) once (the table: every offset below the one the slot committed), the perf test
-must count every record. ``--phases`` adds where a Spark batch's time goes (`spark_phases`),
-``--variants`` the job's write path under each of `SPARK_VARIANTS`. Writes
+must count every record. Writes
 ``bench/results/consumer.json`` (see `summarize`); the topic is deleted at the end, also on
 failure. Targets (issue 16): ratio = spark / raw >= 1.2, first batch >= 0.5 x steady. Method and
 figures: docs/consumer-benchmark.md.
@@ -65,8 +64,6 @@ DEFAULT_SLOT_S = 240
 #: A long-lived slot's steady state: the job must consume at least this long (warm-up included),
 #: else the run says so (``long_lived``: false) and more records are needed.
 MIN_CONSUME_S = 180.0
-#: Steady batches the phase passes time (after one warm-up batch).
-PHASE_BATCHES = 8
 #: The repository's plugins/ folder (the job needs the package on its PYTHONPATH).
 PLUGINS = Path(__file__).resolve().parents[2]
 #: Where each run's own sink folder goes (disk-backed, unlike /tmp on many machines); the folders
@@ -95,17 +92,6 @@ def env_int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -
     if value < minimum:
         raise ValueError(f"{name}={value} is below the minimum {minimum}")
     return value
-
-
-def max_records_per_partition(records: int, partitions: int, batches: int) -> int:
-    """The job's ``--max-records`` that splits `records` over `partitions` into `batches` batches.
-
-    >>> max_records_per_partition(3_000_000, 12, 5)
-    50000
-    >>> max_records_per_partition(10, 4, 5)
-    1
-    """
-    return max(1, -(-records // (partitions * batches)))
 
 
 def records_per_s(records: int, seconds: float) -> float:
@@ -744,21 +730,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, nargs="+", help="default: LAGSCHED_BENCH_PARTITIONS or 12")
     parser.add_argument("--readers", nargs="+", default=["raw", "perf", "spark"], choices=["raw", "perf", "spark"])
     parser.add_argument("--out", default=DEFAULT_OUT)
-    parser.add_argument("--phases", action="store_true", help="also time the job's read, convert and write apart")
-    parser.add_argument(
-        "--variants", action="store_true", help="also time the job's write path under each of SPARK_VARIANTS"
-    )
-    # Internal: the child process of run_spark_phases.
-    parser.add_argument("--spark-phases", metavar="TOPIC", help=argparse.SUPPRESS)
-    parser.add_argument("--expected", help=argparse.SUPPRESS)
-    parser.add_argument("--max-records", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--variant", choices=sorted(SPARK_VARIANTS), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     _use_local_stack()
-    if args.spark_phases:
-        expected = {int(p): int(n) for p, n in json.loads(args.expected).items()}
-        print(json.dumps(spark_phases(args.spark_phases, expected, args.max_records, args.variant)))
-        return 0
     knobs = knobs_from(os.environ)
     knobs = Knobs(
         records=args.records or knobs.records,
@@ -768,7 +741,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         slot_s=knobs.slot_s,
         jfr=knobs.jfr,
     )
-    figures = run(knobs, args.readers, phases=args.phases, variants=args.variants)
+    figures = run(knobs, args.readers)
     print(json.dumps({k: v for k, v in figures.items() if k != "runs"}, indent=2))
     if set(args.readers) == {"raw", "perf", "spark"}:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -780,7 +753,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def run(knobs: Knobs, readers: Sequence[str], *, phases: bool = False, variants: bool = False) -> dict[str, Any]:
+def run(knobs: Knobs, readers: Sequence[str]) -> dict[str, Any]:
     """Load the topics, run every reader `draws` times on each, delete the topics; the figures."""
     from lagsched.adapters.kafka_admin import admin_client
     from lagsched.connections import kafka_config
@@ -792,7 +765,6 @@ def run(knobs: Knobs, readers: Sequence[str], *, phases: bool = False, variants:
     prefix = f"bench-consumer-{uuid.uuid4().hex[:6]}"
     created: list[str] = []
     all_runs: list[dict[str, Any]] = []
-    phase_figures: list[dict[str, Any]] = []
     records = knobs.records
     try:
         for partitions in knobs.partitions:
@@ -827,14 +799,6 @@ def run(knobs: Knobs, readers: Sequence[str], *, phases: bool = False, variants:
                     run_figures[reader] = {**figures, "cpu": cpu}
                     print(f"   {reader}: {json.dumps(run_figures[reader])}", flush=True)
                 all_runs.append(run_figures)
-            if phases or variants:
-                print(f"-- {topic}: where Spark's time goes", flush=True)
-                phase = {"partitions": partitions, **run_spark_phases(topic, expected, JOB_MAX_RECORDS)}
-                if variants:
-                    phase["variants"] = {
-                        v: run_spark_phases(topic, expected, JOB_MAX_RECORDS, v) for v in SPARK_VARIANTS
-                    }
-                phase_figures.append(phase)
     finally:
         delete_topics(admin, created)
     machine = {
@@ -855,7 +819,7 @@ def run(knobs: Knobs, readers: Sequence[str], *, phases: bool = False, variants:
         "min_consume_s": MIN_CONSUME_S,
         "job_max_records": JOB_MAX_RECORDS,
     }
-    extra = {"method": method, "machine": machine, "spark_phases": phase_figures}
+    extra = {"method": method, "machine": machine}
     if set(readers) != {"raw", "perf", "spark"}:
         return {"records": records, **extra, "runs": all_runs}
     return {**summarize(records, all_runs), **extra}
@@ -1022,258 +986,6 @@ def run_spark(topic: str, expected: Mapping[int, int], knobs: Knobs, broker_pid:
         drop_database(database)
         _delete_group(group)
     return figures
-
-
-def batch_ranges(expected: Mapping[int, int], max_records: int) -> list[list[tuple[int, int, int]]]:
-    """The job's batches over partitions holding ``expected[p]`` records from offset 0.
-
-    Each batch is a list of (partition, start, end), at most `max_records` per partition, as the
-    job plans them on a backlog.
-
-    >>> batch_ranges({0: 5, 1: 3}, 2)
-    [[(0, 0, 2), (1, 0, 2)], [(0, 2, 4), (1, 2, 3)], [(0, 4, 5)]]
-    """
-    out: list[list[tuple[int, int, int]]] = []
-    start = 0
-    while any(n > start for n in expected.values()):
-        out.append([(p, start, min(n, start + max_records)) for p, n in sorted(expected.items()) if n > start])
-        start += max_records
-    return out
-
-
-#: Settings tried against the job's write path by ``--variants``, each in a fresh JVM: ``spark.*``
-#: entries are session settings, ``kafka.*`` ones go to Spark's Kafka consumers (the job's
-#: ``read_offset_ranges`` passes its Kafka config through the same way). Why each: see
-#: docs/consumer-benchmark.md.
-SPARK_VARIANTS: dict[str, dict[str, str]] = {
-    # Spark's consumer seeks and asks the broker for the partition's earliest and latest offsets
-    # (two ListOffsets round trips) around every poll, which also drops the fetched-ahead data:
-    # bigger polls make that per-poll cost rarer.
-    "poll_20k_fetch_4mib": {
-        "kafka.max.poll.records": "20000",
-        "kafka.max.partition.fetch.bytes": str(4 << 20),
-        "kafka.fetch.max.bytes": str(16 << 20),
-    },
-    # A fixed group id lets Spark's consumer pool reuse one consumer per partition across batches
-    # (by default each query has its own group id, so each batch opens new consumers and the pool
-    # keeps up to 64 stale ones, with their buffers, until they expire).
-    "fixed_group_id": {"kafka.group.id": "lagsched-bench-spark"},
-    "poll_20k_fetch_4mib_fixed_group_id": {
-        "kafka.max.poll.records": "20000",
-        "kafka.max.partition.fetch.bytes": str(4 << 20),
-        "kafka.fetch.max.bytes": str(16 << 20),
-        "kafka.group.id": "lagsched-bench-spark",
-    },
-    "poll_10k_fetch_2mib": {
-        "kafka.max.poll.records": "10000",
-        "kafka.max.partition.fetch.bytes": str(2 << 20),
-        "kafka.fetch.max.bytes": str(8 << 20),
-    },
-    # Spark's tasks wait on the broker most of their time (see above): more task threads than
-    # cores let one task compute while another waits.
-    "local_4": {"spark.master": "local[4]"},
-    "local_4_fixed_group_id": {"spark.master": "local[4]", "kafka.group.id": "lagsched-bench-spark"},
-    # In local mode the executors live in the driver's JVM: 1 GiB by default, and each consumer
-    # holds up to a fetch of data.
-    "poll_20k_fetch_4mib_2gib": {
-        "kafka.max.poll.records": "20000",
-        "kafka.max.partition.fetch.bytes": str(4 << 20),
-        "kafka.fetch.max.bytes": str(16 << 20),
-        "spark.driver.memory": "2g",
-    },
-}
-
-
-def parse_event_log(lines: Iterable[str]) -> dict[str, dict[str, float]]:
-    """Spark's event log summed per job group: jobs' wall time and their tasks' metrics.
-
-    ``job_wall_s`` is the sum of the jobs' submission-to-completion times; ``task_run_s`` the tasks'
-    executor run time, ``task_cpu_s`` their CPU time and ``gc_s`` their JVM GC time (core-seconds,
-    over all the tasks). ``task_run_s`` well above ``task_cpu_s`` means the tasks waited: on Kafka
-    fetches or disk, or for a core on a busy machine.
-
-    >>> events = [
-    ...     {"Event": "SparkListenerJobStart", "Job ID": 0, "Submission Time": 1000, "Stage IDs": [0],
-    ...      "Properties": {"spark.jobGroup.id": "read"}},
-    ...     {"Event": "SparkListenerTaskEnd", "Stage ID": 0, "Task Metrics": {"Executor Run Time": 900,
-    ...      "Executor CPU Time": 600000000, "JVM GC Time": 50}},
-    ...     {"Event": "SparkListenerJobEnd", "Job ID": 0, "Completion Time": 2500},
-    ... ]
-    >>> parse_event_log(json.dumps(e) for e in events)
-    {'read': {'jobs': 1, 'job_wall_s': 1.5, 'task_run_s': 0.9, 'task_cpu_s': 0.6, 'gc_s': 0.05}}
-    """
-    group_of_job: dict[int, str] = {}
-    group_of_stage: dict[int, str] = {}
-    started: dict[int, float] = {}
-    out: dict[str, dict[str, float]] = {}
-
-    def totals(group: str) -> dict[str, float]:
-        return out.setdefault(
-            group,
-            {"jobs": 0, "job_wall_s": 0.0, "task_run_s": 0.0, "task_cpu_s": 0.0, "gc_s": 0.0},
-        )
-
-    for line in lines:
-        if not line.strip():
-            continue
-        event = json.loads(line)
-        kind = event.get("Event")
-        if kind == "SparkListenerJobStart":
-            group = (event.get("Properties") or {}).get("spark.jobGroup.id")
-            if group is None:
-                continue
-            group_of_job[event["Job ID"]] = group
-            started[event["Job ID"]] = event["Submission Time"] / 1000
-            for stage in event.get("Stage IDs", []):
-                group_of_stage[stage] = group
-        elif kind == "SparkListenerJobEnd" and event.get("Job ID") in group_of_job:
-            t = totals(group_of_job[event["Job ID"]])
-            t["jobs"] += 1
-            t["job_wall_s"] += event["Completion Time"] / 1000 - started[event["Job ID"]]
-        elif kind == "SparkListenerTaskEnd" and event.get("Stage ID") in group_of_stage:
-            metrics = event.get("Task Metrics") or {}
-            t = totals(group_of_stage[event["Stage ID"]])
-            t["task_run_s"] += metrics.get("Executor Run Time", 0) / 1000
-            t["task_cpu_s"] += metrics.get("Executor CPU Time", 0) / 1e9
-            t["gc_s"] += metrics.get("JVM GC Time", 0) / 1000
-    return {g: {k: round(v, 3) if isinstance(v, float) else v for k, v in t.items()} for g, t in out.items()}
-
-
-def spark_phases(
-    topic: str, expected: Mapping[int, int], max_records: int, variant: str | None = None
-) -> dict[str, Any]:
-    """Where a Spark batch's time goes: the job's read and write path, timed piece by piece.
-
-    In one ``local[2]`` session (the job's settings, `lagsched.adapters.spark.session`, plus an
-    event log), after one warm-up batch, three passes over the remaining batches: ``read`` (the
-    Kafka source with headers into a no-op sink: fetch and row decoding), ``convert`` (plus the
-    job's column mapping, `adapters.sink.to_table_rows`), ``job`` (`adapters.sink.IcebergSink.write`,
-    the job's own call: Parquet encoding, compression and the table commit). Differences give each phase's
-    cost; the event log gives each pass's task time, CPU and GC (`parse_event_log`). With a
-    `variant` (a `SPARK_VARIANTS` name), only the ``job`` pass, under that variant's settings.
-    """
-    from lagsched.adapters import sink as sink_mod
-    from lagsched.adapters import spark
-    from lagsched.adapters.sink import BatchRead
-    from lagsched.connections import kafka_config, mysql_params
-    from lagsched.core.lake import LakeTable
-    from lagsched.core.offsets import OffsetRange
-    from lagsched_dev.bench.claims import create_database, drop_database
-
-    settings = SPARK_VARIANTS[variant] if variant else {}
-    work = SINK_ROOT / f"lagsched-bench-phases-{uuid.uuid4().hex[:8]}"
-    events = work / "events"
-    events.mkdir(parents=True)
-    database = create_database(mysql_params(), prefix="lagsched_bench_phases")
-    lake = LakeTable.of("bench_phases", {"warehouse": (work / "warehouse").as_uri()}, default_warehouse="")
-    catalog = sink_mod.catalog_conf(
-        lake,
-        jdbc_url=sink_mod.jdbc_url(database.host, database.port, database.database, tls=database.tls),
-        user=database.user,
-        password=database.password,
-    )
-    session = spark.session(
-        "lagsched-bench-phases",
-        master="local[2]",
-        conf={
-            "spark.eventLog.enabled": "true",
-            "spark.eventLog.dir": events.as_uri(),
-            # One plain JSON-lines file (Spark 4 rolls and compresses event logs by default).
-            "spark.eventLog.rolling.enabled": "false",
-            "spark.eventLog.compress": "false",
-            **catalog,
-            **{k: v for k, v in settings.items() if k.startswith("spark.")},
-        },
-    )
-    kafka = {
-        **kafka_config(),
-        **{k.removeprefix("kafka."): v for k, v in settings.items() if k.startswith("kafka.")},
-    }
-    batches = batch_ranges(expected, max_records)[: 1 + PHASE_BATCHES]
-
-    def ranges(batch: Sequence[tuple[int, int, int]]) -> list[OffsetRange]:
-        return [OffsetRange(topic, p, lo, hi) for p, lo, hi in batch]
-
-    def reads(batch: Sequence[tuple[int, int, int]]) -> list[BatchRead]:
-        return [BatchRead(topic, p, (lo, hi), lo) for p, lo, hi in batch]
-
-    def noop(batch: Sequence[tuple[int, int, int]], convert: bool) -> None:
-        df = spark.read_offset_ranges(session, kafka, ranges(batch), include_headers=True)
-        (sink_mod.to_table_rows(df) if convert else df).write.format("noop").mode("overwrite").save()
-
-    def timed(name: str, one: Callable[[Sequence[tuple[int, int, int]]], Any]) -> float:
-        session.sparkContext.setJobGroup(name, f"bench pass {name}")
-        started = time.monotonic()
-        for batch in batches[1:]:
-            one(batch)
-        seconds = time.monotonic() - started
-        print(f"   spark phases {topic}{f' ({variant})' if variant else ''}: {name} {seconds:.2f} s", flush=True)
-        return seconds
-
-    wall: dict[str, float] = {}
-    try:
-        session.sparkContext.setJobGroup("warm-up", "bench warm-up batch")
-        table = sink_mod.IcebergSink(session, kafka, lake)
-        table.write(reads(batches[0]), table.mark())
-        if variant is None:
-            wall["read"] = timed("read", lambda b: noop(b, False))
-            wall["convert"] = timed("convert", lambda b: noop(b, True))
-        wall["job"] = timed("job", lambda b: table.write(reads(b), table.mark()))
-    finally:
-        session.stop()
-        metrics: dict[str, dict[str, float]] = {}
-        for log_file in sorted(p for p in events.rglob("*") if p.is_file()):
-            metrics.update(parse_event_log(log_file.read_text(errors="replace").splitlines()))
-        shutil.rmtree(work, ignore_errors=True)
-        drop_database(database)
-    steady = sum(hi - lo for batch in batches[1:] for _p, lo, hi in batch)
-    out: dict[str, Any] = {
-        "records": steady,
-        "batches": len(batches) - 1,
-        "job_s": round(wall["job"], 3),
-        "job_records_per_s": round(records_per_s(steady, wall["job"]), 1),
-    }
-    if variant is None:
-        out.update(
-            {
-                "read_s": round(wall["read"], 3),
-                "convert_s": round(max(0.0, wall["convert"] - wall["read"]), 3),
-                "write_s": round(max(0.0, wall["job"] - wall["convert"]), 3),
-                "read_records_per_s": round(records_per_s(steady, wall["read"]), 1),
-            }
-        )
-    else:
-        out["settings"] = settings
-    out["passes"] = {name: {"wall_s": round(w, 3), **metrics.get(name, {})} for name, w in wall.items()}
-    return out
-
-
-def run_spark_phases(
-    topic: str, expected: Mapping[int, int], max_records: int, variant: str | None = None
-) -> dict[str, Any]:
-    """`spark_phases` in a child process (its own JVM, gone afterwards); its JSON."""
-    import subprocess
-
-    command = [
-        sys.executable, "-m", "lagsched_dev.bench.consumer", "--spark-phases", topic,
-        "--expected", json.dumps(expected), "--max-records", str(max_records),
-        *(["--variant", variant] if variant else []),
-    ]  # fmt: skip
-    env = {
-        **os.environ,
-        "PYSPARK_PYTHON": sys.executable,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")])),
-    }
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800, check=False)  # noqa: S603
-    for line in done.stdout.splitlines():
-        if line.startswith("   "):
-            print(line, flush=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"spark phases failed ({done.returncode}): {done.stderr[-2000:]}")
-    # The last JSON object on stdout (libraries may log there too).
-    last = next(line for line in reversed(done.stdout.splitlines()) if line.startswith("{"))
-    result: dict[str, Any] = json.loads(last)
-    return result
 
 
 def _schema_matches(schema: Any) -> bool:

@@ -17,7 +17,8 @@ about a third of them.
   read with ``client.rack`` (fetch from follower, KIP-392); ``default`` = a contiguous third of the
   partitions (Kafka's range assignor) from the leaders. Two more variants say which half does
   what: ``follower_fetch_only`` (range split with ``client.rack``) and ``targets_only`` (rack
-  targets, no ``client.rack``).
+  targets, no ``client.rack``). ``slot_fetch_*``: ``rack_aware`` and ``default`` again through the
+  slots' own reader (a batch task's function, `lagsched.adapters.range_files.write_ranges`).
 
 Writes ``bench/results/rack.json``: ``{"produce_same_rack_share": {"rack_aware", "default"},
 "fetch_same_rack_share": {"rack_aware", "default", ...}, ...}``. Targets (issue 11): >= 0.95
@@ -231,67 +232,41 @@ def fetch(
     return FetchResult(rack, by_rack, records)
 
 
-def spark_fetch_bytes(spark: Any) -> dict[tuple[str, int], int]:
-    """Bytes each Kafka consumer in the Spark JVM received per broker: ``(client id, node id) -> bytes``.
+def slot_fetch(bootstrap: str, topic: str, rack: str, partitions: Sequence[int], *, client_rack: bool) -> FetchResult:
+    """As ``fetch``, through the slots' own reader: the task function of a batch
+    (``adapters.range_files.write_ranges``, with the slots' consumer settings and ``rack``), writing
+    the files to a scratch folder; bytes per broker from librdkafka's statistics of its consumer."""
+    import tempfile
 
-    Read from the Java consumers' own metrics (``consumer-node-metrics``, ``incoming-byte-total``)
-    in the JVM's platform MBean server: in local mode the executors' consumers live in the
-    driver's JVM. Bootstrap connections (negative node ids) carry metadata only and are left out.
-    The figures are cumulative and Spark pools its consumers: compare two snapshots.
-    """
-    jvm, gateway = spark._jvm, spark.sparkContext._gateway
-    server = jvm.java.lang.management.ManagementFactory.getPlatformMBeanServer()
-    # Through the public MBeanServer interface: py4j cannot call the JDK's internal server class.
-    api = jvm.java.lang.Class.forName("javax.management.MBeanServer")
-
-    def method(name: str, *types: str) -> Any:
-        array = gateway.new_array(jvm.java.lang.Class, len(types))
-        for i, t in enumerate(types):
-            array[i] = jvm.java.lang.Class.forName(t)
-        return api.getMethod(name, array)
-
-    def call(m: Any, *args: Any) -> Any:
-        array = gateway.new_array(jvm.java.lang.Object, len(args))
-        for i, a in enumerate(args):
-            array[i] = a
-        return m.invoke(server, array)
-
-    query = method("queryNames", "javax.management.ObjectName", "javax.management.QueryExp")
-    attribute = method("getAttribute", "javax.management.ObjectName", "java.lang.String")
-    pattern = jvm.javax.management.ObjectName("kafka.consumer:type=consumer-node-metrics,*")
-    out: dict[tuple[str, int], int] = {}
-    for name in call(query, pattern, None):
-        node = int(str(name.getKeyProperty("node-id")).removeprefix("node-"))
-        if node >= 0:
-            out[(str(name.getKeyProperty("client-id")), node)] = int(
-                float(call(attribute, name, "incoming-byte-total"))
-            )
-    return out
-
-
-def spark_fetch(
-    spark: Any, bootstrap: str, topic: str, rack: str, partitions: Sequence[int], *, client_rack: bool
-) -> FetchResult:
-    """As ``fetch``, through the slots' own reader (``adapters.spark.read_offset_ranges``), bytes per
-    broker from the Spark consumers' metrics (``spark_fetch_bytes``, before and after)."""
+    from confluent_kafka import Consumer
     from confluent_kafka.admin import AdminClient
 
     from lagsched.adapters.kafka_admin import broker_racks, read_offsets
-    from lagsched.adapters.spark import read_offset_ranges, with_client_rack
+    from lagsched.adapters.range_files import CREATED_SCHEMA, FileSettings, reader_config, write_ranges
     from lagsched.core.offsets import OffsetRange
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     racks = broker_racks(admin)
     ends = {o.partition: o.latest for o in read_offsets(admin, {topic: max(partitions) + 1})[topic]}
     ranges = [OffsetRange(topic, p, 0, ends[p]) for p in partitions if ends[p] > 0]
-    config = with_client_rack({"bootstrap.servers": bootstrap}, rack if client_rack else None)
-    before = spark_fetch_bytes(spark)
-    records = int(read_offset_ranges(spark, config, ranges).count())
+    stats: list[dict[str, Any]] = []
+
+    def consumer(config: Mapping[str, Any]) -> Any:
+        return Consumer({**config, "statistics.interval.ms": 200, "stats_cb": lambda r: stats.append(json.loads(r))})
+
+    config = reader_config({"bootstrap.servers": bootstrap}, rack if client_rack else None)
+    with tempfile.TemporaryDirectory(prefix="lagsched-rack-") as folder:
+        settings = FileSettings.of(Path(folder).as_uri(), CREATED_SCHEMA, {})
+        result = write_ranges(ranges, config, settings, consumer_factory=consumer)
+    if result.error is not None:
+        raise RuntimeError(f"the slots' reader in rack {rack} failed: {result.error}")
     by_rack: dict[str, int] = {}
-    for key, total in spark_fetch_bytes(spark).items():
-        name = racks.get(key[1]) or "?"
-        by_rack[name] = by_rack.get(name, 0) + total - before.get(key, 0)
-    return FetchResult(rack, by_rack, records)
+    for broker in (stats[-1] if stats else {}).get("brokers", {}).values():
+        node = int(broker.get("nodeid", -1))
+        if node >= 0:  # not the bootstrap connections (metadata only)
+            name = racks.get(node) or "?"
+            by_rack[name] = by_rack.get(name, 0) + int(broker.get("rxbytes", 0))
+    return FetchResult(rack, by_rack, sum(result.records.values()))
 
 
 def fetch_share(results: Sequence[FetchResult]) -> float:
@@ -299,7 +274,7 @@ def fetch_share(results: Sequence[FetchResult]) -> float:
     return sum(r.same_rack_bytes for r in results) / total if total else 0.0
 
 
-def run(bootstrap: str, partitions: int, records: int, *, spark: Any = None) -> dict[str, Any]:
+def run(bootstrap: str, partitions: int, records: int) -> dict[str, Any]:
     topic = create_topic(bootstrap, partitions)
     try:
         leaders = current_leader_racks(bootstrap, topic)
@@ -324,15 +299,13 @@ def run(bootstrap: str, partitions: int, records: int, *, spark: Any = None) -> 
                 fetch(bootstrap, topic, rack, splits[split][rack], client_rack=client_rack) for rack in RACKS
             ]
             print(f"   fetch   {name:<20}: {fetch_share(fetched[name]):.3f} same-rack bytes")
-        spark_fetched: dict[str, list[FetchResult]] = {}
-        if spark is not None:
-            for name in ("rack_aware", "default"):
-                split, client_rack = variants[name]
-                spark_fetched[name] = [
-                    spark_fetch(spark, bootstrap, topic, rack, splits[split][rack], client_rack=client_rack)
-                    for rack in RACKS
-                ]
-                print(f"   spark   {name:<20}: {fetch_share(spark_fetched[name]):.3f} same-rack bytes")
+        slot_fetched: dict[str, list[FetchResult]] = {}
+        for name in ("rack_aware", "default"):
+            split, client_rack = variants[name]
+            slot_fetched[name] = [
+                slot_fetch(bootstrap, topic, rack, splits[split][rack], client_rack=client_rack) for rack in RACKS
+            ]
+            print(f"   slots   {name:<20}: {fetch_share(slot_fetched[name]):.3f} same-rack bytes")
 
         def produce_share(rs: list[ProduceResult]) -> float:
             return sum(r.same_rack for r in rs) / sum(r.delivered for r in rs)
@@ -345,15 +318,14 @@ def run(bootstrap: str, partitions: int, records: int, *, spark: Any = None) -> 
             "records_per_producer": records,
             "producers": len(RACKS) * 2,
             "fetch_bytes": {m: {r.rack: r.bytes_by_rack for r in rs} for m, rs in fetched.items()},
-            # The slots' own reader (Spark's Kafka source, Java consumers), when measured.
-            "spark_fetch_same_rack_share": {m: round(fetch_share(rs), 4) for m, rs in spark_fetched.items()},
-            "spark_fetch_bytes": {m: {r.rack: r.bytes_by_rack for r in rs} for m, rs in spark_fetched.items()},
+            # The slots' own reader (a batch task's function and consumer settings).
+            "slot_fetch_same_rack_share": {m: round(fetch_share(rs), 4) for m, rs in slot_fetched.items()},
+            "slot_fetch_bytes": {m: {r.rack: r.bytes_by_rack for r in rs} for m, rs in slot_fetched.items()},
             "method": (
                 "produce: delivery reports, partition leader rack == producer rack; fetch: librdkafka "
                 "statistics rxbytes per broker, broker rack == consumer rack; rack_aware fetch = rack targets "
-                "+ client.rack (RackAwareReplicaSelector), default = range split from leaders; spark: the same "
-                "reads through adapters.spark.read_offset_ranges, bytes per broker from the Java consumers' "
-                "consumer-node-metrics incoming-byte-total"
+                "+ client.rack (RackAwareReplicaSelector), default = range split from leaders; slots: the same "
+                "reads through the slots' task function (adapters.range_files.write_ranges), librdkafka rxbytes"
             ),
         }
     finally:
@@ -365,7 +337,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=120)
     parser.add_argument("--records", type=int, default=20_000, help="records per producer (default: %(default)s)")
     parser.add_argument("--out", default=DEFAULT_OUT)
-    parser.add_argument("--no-spark", action="store_true", help="skip the Spark reader's measurement")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     from lagsched_dev.stack import kafka_cluster
@@ -374,22 +345,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = load()
     was_up = all(s.healthy for s in kafka_cluster.status(cfg))
     kafka_cluster.up(cfg)
-    session = None
     try:
         started = time.monotonic()
-        if not args.no_spark:
-            from lagsched.adapters.spark import session as spark_session
-            from lagsched_dev.stack.environment import spark_jars
-
-            os.environ.setdefault("LAGSCHED_SPARK_JARS", ",".join(str(p) for p in spark_jars(cfg)))
-            session = spark_session(
-                "lagsched-bench-rack", master="local[1]", conf={"spark.ui.showConsoleProgress": "false"}
-            )
-        result = run(cfg.kafka_rack_bootstrap, args.partitions, args.records, spark=session)
+        result = run(cfg.kafka_rack_bootstrap, args.partitions, args.records)
         result["elapsed_s"] = round(time.monotonic() - started, 1)
     finally:
-        if session is not None:
-            session.stop()
         if not was_up and not os.environ.get("LAGSCHED_KEEP_STACK"):
             kafka_cluster.down(cfg)
     out = Path(args.out)

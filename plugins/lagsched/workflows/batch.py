@@ -1,0 +1,363 @@
+"""One batch of a slot, the driver's side: plan, mark, record, write, commit, offsets (docs/lake.md).
+
+`Batches.plan` reads the claimed partitions' log start and last stable offset (LSO) and plans each
+(`lagsched.core.batches.plan_partition`): reads are read committed, so a batch never ends past the
+LSO and an open transaction holds its own partition there, not the others; the rate cap
+(``max_rate``) cuts the new reads to its budget. `Batches.run` then lands the plan exactly once:
+
+1. **mark**: the table's current snapshot (`IcebergSink.mark`), before anything is recorded;
+2. **record**: retention gaps (`adapters.gaps`), and each range under its claim's epoch
+   (`ClaimStore.begin_batch`, fenced: only while this slot holds the row);
+3. **write**: Spark tasks read the ranges from Kafka and write the data files
+   (`adapters.range_files.RangeWriter`); a redone range the table already holds is skipped
+   (`IcebergSink.present`);
+4. **commit** the files in one snapshot that records the ranges, refused if another holder
+   committed them since the mark (`IcebergSink.commit`, `SinkConflictError`);
+5. **offsets**: each partition's new offset under the epoch (`ClaimStore.commit_offset`), which
+   also clears its recorded range; then mirrored into the Kafka consumer group (`OffsetMirror`).
+
+No offset moves before its records are in the table; a crash anywhere leaves the range recorded
+for whoever holds the row next. This module knows nothing of the live set, standby or budgets:
+that is the slot's life (`workflows.slot`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from lagsched.adapters.claims import ClaimStore
+from lagsched.adapters.gaps import RetentionGap, record_gap
+from lagsched.adapters.kafka_admin import MIRROR_BACKOFFS_S, kafka_topic_ids, mirror_group_offsets, read_offsets
+from lagsched.adapters.range_files import RangeWriter
+from lagsched.adapters.sink import BatchRead, IcebergSink, SinkConflictError
+from lagsched.core.batches import OffsetAheadError, PartitionPlan, fair_shares, next_batch_at, plan_partition
+from lagsched.core.claims import Claim, ClaimLostError
+from lagsched.core.errors import KafkaOffsetsError, LagschedError
+from lagsched.core.offsets import OffsetRange
+from lagsched.core.registry import TopicRow
+from lagsched.workflows.slot_settings import ConsumerSettings
+
+__all__ = ["BatchPlan", "BatchResult", "BatchWrite", "Batches", "OffsetMirror", "write_batch"]
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, int]
+
+
+@dataclass
+class BatchPlan:
+    """What the next batch reads from each held partition (``plans``), with the claims it holds."""
+
+    plans: dict[Key, PartitionPlan]
+    claims: dict[Key, Claim]
+    #: Held partitions not planned because something is wrong with them (never "caught up").
+    skipped: int = 0
+    #: The rate cap cut the reads short: the batch is as large as the cap lets it be, so it is due
+    #: by size whatever ``min_records`` says (the cap's pacing decides when it starts).
+    full: bool = False
+
+
+@dataclass(slots=True)
+class BatchResult:
+    """What one batch did: whether it landed (the table refused it, or it did), its rows, and the
+    claims found lost on the way."""
+
+    landed: bool = False
+    records: int = 0
+    lost: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchWrite:
+    """Steps 3 and 4 of a batch (`write_batch`).
+
+    Attributes:
+        files: data files committed.
+        already_there: redone ranges found in the table already (committed by an earlier holder).
+        write_s: the tasks' read from Kafka and write of the data files.
+        commit_s: the table commit (footers and conflict check included).
+        snapshot_id: the snapshot of the commit, or None when nothing was committed.
+        records: rows committed.
+    """
+
+    files: int
+    already_there: int
+    write_s: float
+    commit_s: float
+    snapshot_id: int | None = None
+    records: int = 0
+
+
+def write_batch(sink: IcebergSink, writer: RangeWriter, reads: Sequence[BatchRead], since: int | None) -> BatchWrite:
+    """Write ``reads`` and commit them in one snapshot as of mark ``since`` (steps 3 and 4).
+
+    A redone range the table already holds (as of ``since``) is not written again. A range whose
+    records are all aborted or compacted away writes no file; a batch of only such ranges commits
+    nothing, and its offsets still move.
+
+    Raises:
+        SinkConflictError: another holder committed records of these ranges since ``since``;
+            nothing of this batch was committed (its files are deleted).
+        KafkaOffsetsError: Kafka stopped answering during the read (a slot rides that through).
+        LagschedError: a task failed otherwise; nothing was committed or left behind.
+    """
+    todo = [r for r in reads if r.batch[1] > r.read_start]
+    present = sink.present([r for r in todo if r.redo], since)
+    if present:
+        log.info(
+            "%d redone range(s) were committed to %s already (by an earlier holder): committing only the offsets",
+            len(present), sink.lake.identifier,
+        )  # fmt: skip
+    todo = [r for r in todo if (r.topic, r.partition) not in present]
+    if not todo:
+        return BatchWrite(0, len(present), 0.0, 0.0)
+    started = time.monotonic()
+    ranges = [OffsetRange(r.topic, r.partition, r.read_start, r.batch[1]) for r in todo]
+    files = writer.write(ranges, sink.file_settings())
+    written = time.monotonic() - started
+    if not files:
+        return BatchWrite(0, len(present), written, 0.0)
+    commit = sink.commit(files, {(r.topic, r.partition): r.batch for r in todo}, since)
+    return BatchWrite(commit.files, len(present), written, commit.seconds, commit.snapshot_id, commit.records)
+
+
+class OffsetMirror:
+    """Copies committed offsets into the Kafka consumer group ``group`` for tools that read it.
+
+    The claim table holds the offsets; a mirror that fails is only kept and sent with the next
+    offsets, when idle and at the end of the run, since a partition that gets no more records would
+    otherwise keep a stale mirror for good. ``group`` None: no mirror.
+    """
+
+    def __init__(self, admin: Any, group: str | None) -> None:
+        self._admin, self._group = admin, group
+        self._unmirrored: dict[Key, int] = {}
+
+    def send(self, committed: Mapping[Key, int], *, retry: bool = True) -> None:
+        """Copy ``committed`` and whatever an earlier mirror failed to send (one try if not ``retry``)."""
+        if self._group is None:
+            return
+        self._unmirrored.update(committed)  # a later commit of a partition replaces an unsent one
+        if not self._unmirrored:
+            return
+        try:
+            mirror_group_offsets(
+                self._admin, self._group, self._unmirrored, backoffs_s=MIRROR_BACKOFFS_S if retry else ()
+            )
+        except KafkaOffsetsError as exc:
+            log.warning("%s (the claim table has the offsets; the mirror is tried again)", exc)
+            return
+        self._unmirrored.clear()
+
+
+class Batches:
+    """Plans and runs a slot's batches (see the module doc); one per slot run."""
+
+    def __init__(
+        self,
+        settings: ConsumerSettings,
+        *,
+        conn: Any,
+        store: ClaimStore,
+        admin: Any,
+        sink: IcebergSink,
+        writer: RangeWriter,
+        mirror: OffsetMirror,
+        stats: IO[str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], Any],
+    ) -> None:
+        self.s = settings
+        self.conn, self.store, self.admin = conn, store, admin
+        self.sink, self.writer, self.mirror = sink, writer, mirror
+        self.stats, self.clock, self.wall_clock = stats, clock, wall_clock
+        #: When the rate cap (``max_rate``) lets the next batch start.
+        self.rate_ready_at = float("-inf")
+        self._said: set[tuple[str, str | None, str]] = set()  # topic id mismatches already logged
+        self._count = 0
+
+    # ------------------------------------------------------------------ planning
+
+    def plan(self, held: Sequence[Claim], topics: Mapping[str, TopicRow]) -> BatchPlan:
+        """The next batch of the ``held`` rows, from their stored offsets and Kafka's offsets now."""
+        if not held:
+            return BatchPlan({}, {})
+        pending = self.store.pending(self.s.slot_id)
+        counts = {topics[c.topic_id].name: topics[c.topic_id].partition_count for c in held}
+        try:
+            ids = kafka_topic_ids(self.admin, counts)
+            for name in list(counts):
+                row = next(t for t in topics.values() if t.name == name)
+                if row.kafka_topic_id is not None and ids.get(name) != row.kafka_topic_id:
+                    del counts[name]
+                    mismatch = (name, ids.get(name), row.kafka_topic_id)
+                    if mismatch in self._said:
+                        continue
+                    self._said.add(mismatch)
+                    log.error(
+                        "topic %s: Kafka's topic id is %s, the registry's %s: it was deleted or re-created; "
+                        "not reading it until the topic sync registers the new one",
+                        name, ids.get(name), row.kafka_topic_id,
+                    )  # fmt: skip
+            broker = read_offsets(self.admin, counts)
+        except KafkaOffsetsError as exc:
+            raise LagschedError(f"Kafka did not report the claimed partitions' offsets: {exc}") from exc
+        offsets = {(o.topic, o.partition): o for per_topic in broker.values() for o in per_topic}
+        plans: dict[Key, PartitionPlan] = {}
+        replan: dict[Key, Callable[..., Any]] = {}
+        skipped = 0
+        for c in held:
+            name = topics[c.topic_id].name
+            if name not in counts:
+                skipped += 1
+                continue  # its topic id did not match: said above
+            o = offsets.get((name, c.partition_id))
+            if o is None:
+                log.warning("%s[%d] is claimed but the broker does not report it; skipped", name, c.partition_id)
+                skipped += 1
+                continue
+            plan_for = functools.partial(
+                plan_partition,
+                committed=c.committed_offset,
+                pending=pending.get(c.key),
+                log_start=o.log_start,
+                latest=o.latest,
+                start_from=self.s.start_from,
+                high_watermark=o.high_watermark,
+            )
+            try:
+                plan = plan_for(max_records=self.s.max_records)
+            except OffsetAheadError as exc:
+                log.error("%s[%d] skipped: %s", name, c.partition_id, exc)
+                skipped += 1
+                continue
+            if plan is not None:
+                plans[c.key] = plan
+                replan[c.key] = plan_for
+        full = self._cap(plans, replan)
+        return BatchPlan(plans, {c.key: c for c in held}, skipped, full)
+
+    def _cap(self, plans: dict[Key, PartitionPlan], replan: Mapping[Key, Callable[..., Any]]) -> bool:
+        """Cut ``plans`` to the rate cap: new reads of at most ``max_rate x max(min_interval_s, 1)``
+        records together, shared fairly (`fair_shares`); redos keep their recorded ranges. True if
+        the cap cut anything."""
+        if self.s.max_rate is None:
+            return False
+        budget = math.floor(self.s.max_rate * max(self.s.min_interval_s, 1.0))
+        waiting = {k: p.records for k, p in plans.items() if p.reads and not p.redo}
+        if sum(waiting.values()) <= budget:
+            return False
+        for key, share in fair_shares(waiting, budget).items():
+            if share < waiting[key]:
+                plans[key] = replan[key](max_records=share)
+        return True
+
+    # ------------------------------------------------------------------ one batch
+
+    def run(self, batch: BatchPlan, topics: Mapping[str, TopicRow]) -> BatchResult:
+        """Land ``batch`` exactly once (the module doc's five steps)."""
+        t0 = self.clock()
+        slot = self.s.slot_id
+        result = BatchResult()
+        reads: list[BatchRead] = []
+        started: dict[Key, Claim] = {}
+        since = self.sink.mark()  # 1. before any range is recorded (docs/lake.md, "Exactly once")
+        for key, plan in sorted(batch.plans.items()):  # 2. record
+            claim = batch.claims[key]
+            name = topics[key[0]].name
+            if plan.gap is not None:
+                gap = RetentionGap(key[0], key[1], plan.gap.start, plan.gap.end)
+                if record_gap(self.conn, gap, slot):
+                    log.error(
+                        "RETENTION GAP: %s[%d] offsets [%d, %d) (%d records) were deleted before they were "
+                        "consumed; recorded in retention_gaps; reading on at %d",
+                        name, key[1], gap.from_offset, gap.to_offset, gap.records, plan.read_start,
+                    )  # fmt: skip
+            if plan.batch is None:
+                started[key] = claim
+                continue
+            try:
+                started[key] = self.store.begin_batch(slot, claim, *plan.batch)
+            except ClaimLostError as exc:
+                self._lost(result, exc)
+                continue
+            reads.append(BatchRead(name, key[1], plan.batch, plan.read_start, redo=plan.redo))
+        t_read = self.clock()
+        try:
+            wrote = write_batch(self.sink, self.writer, reads, since)  # 3. write, 4. commit
+        except SinkConflictError as exc:
+            self._conflict(result, exc, started)
+            return result
+        t_written = self.clock()
+        committed: dict[Key, int] = {}
+        offsets = 0
+        for key, claim in started.items():  # 5. offsets
+            plan = batch.plans[key]
+            try:
+                self.store.commit_offset(slot, claim, plan.commit_to)
+            except ClaimLostError as exc:
+                self._lost(result, exc)
+                continue
+            committed[(topics[key[0]].name, key[1])] = plan.commit_to
+            offsets += plan.records
+        t_committed = self.clock()
+        self.rate_ready_at = next_batch_at(t0, offsets, max_rate=self.s.max_rate)
+        self.mirror.send(committed)
+        # Records are what the table received: a range's offsets also cover transaction markers,
+        # aborted records and compacted-away records, none of which is a record of the lake.
+        result.landed, result.records = True, wrote.records
+        self._count += 1
+        done = self.clock()
+        log.info(
+            "batch %d: %d records of %d partition(s) in %.2f s (read+write %.2f s, table commit %.2f s, "
+            "%d file(s) in snapshot %s, %d range(s) already in the table)",
+            self._count, wrote.records, len(reads), done - t0, wrote.write_s, wrote.commit_s,
+            wrote.files, wrote.snapshot_id, wrote.already_there,
+        )  # fmt: skip
+        self._emit(
+            {
+                "event": "batch",
+                "n": self._count,
+                "records": wrote.records,
+                "offsets": offsets,
+                "partitions": len(reads),
+                "read_s": round(wrote.write_s, 4),
+                "table_commit_s": round(wrote.commit_s, 4),
+                "files": wrote.files,
+                "snapshot_id": wrote.snapshot_id,
+                "already_there": wrote.already_there,
+                "plan_s": round(t_read - t0, 4),
+                "commit_s": round(t_committed - t_written, 4),
+                "wall_s": round(done - t0, 4),
+                "t_end": self.wall_clock().timestamp(),
+            }
+        )
+        return result
+
+    def _conflict(self, result: BatchResult, exc: SinkConflictError, started: Mapping[Key, Claim]) -> None:
+        """The table refused the batch: another holder committed its ranges. Rows this slot no longer
+        holds are lost claims (it was stale); rows it still holds are redone at the next boundary."""
+        held = {c.key for c in self.store.held(self.s.slot_id)}
+        lost = sorted(key for key in started if key not in held)
+        log.warning("%s; %d of its %d partition(s) are no longer this slot's", exc, len(lost), len(started))
+        for key in lost:
+            result.lost.append(
+                f"{key[0]}[{key[1]}]: another holder committed its recorded range to the table and took the row"
+            )
+        self._emit({"event": "conflict", "partitions": len(started), "lost": len(lost)})
+
+    def _lost(self, result: BatchResult, exc: ClaimLostError) -> None:
+        log.error("%s", exc)
+        result.lost.append(str(exc))
+
+    def _emit(self, record: Mapping[str, Any]) -> None:
+        if self.stats is not None:
+            self.stats.write(json.dumps({**record, "slot": self.s.slot_id}) + "\n")
+            self.stats.flush()

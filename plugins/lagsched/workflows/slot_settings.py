@@ -1,0 +1,84 @@
+"""A slot run's settings: the consume job's command line, as the slot's life and its batches read them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lagsched.core.batches import StartFrom
+
+__all__ = ["ConsumerSettings"]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerSettings:
+    """A run's knobs (the job's command line; docs/consumer.md explains each)."""
+
+    slot_id: str
+    #: The registry cluster (``topics.cluster``); the DAGs' default is the Kafka Connection id.
+    cluster: str = "lagsched_kafka"
+    budget_s: float = 3600.0
+    max_records: int = 100_000
+    min_interval_s: float = 5.0
+    min_records: int = 10_000
+    lease_s: float = 60.0
+    heartbeat_s: float = 5.0
+    group: str | None = None
+    exit_when_idle: bool = False
+    start_from: StartFrom = StartFrom.EARLIEST
+    #: How long a wait between batches sleeps at most before looking again.
+    poll_s: float = 1.0
+    #: The slot's rack (availability zone, as brokers name theirs in ``broker.rack``); None: none.
+    #: It makes the slot prefer partitions led from its rack and fetch from same-rack replicas.
+    rack: str | None = None
+    #: The slot's number among its cluster's slots (``<cluster>-slot-<n>``) and the cluster's
+    #: ``max_slots``: slot n leaves at a batch boundary once the cluster needs fewer than n slots
+    #: (a scale-down). None (a slot started by hand): it leaves only when it owns nothing.
+    slot_number: int | None = None
+    max_slots: int | None = None
+    #: With ``slot_number``: a slot numbered at most this many above the need (and within
+    #: ``max_slots``) stands by instead of leaving: Spark up, nothing claimed, not in the live set,
+    #: and it joins as soon as the need reaches its number (the cluster's ``standby_slots``).
+    standby_slots: int = 0
+    #: How long a slot rides through an outage of Kafka, MySQL or Redis (waiting with backoff)
+    #: before it ends the run with exit 1 (`lagsched.core.outage`); None: ``lease_s``, past which
+    #: its rows may have failed over to other slots anyway.
+    outage_s: float | None = None
+    #: Records/s the slot reads at most (the cluster's ``slot_max_rate``); None: as fast as it can.
+    #: Batches then hold at most ``max_rate x max(min_interval_s, 1)`` records and start no sooner
+    #: than their predecessor's records allow at that rate (`lagsched.core.batches.next_batch_at`).
+    max_rate: float | None = None
+
+    def __post_init__(self) -> None:
+        checks = {
+            "budget_s": self.budget_s > 0,
+            "max_records": self.max_records >= 1,
+            "min_interval_s": self.min_interval_s >= 0,
+            "min_records": self.min_records >= 1,
+            "heartbeat_s": self.heartbeat_s > 0,
+            # A lease must outlive a few missed heartbeats' worth of renewals.
+            "lease_s": self.lease_s >= 3 * self.heartbeat_s,
+            "poll_s": self.poll_s > 0,
+            "rack": self.rack is None or bool(self.rack.strip()),
+            "slot_number": self.slot_number is None or self.slot_number >= 1,
+            "max_slots": self.max_slots is None or self.max_slots >= 1,
+            "standby_slots": self.standby_slots >= 0,
+            "outage_s": self.outage_s is None or self.outage_s >= 0,
+            "max_rate": self.max_rate is None or self.max_rate > 0,
+        }
+        bad = [k for k, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(
+                "invalid consumer settings: "
+                + ", ".join(f"{k}={getattr(self, k)!r}" for k in bad)
+                + " (lease_s must be at least 3 x heartbeat_s)"
+            )
+
+    @property
+    def slot_timeout_s(self) -> float:
+        """A slot silent this long is dead to the others: three missed heartbeats."""
+        return 3 * self.heartbeat_s
+
+    @property
+    def outage_bound_s(self) -> float:
+        """How long an outage is ridden through: ``outage_s``, else the lease."""
+        return self.lease_s if self.outage_s is None else self.outage_s
