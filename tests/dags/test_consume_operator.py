@@ -165,7 +165,7 @@ def test_slot_consumes_then_stops_gracefully_on_kill(
     again = LagschedSparkSubmitOperator(
         task_id="consume-again",
         application=str(JOB),
-        application_args=["--slot", name, "--cluster", cluster, "--exit-when-idle", "--warm-up-rows", "0",
+        application_args=["--slot", name, "--cluster", cluster, "--exit-when-idle",
                           "--warehouse", f"file://{tmp_path}"],
         conf={"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"},
     )  # fmt: skip

@@ -5,7 +5,7 @@ Run from the repository root, with the stack up::
     PYTHONPATH=plugins python -m lagsched_dev.bench slot_start
 
 Each draw runs `LagschedSparkSubmitOperator` as a consume task does, for a slot of a topic with
-nothing to read (``--exit-when-idle``, no warm-up): spark-submit, Spark's start, the claim, and the
+nothing to read (``--exit-when-idle``): spark-submit, Spark's start, the claim, and the
 exit; what a slot's start costs before its first batch, with nothing else in it. The variants
 alternate (``LAGSCHED_BENCH_SLOT_START_DRAWS`` draws each, default 4) after one unreported run that
 records the archive (its cold start is reported apart, ``recording``). Reports each variant's
@@ -83,7 +83,7 @@ def run_slot(cluster: str, warehouse: str, *, class_archive: bool) -> tuple[floa
         application=CONSUME_JOB,
         class_archive=class_archive,
         application_args=["--slot", f"{cluster}-slot-1", "--cluster", cluster, "--exit-when-idle",
-                          "--warm-up-rows", "0", "--warehouse", warehouse],
+                          "--warehouse", warehouse],
     )  # fmt: skip
     wall, cpu = time.monotonic(), busy_core_s()
     op.execute({})
