@@ -242,6 +242,7 @@ class IcebergSink:
         self._java = _JavaClasses(jvm)
         self._read_options: Any = None
         self._spec_checked: int | None = None
+        self._loaded: Any = None
         ensure_table(spark, lake)
 
     @property
@@ -249,11 +250,19 @@ class IcebergSink:
         return self._lake
 
     def _table(self) -> Any:
-        table = self._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-            self._spark._jsparkSession, self._lake.identifier
-        )
-        table.refresh()
-        return table
+        """The table as the catalog has it now.
+
+        Loaded once, then refreshed: a refresh reads the metadata location from the catalog's row
+        and parses the metadata file only when it moved (another slot's commit). Loading it anew
+        parsed the whole metadata file (every snapshot since the last expiry) each time, three
+        times a batch.
+        """
+        if self._loaded is None:
+            self._loaded = self._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+                self._spark._jsparkSession, self._lake.identifier
+            )
+        self._loaded.refresh()
+        return self._loaded
 
     def mark(self) -> int | None:
         """The table's current snapshot id (None while empty): take it before ``begin_batch``."""

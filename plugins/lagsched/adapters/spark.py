@@ -46,6 +46,13 @@ def session(app_name: str, *, master: str | None = "local[2]", conf: Mapping[str
         builder.config("spark.jars", ",".join(lake_jars()))
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.enabled", "false")
+        # Spark keeps every job, stage and task of the application in its status store, UI or not,
+        # up to these bounds (defaults 1,000 jobs and stages): a slot runs a job per batch for an
+        # hour, and nothing reads their history.
+        .config("spark.ui.retainedJobs", "50")
+        .config("spark.ui.retainedStages", "50")
+        .config("spark.ui.retainedTasks", "2000")
+        .config("spark.sql.ui.retainedExecutions", "50")
         # Timestamps are read and hour partitions computed in UTC, whatever the hosts' zones.
         .config("spark.sql.session.timeZone", "UTC")
         # Parquet timestamps as plain INT64 micros (INT96 is deprecated; every reader knows micros).
