@@ -90,6 +90,11 @@ READER_CONFIG: Mapping[str, Any] = {
 }
 #: Reader tuning, under the Connection's extra (a deployment may set its own).
 READER_DEFAULTS: Mapping[str, Any] = {
+    # librdkafka pre-fetches up to this many records a partition; its default (100,000, a whole
+    # batch's range) fetched 22-30% more records than 100,000-record ranges hold, every one parsed
+    # and thrown away, and cost 3.2-4.2 us a record in all against 2.5-3.4 us at 20,000 (2.5% more
+    # fetched); 10,000 idled the fetcher.
+    "queued.min.messages": 20_000,
     # librdkafka 2.x backs off this long when its pre-fetch queue is full; the default (1 s) idles
     # the fetcher long after the task has drained the queue.
     "fetch.queue.backoff.ms": 10,

@@ -14,6 +14,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("lagsched_dev.bench.claims", []),
     ("lagsched_dev.bench.lag", []),
     ("lagsched_dev.bench.consumer", []),
+    ("lagsched_dev.bench.long_slot", []),
     ("lagsched_dev.bench.sink", []),
     ("lagsched_dev.bench.slot_start", []),
     # Through Airflow (started with the stack if not running); the consume DAG must be paused.

@@ -270,9 +270,12 @@ def spark_figures(stats: SparkStats, warmup_s: float = 0.0) -> dict[str, Any]:
     }
 
 
-#: Targets of issue 16: the production slot's steady state at least 1.2x the tuned Python
-#: consumer, and a new slot's first batch at least half the steady rate.
-TARGET_RATIO = 1.2
+#: Targets of issue 31: the production slot's steady state at least as fast as the tuned Python
+#: consumer (1.2x is the aim: the slot has both cores, the raw consumer is one process) on at most
+#: 1.3x its CPU per record; and (issue 16) a new slot's first batch at least half the steady rate.
+TARGET_RATIO = 1.0
+TARGET_RATIO_AIM = 1.2
+TARGET_CPU_VS_RAW = 1.3
 TARGET_FIRST_BATCH_SHARE = 0.5
 
 
@@ -285,20 +288,28 @@ def summarize(records: int, runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     so the top-level ratio and ``spark_vs_perf_test`` are their quotients.
     ``spark_first_batch_records_per_s`` is the lowest and ``spark_startup_s`` the highest over the
     runs; ``first_batch_vs_steady`` is the lowest first batch over the lowest steady rate.
+    ``job_cpu_us_per_record`` (the job's whole process tree in its steady window) and
+    ``raw_cpu_us_per_record`` (the raw consumer's process over its run) are the worst run's, and
+    ``cpu_vs_raw`` their quotient (issue 31: at most 1.3).
 
     >>> runs = [
     ...     {"partitions": 4, "draw": 1, "spark": {"records_per_s": 300.0, "first_batch_records_per_s": 100.0,
-    ...      "startup_s": 9.0}, "raw": {"records_per_s": 200.0}, "perf": {"records_per_s": 900.0}},
+    ...      "startup_s": 9.0, "steady_job_cpu_us_per_record": 3.0}, "raw": {"records_per_s": 200.0,
+    ...      "cpu": {"reader_cpu_us_per_record": 3.2}}, "perf": {"records_per_s": 900.0}},
     ...     {"partitions": 12, "draw": 1, "spark": {"records_per_s": 250.0, "first_batch_records_per_s": 120.0,
-    ...      "startup_s": 8.0}, "raw": {"records_per_s": 250.0}, "perf": {"records_per_s": 800.0}},
+    ...      "startup_s": 8.0, "steady_job_cpu_us_per_record": 4.2}, "raw": {"records_per_s": 250.0,
+    ...      "cpu": {"reader_cpu_us_per_record": 3.0}}, "perf": {"records_per_s": 800.0}},
     ... ]
     >>> s = summarize(1000, runs)
     >>> (s["ratio"], s["spark_records_per_s"], s["raw_records_per_s"], s["worst_run"])
     (1.0, 250.0, 250.0, {'partitions': 12, 'draw': 1})
+    >>> (s["job_cpu_us_per_record"], s["raw_cpu_us_per_record"], s["cpu_vs_raw"])
+    (4.2, 3.0, 1.4)
     >>> (s["spark_first_batch_records_per_s"], s["spark_startup_s"], s["spark_vs_perf_test"])
     (100.0, 9.0, 0.312)
-    >>> s["target"]
-    {'ratio': 1.2, 'ratio_met': False, 'first_batch_vs_steady': 0.5, 'first_batch_met': False}
+    >>> s["target"]  # doctest: +NORMALIZE_WHITESPACE
+    {'ratio': 1.0, 'ratio_aim': 1.2, 'ratio_met': True, 'cpu_vs_raw': 1.3, 'cpu_met': False,
+     'first_batch_vs_steady': 0.5, 'first_batch_met': False}
     """
     if not runs:
         raise ValueError("no runs to summarize")
@@ -322,6 +333,9 @@ def summarize(records: int, runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     first = min(float(r["spark"]["first_batch_records_per_s"]) for r in runs)
     slowest = min(float(r["spark"]["records_per_s"]) for r in runs)
     first_share = first / slowest if slowest > 0 else 0.0
+    job_cpu = float(worst["spark"].get("steady_job_cpu_us_per_record", 0.0))
+    raw_cpu = float(worst["raw"].get("cpu", {}).get("reader_cpu_us_per_record", 0.0))
+    cpu_vs_raw = job_cpu / raw_cpu if raw_cpu > 0 else 0.0
     return {
         "records": records,
         "spark_records_per_s": round(spark, 1),
@@ -332,6 +346,9 @@ def summarize(records: int, runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "spark_startup_s": round(max(float(r["spark"]["startup_s"]) for r in runs), 3),
         "spark_vs_perf_test": round(spark / perf, 3) if perf > 0 else 0.0,
         "first_batch_vs_steady": round(first_share, 3),
+        "job_cpu_us_per_record": round(job_cpu, 2),
+        "raw_cpu_us_per_record": round(raw_cpu, 2),
+        "cpu_vs_raw": round(cpu_vs_raw, 3),
         "worst_run": {"partitions": worst["partitions"], "draw": worst["draw"]},
         "spread": {
             "ratio": spread(ratio),
@@ -342,7 +359,10 @@ def summarize(records: int, runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         },
         "target": {
             "ratio": TARGET_RATIO,
+            "ratio_aim": TARGET_RATIO_AIM,
             "ratio_met": ratio(worst) >= TARGET_RATIO,
+            "cpu_vs_raw": TARGET_CPU_VS_RAW,
+            "cpu_met": 0 < cpu_vs_raw <= TARGET_CPU_VS_RAW,
             "first_batch_vs_steady": TARGET_FIRST_BATCH_SHARE,
             "first_batch_met": first_share >= TARGET_FIRST_BATCH_SHARE,
         },
@@ -464,7 +484,7 @@ def tree_cpu(root: int) -> dict[str, float]:
         if names.get(pid, "") != "java":
             st = _proc_stat(Path(f"/proc/{pid}/stat"))
             if st is not None:
-                group = "job's python (driver)" if st[0].startswith("python") else "other processes"
+                group = _python_group(pid) if st[0].startswith("python") else "other processes"
                 out[group] = out.get(group, 0.0) + st[2]
             continue
         for task in Path(f"/proc/{pid}/task").glob("*"):
@@ -472,6 +492,16 @@ def tree_cpu(root: int) -> dict[str, float]:
                 group = thread_group(st[0])
                 out[group] = out.get(group, 0.0) + st[2]
     return out
+
+
+def _python_group(pid: int) -> str:
+    """A Python process of the job: PySpark's workers (the batch tasks: reading Kafka, writing Parquet,
+    forked from ``pyspark.daemon``) or the job's driver."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "job's python (driver)"
+    return "python workers (tasks)" if b"pyspark.daemon" in cmdline else "job's python (driver)"
 
 
 class CpuSampler:
@@ -748,6 +778,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         Path(args.out).write_text(json.dumps(figures, indent=2) + "\n")
         target = figures["target"]
         print(f"target ratio >= {TARGET_RATIO}: {'met' if target['ratio_met'] else 'NOT met'}")
+        print(f"target CPU per record <= {TARGET_CPU_VS_RAW} x raw: {'met' if target['cpu_met'] else 'NOT met'}")
         first = "met" if target["first_batch_met"] else "NOT met"
         print(f"target first batch >= {TARGET_FIRST_BATCH_SHARE} x steady: {first}")
     return 0

@@ -1,0 +1,493 @@
+"""A long-lived slot: does one production slot stay as fast in its 20th minute as in its 5th?
+
+Run from the repository root, with the stack up::
+
+    PYTHONPATH=plugins python -m lagsched_dev.bench long_slot   # or -m lagsched_dev.bench.long_slot
+
+A slot lives an hour; whatever grows with its batches (Spark's retained job state, the table's
+metadata, a leak) shows as a rate that falls and a garbage collector that takes more of its CPU.
+So one slot (``lagsched/spark/consume.py`` under spark-submit, ``local[2]``, the job's own defaults
+as the consume DAG starts it) consumes a backlog it cannot finish for ``LAGSCHED_BENCH_LONG_S``
+seconds after its first batch (default 1,200: four 5-minute windows), and the benchmark reports
+each 5-minute window of its life from its first batch on (start-up apart): records/s, the GC's
+share of the job's CPU, the job's cores and CPU per record, batches and their mean wall and
+table-commit times.
+
+This machine cannot hold 20 minutes of backlog at the slot's rate (~0.5 billion records, ~70 GB in
+Kafka and as much again in the lake), so the backlog is kept up instead of stored:
+
+* ``LAGSCHED_BENCH_LONG_RECORDS`` (default 40M) records are loaded first (the records of
+  `lagsched_dev.bench.consumer`: ~130 bytes, incompressible values, one header);
+* a producer process adds records at a fixed rate for the whole run. It starts at
+  ``LAGSCHED_BENCH_LONG_RATE`` (default 200,000/s); 150 s after the first batch the rate is set once,
+  from the slot's measured rate and the backlog left, so that the backlog lasts to the end with
+  half of it to spare, and stays fixed from then on (windows 2 to 4 see one producer rate);
+* every 20 s the records the slot committed are deleted from Kafka (``DeleteRecords`` up to the
+  committed offsets) and the table's data files older than two minutes are deleted from the
+  warehouse folder: the slot only appends (the files' metadata stays in the table), and nothing
+  in this run reads them back. The table is therefore not checked here; exactly once is the
+  tests' business (tests/integration/test_consumer_failures.py and the consumer benchmark).
+
+The backlog (latest minus committed offsets) is sampled with each trim; a run whose backlog ran
+out after the first window says so (``backlog_ran_out``), as its rates would be the producer's.
+Writes ``bench/results/long_slot.json``: ``windows`` (in order) and ``last_vs_second``
+(records/s of the last window over the second's; the target is >= 0.95).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from lagsched.spark import CONSUME_JOB
+from lagsched_dev.bench.consumer import (
+    PLUGINS,
+    SINK_ROOT,
+    VALUE_BYTES,
+    CpuSampler,
+    _broker_pid,
+    _connection_env,
+    _register,
+    _use_local_stack,
+    create_topic,
+    delete_topics,
+    env_int,
+    load_records,
+    parse_stats,
+    window_cpu,
+)
+
+DEFAULT_OUT = "bench/results/long_slot.json"
+PARTITIONS = 12
+WINDOW_S = 300
+#: When the producer's rate is set, once, from what the slot did so far.
+CALIBRATE_AT_S = 150
+TRIM_EVERY_S = 20
+#: Data files older than this are deleted from the warehouse (the slot never reads them back).
+KEEP_FILES_S = 120
+
+
+def windows_of(
+    batches: Sequence[Mapping[str, Any]],
+    samples: Sequence[tuple[float, Mapping[str, float]]],
+    start: float,
+    window_s: float = WINDOW_S,
+) -> list[dict[str, Any]]:
+    """The slot's life in windows of `window_s` from `start` (unix seconds): per window its batches
+    (by the time each ended), records/s, and the job's CPU from the sampler (`window_cpu`): its
+    cores, CPU per record, and the GC's share of them. Only whole windows.
+
+    >>> batches = [{"records": 1000, "t_end": 5.0, "wall_s": 1.0, "table_commit_s": 0.1},
+    ...            {"records": 3000, "t_end": 15.0, "wall_s": 2.0, "table_commit_s": 0.3}]
+    >>> samples = [(0.0, {"GC": 0.0, "python workers (tasks)": 0.0, "broker": 0.0, "machine busy": 0.0}),
+    ...            (10.0, {"GC": 1.0, "python workers (tasks)": 9.0, "broker": 1.0, "machine busy": 12.0}),
+    ...            (20.0, {"GC": 4.0, "python workers (tasks)": 16.0, "broker": 2.0, "machine busy": 24.0})]
+    >>> [(w["records_per_s"], w["gc_share"], w["job_cores"]) for w in windows_of(batches, samples, 0.0, 10.0)]
+    [(100.0, 0.1, 1.0), (300.0, 0.3, 1.0)]
+    """
+    if not samples:
+        return []
+    out = []
+    t = start
+    while t + window_s <= samples[-1][0] + 1e-9:
+        inside = [b for b in batches if t < float(b["t_end"]) <= t + window_s]
+        records = sum(int(b["records"]) for b in inside)
+        cpu = window_cpu(samples, t, t + window_s)
+        cores = cpu.get("cores", {})
+        job = sum(v for k, v in cores.items() if k not in ("broker", "others", "machine busy"))
+        rate = records / window_s
+        out.append(
+            {
+                "from_s": round(t - start, 1),
+                "to_s": round(t + window_s - start, 1),
+                "records": records,
+                "records_per_s": round(rate, 1),
+                "gc_share": round(cores.get("GC", 0.0) / job, 3) if job else 0.0,
+                "job_cores": round(job, 2),
+                "job_cpu_us_per_record": round(job / rate * 1e6, 2) if rate else 0.0,
+                "batches": len(inside),
+                "batch_wall_s_mean": round(sum(float(b["wall_s"]) for b in inside) / len(inside), 3) if inside else 0,
+                "table_commit_s_mean": (
+                    round(sum(float(b.get("table_commit_s", 0)) for b in inside) / len(inside), 3) if inside else 0
+                ),
+                "cores": cores,
+            }
+        )
+        t += window_s
+    return out
+
+
+def producer_rate(slot_rate: float, backlog: int, left_s: float, floor: float) -> float:
+    """The producer's rate for the rest of the run: the backlog drains at ``slot_rate - rate``, and
+    should keep half of itself to the end; never below ``floor``.
+
+    >>> producer_rate(400_000, 60_000_000, 1_000, 200_000)
+    370000.0
+    >>> producer_rate(250_000, 120_000_000, 1_000, 200_000)
+    200000
+    """
+    return max(floor, slot_rate - 0.5 * backlog / left_s)
+
+
+# --------------------------------------------------------------------------- the producer
+
+
+def produce_forever(topic: str, rate_file: Path) -> None:
+    """(A child process.) Produce the benchmark's records to `topic` at the rate in `rate_file`
+    (records/s, read every second) until killed."""
+    from confluent_kafka import Producer
+
+    from lagsched.connections import kafka_config
+
+    producer = Producer(
+        {
+            **kafka_config(),
+            "linger.ms": 50,
+            "batch.size": 4 * 1024 * 1024,
+            "batch.num.messages": 100_000,
+            "queue.buffering.max.messages": 2_000_000,
+            "queue.buffering.max.kbytes": 1024 * 1024,
+            "acks": "1",
+        }
+    )
+    blob = os.urandom(1 << 20)
+    span = len(blob) - VALUE_BYTES - 16
+    produce = producer.produce
+    sent, credit = 0, 0.0
+    rate, last, looked = float(rate_file.read_text()), time.monotonic(), time.monotonic()
+    while True:
+        now = time.monotonic()
+        if now - looked >= 1.0:
+            looked, rate = now, float(rate_file.read_text())
+            producer.poll(0)
+        credit = min(credit + rate * (now - last), rate)  # a token bucket of one second's records
+        last = now
+        while credit >= 1:
+            cut = (sent * 7919) % span
+            try:
+                produce(
+                    topic,
+                    value=blob[cut : cut + VALUE_BYTES],
+                    key=b"key-%010d" % sent,
+                    partition=sent % PARTITIONS,
+                    headers=[("trace-id", blob[cut + VALUE_BYTES : cut + VALUE_BYTES + 16])],
+                )
+            except BufferError:
+                producer.poll(0.05)
+                break
+            sent += 1
+            credit -= 1
+        time.sleep(0.01)
+
+
+class Producing:
+    """The producer child process at a rate set through a file."""
+
+    def __init__(self, topic: str, rate: float, work: Path, env: Mapping[str, str]) -> None:
+        self.rate_file = work / "rate"
+        self.set_rate(rate)
+        argv = [sys.executable, "-m", "lagsched_dev.bench.long_slot", "--produce", topic]
+        self.proc = subprocess.Popen([*argv, "--rate-file", str(self.rate_file)], env=dict(env))  # noqa: S603
+
+    def set_rate(self, rate: float) -> None:
+        tmp = self.rate_file.with_suffix(".tmp")
+        tmp.write_text(f"{rate:.0f}")
+        tmp.replace(self.rate_file)
+        self.rate = rate
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def committed_offsets(database: Any, topic: str, cluster: str) -> dict[int, int]:
+    from lagsched.adapters.mysql import connect
+
+    conn = connect(database)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT p.partition_id, p.committed_offset FROM topic_partitions p JOIN topics t"
+                " ON t.topic_id = p.topic_id WHERE t.cluster = %s AND t.name = %s",
+                (cluster, topic),
+            )
+            rows = cur.fetchall()
+        conn.commit()
+    finally:
+        conn.close()
+    return {int(p): int(o or 0) for p, o in rows}
+
+
+def latest_offsets(admin: Any, topic: str) -> dict[int, int]:
+    from lagsched.adapters.kafka_admin import read_offsets
+
+    return {o.partition: o.latest for o in read_offsets(admin, {topic: PARTITIONS})[topic]}
+
+
+class Trimmer(threading.Thread):
+    """Every `TRIM_EVERY_S`: deletes the records the slot committed from Kafka and old data files from
+    the warehouse, and samples the backlog."""
+
+    def __init__(self, admin: Any, database: Any, topic: str, cluster: str, warehouse: Path) -> None:
+        super().__init__(name="trimmer", daemon=True)
+        self.admin, self.database, self.topic, self.cluster, self.warehouse = admin, database, topic, cluster, warehouse
+        self.stop_event = threading.Event()
+        self.backlog: list[tuple[float, int]] = []
+        self.files_deleted = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        while not self.stop_event.wait(TRIM_EVERY_S):
+            try:
+                self.trim()
+            except BaseException as exc:  # noqa: BLE001 - reported by the run
+                self.error = exc
+                return
+
+    def trim(self) -> None:
+        from confluent_kafka import TopicPartition
+
+        committed = committed_offsets(self.database, self.topic, self.cluster)
+        latest = latest_offsets(self.admin, self.topic)
+        self.backlog.append((time.time(), sum(latest[p] - committed.get(p, 0) for p in latest)))
+        done = [TopicPartition(self.topic, p, o) for p, o in committed.items() if o > 0]
+        if done:
+            for future in self.admin.delete_records(done).values():
+                future.result(60)
+        cutoff = time.time() - KEEP_FILES_S
+        for path in self.warehouse.rglob("*.parquet"):
+            try:
+                if path.stat().st_mtime < cutoff:
+                    path.unlink()
+                    self.files_deleted += 1
+            except FileNotFoundError:
+                continue
+
+
+def run(duration_s: float, records: int, start_rate: float) -> dict[str, Any]:
+    from lagsched.adapters.kafka_admin import admin_client
+    from lagsched.adapters.spark import submit_command
+    from lagsched.connections import kafka_config, mysql_params
+    from lagsched_dev.bench.claims import create_database, drop_database
+
+    run_id = uuid.uuid4().hex[:8]
+    topic, cluster = f"bench-long-{run_id}", f"bench-long-{run_id}"
+    work = SINK_ROOT / f"lagsched-bench-long-{run_id}"
+    warehouse = work / "warehouse"
+    stats_path, log_path = work / "stats.jsonl", work / "job.log"
+    work.mkdir(parents=True)
+    admin = admin_client(kafka_config())
+    create_topic(admin, topic, PARTITIONS)
+    database = create_database(mysql_params(), prefix="lagsched_bench_long")
+    producing: Producing | None = None
+    trimmer: Trimmer | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        load_s = load_records(kafka_config(), topic, PARTITIONS, records)
+        _register(database, topic, cluster)
+        env = {
+            **os.environ,
+            **_connection_env(database.database, env_int(os.environ, "LAGSCHED_BENCH_REDIS_DB", 14, minimum=0)),
+            "PYSPARK_PYTHON": sys.executable,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")])),
+        }
+        args = [
+            "--slot", f"bench-long-{run_id}", "--cluster", cluster, "--budget-s", str(duration_s + 600),
+            "--warehouse", warehouse.as_uri(), "--stats-file", str(stats_path),
+            *shlex.split(os.environ.get("LAGSCHED_BENCH_JOB_ARGS", "")),
+        ]  # fmt: skip
+        java = shlex.split(os.environ.get("LAGSCHED_BENCH_JAVA_OPTS", ""))
+        producing = Producing(topic, start_rate, work, env)
+        trimmer = Trimmer(admin, database, topic, cluster, warehouse)
+        trimmer.start()
+        with log_path.open("w") as log_file:
+            proc = subprocess.Popen(  # noqa: S603 - our own spark-submit argv
+                submit_command(CONSUME_JOB, args, java_options=java), env=env, stdout=log_file, stderr=subprocess.STDOUT
+            )
+            with CpuSampler(proc.pid, _broker_pid(), period_s=5.0) as sampler:
+                first = _wait_first_batch(stats_path, proc)
+                print(f"   the slot's first batch ended at {first - time.time():+.0f} s", flush=True)
+                _calibrate(producing, stats_path, trimmer, first=first, duration_s=duration_s)
+                # The windows run from the first batch's end; the last sample must be past the last one.
+                while time.time() < first + duration_s + 10:
+                    if proc.poll() is not None:
+                        raise RuntimeError(f"the slot exited {proc.returncode} early:\n{_tail(log_path)}")
+                    if trimmer.error is not None:
+                        raise RuntimeError(f"trimming failed: {trimmer.error!r}")
+                    _report(stats_path, first, trimmer, producing)
+                    time.sleep(min(30.0, max(1.0, first + duration_s + 10 - time.time())))
+                os.kill(_driver_pid(proc.pid), signal.SIGTERM)
+                code = proc.wait(timeout=300)
+        if code != 0:
+            raise RuntimeError(f"the slot exited {code}:\n{_tail(log_path)}")
+        stats = parse_stats(stats_path.read_text().splitlines())
+        windows = windows_of(stats.batches, sampler.samples, first)
+        return _figures(
+            windows, stats, trimmer, producing, first=first, records=records, load_s=load_s, duration_s=duration_s
+        )
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        if producing is not None:
+            producing.stop()
+        if trimmer is not None:
+            trimmer.stop_event.set()
+        delete_topics(admin, [topic])
+        drop_database(database)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _wait_first_batch(stats_path: Path, proc: subprocess.Popen[bytes]) -> float:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the slot exited {proc.returncode} before its first batch")
+        if stats_path.exists():
+            batches = parse_stats(stats_path.read_text().splitlines()).batches
+            if batches:
+                return float(batches[0]["t_end"])
+        time.sleep(1)
+    raise RuntimeError("no batch within 300 s")
+
+
+def _calibrate(producing: Producing, stats_path: Path, trimmer: Trimmer, *, first: float, duration_s: float) -> None:
+    """At `CALIBRATE_AT_S` after the first batch: the producer's rate for the rest of the run."""
+    while time.time() < first + CALIBRATE_AT_S:
+        time.sleep(2)
+    batches = [b for b in parse_stats(stats_path.read_text().splitlines()).batches if float(b["t_end"]) > first + 60]
+    if not batches:
+        raise RuntimeError("no batch between 60 s and the calibration")
+    slot_rate = sum(int(b["records"]) for b in batches) / (float(batches[-1]["t_end"]) - first - 60)
+    trimmer.trim()
+    backlog = trimmer.backlog[-1][1]
+    rate = producer_rate(slot_rate, backlog, first + duration_s - time.time(), producing.rate)
+    producing.set_rate(rate)
+    print(
+        f"   calibrated: the slot read {slot_rate:,.0f}/s with the producer at its first rate; backlog {backlog:,}; "
+        f"producer now {rate:,.0f}/s to the end",
+        flush=True,
+    )
+
+
+def _report(stats_path: Path, first: float, trimmer: Trimmer, producing: Producing) -> None:
+    batches = parse_stats(stats_path.read_text().splitlines()).batches
+    recent = [b for b in batches if float(b["t_end"]) > time.time() - 60]
+    rate = sum(int(b["records"]) for b in recent) / 60
+    backlog = trimmer.backlog[-1][1] if trimmer.backlog else -1
+    print(
+        f"   [{time.time() - first:6.0f} s] {len(batches)} batches, last minute {rate:,.0f} records/s, "
+        f"backlog {backlog:,}, producer {producing.rate:,.0f}/s, files deleted {trimmer.files_deleted:,}",
+        flush=True,
+    )
+
+
+def _figures(
+    windows: list[dict[str, Any]],
+    stats: Any,
+    trimmer: Trimmer,
+    producing: Producing,
+    *,
+    first: float,
+    records: int,
+    load_s: float,
+    duration_s: float,
+) -> dict[str, Any]:
+    after_first = [n for t, n in trimmer.backlog if t > first + WINDOW_S]
+    figures: dict[str, Any] = {
+        "windows": windows,
+        "last_vs_second": (
+            round(windows[-1]["records_per_s"] / windows[1]["records_per_s"], 3)
+            if len(windows) >= 2 and windows[1]["records_per_s"]
+            else None
+        ),
+        "gc_share_last": windows[-1]["gc_share"] if windows else None,
+        "batches": len(stats.batches),
+        "records": stats.records,
+        "producer_rate_after_calibration": round(producing.rate),
+        "backlog_min_after_first_window": min(after_first) if after_first else None,
+        "backlog_ran_out": bool(after_first) and min(after_first) <= 0,
+        "preloaded_records": records,
+        "load_s": round(load_s, 1),
+        "duration_s": duration_s,
+        "window_s": WINDOW_S,
+        "method": (
+            "one production slot (spark-submit local[2], the job's defaults) over a preloaded backlog kept up by "
+            "a producer at a fixed rate (set once at 150 s so the backlog lasts); committed records deleted from "
+            "Kafka and data files older than 2 minutes from the warehouse every 20 s; windows of 5 minutes from "
+            "the first batch's end; records/s from the job's batch stats, CPU per thread group from /proc"
+        ),
+    }
+    return figures
+
+
+def _driver_pid(submit_pid: int) -> int:
+    """The job's Python driver under spark-submit's JVM (client mode): SIGTERM there stops gracefully."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == submit_pid and CONSUME_JOB.encode() in cmdline:
+            return int(stat.parent.name)
+    return submit_pid
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m lagsched_dev.bench.long_slot", description=(__doc__ or "").split("\n\n")[0]
+    )
+    parser.add_argument("--out", default=DEFAULT_OUT)
+    parser.add_argument("--produce", metavar="TOPIC", help=argparse.SUPPRESS)
+    parser.add_argument("--rate-file", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.produce:
+        produce_forever(args.produce, Path(args.rate_file))
+        return 0
+    _use_local_stack()
+    duration_s = float(env_int(os.environ, "LAGSCHED_BENCH_LONG_S", 1200, minimum=2 * WINDOW_S))
+    records = env_int(os.environ, "LAGSCHED_BENCH_LONG_RECORDS", 40_000_000)
+    start_rate = float(env_int(os.environ, "LAGSCHED_BENCH_LONG_RATE", 200_000))
+    started = time.monotonic()
+    figures = run(duration_s, records, start_rate)
+    figures["elapsed_s"] = round(time.monotonic() - started, 1)
+    figures["machine"] = {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "load_average_end": os.getloadavg(),
+    }
+    print(json.dumps({k: v for k, v in figures.items() if k != "windows"}, indent=2))
+    for w in figures["windows"]:
+        span = f"{w['from_s']:>6.0f}-{w['to_s']:<6.0f} s"
+        print(f"   window {span}: {w['records_per_s']:>10,.0f} records/s, GC {w['gc_share']:.3f}")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
