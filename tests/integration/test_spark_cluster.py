@@ -33,7 +33,8 @@ import json, os, sys, time
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from lagsched.adapters.range_files import CREATED_SCHEMA, FileSettings, RangeWriter
+from lagsched.adapters.data_files import CREATED_SCHEMA, FileSettings
+from lagsched.adapters.range_files import RangeWriter
 from lagsched.core.offsets import OffsetRange
 
 topic, bootstrap, start, end, partitions, out, folder = sys.argv[1:8]

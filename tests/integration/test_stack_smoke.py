@@ -70,7 +70,8 @@ def test_spark_tasks_read_exact_offset_ranges(
 ) -> None:
     import pyarrow.parquet as pq
 
-    from lagsched.adapters.range_files import CREATED_SCHEMA, FileSettings, RangeWriter
+    from lagsched.adapters.data_files import CREATED_SCHEMA, FileSettings
+    from lagsched.adapters.range_files import RangeWriter
 
     ranges = [OffsetRange(loaded_topic, 0, 100, 600), OffsetRange(loaded_topic, 2, 100, 600)]
     settings = FileSettings.of(tmp_path.as_uri(), CREATED_SCHEMA, {})

@@ -12,7 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import KafkaError, Message
 
-from lagsched.adapters.range_files import CREATED_SCHEMA, FileSettings, TaskResult, hour_name, write_ranges
+from lagsched.adapters.data_files import CREATED_SCHEMA, FileSettings, hour_name
+from lagsched.adapters.range_files import TaskResult, write_ranges
 from lagsched.core.offsets import OffsetRange
 
 pytestmark = pytest.mark.unit

@@ -30,7 +30,7 @@ from urllib.parse import quote
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
-from lagsched.adapters.range_files import HOUR_US, FileSettings, WrittenFile
+from lagsched.adapters.data_files import HOUR_US, FileSettings, WrittenFile
 from lagsched.core.errors import LagschedError
 from lagsched.core.lake import RANGES_PROPERTY, TABLE_PROPERTIES, LakeTable, encode_ranges
 

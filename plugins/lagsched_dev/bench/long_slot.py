@@ -361,9 +361,10 @@ def _wait_first_batch(stats_path: Path, proc: subprocess.Popen[bytes]) -> float:
         if proc.poll() is not None:
             raise RuntimeError(f"the slot exited {proc.returncode} before its first batch")
         if stats_path.exists():
-            batches = parse_stats(stats_path.read_text().splitlines()).batches
-            if batches:
-                return float(batches[0]["t_end"])
+            for line in stats_path.read_text().splitlines():
+                row = json.loads(line) if line.strip() else {}
+                if row.get("event") == "batch":
+                    return float(row["t_end"])
         time.sleep(1)
     raise RuntimeError("no batch within 300 s")
 

@@ -241,8 +241,9 @@ def slot_fetch(bootstrap: str, topic: str, rack: str, partitions: Sequence[int],
     from confluent_kafka import Consumer
     from confluent_kafka.admin import AdminClient
 
+    from lagsched.adapters.data_files import CREATED_SCHEMA, FileSettings
     from lagsched.adapters.kafka_admin import broker_racks, read_offsets
-    from lagsched.adapters.range_files import CREATED_SCHEMA, FileSettings, reader_config, write_ranges
+    from lagsched.adapters.range_files import reader_config, write_ranges
     from lagsched.core.offsets import OffsetRange
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
