@@ -18,7 +18,6 @@ timeout and another slot or process took over).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
@@ -26,7 +25,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 STARTED = time.monotonic()
 
@@ -197,8 +196,10 @@ def _consume(
         log.info("%s without touching its claims", message)
         print(f"lagsched consume: {message} (nothing to do)", file=sys.stderr)
         if args.stats_file:
+            from lagsched.workflows.batch import StatsLines
+
             with open(args.stats_file, "a", encoding="utf-8") as out:
-                _stat(out, "duplicate", slot=slot_id, holder=holder)
+                StatsLines(out, slot_id).emit("duplicate", holder=holder)
         return EXIT_OK
     # The keeper holds the lock from now on; heartbeats start once Spark is up (run_slot).
     keeper = SlotKeeper(
@@ -249,14 +250,15 @@ def _run_slot(
     from lagsched.adapters.range_files import RangeWriter
     from lagsched.adapters.scaling_messages import SCALING_CHANNEL, ScalingListener
     from lagsched.adapters.slots import SlotRacks, SlotRegistry
-    from lagsched.workflows.batch import Batches, OffsetMirror
+    from lagsched.workflows.batch import Batches, OffsetMirror, StatsLines
     from lagsched.workflows.slot import SlotRun, run_slot
     from lagsched.workflows.slot_keeper import SlotTakenError, utc_now
 
     slot_id, cluster = settings.slot_id, settings.cluster
-    stats = open(args.stats_file, "a", encoding="utf-8") if args.stats_file else None  # noqa: SIM115
+    stats_file = open(args.stats_file, "a", encoding="utf-8") if args.stats_file else None  # noqa: SIM115
+    stats = StatsLines(stats_file, slot_id)
     session = _start_spark(args.slot, lake, conn, mysql)
-    _stat(stats, "started", slot=slot_id, spark_ready_s=time.monotonic() - STARTED)
+    stats.emit("started", spark_ready_s=time.monotonic() - STARTED)
     wake = threading.Event()
     registry = SlotRegistry(redis, cluster=cluster)
     table = sink.IcebergSink(session, lake, properties={"lagsched.slot": slot_id, "lagsched.cluster": cluster})
@@ -289,6 +291,7 @@ def _run_slot(
             stop=stop,
             wake=wake,
             racks=SlotRacks(redis),
+            stats=stats,
             announce_joined=True,
         )
         listener.start()
@@ -300,8 +303,8 @@ def _run_slot(
         finally:
             listener.stop()
             conn.close()
-            if stats is not None:
-                stats.close()
+            if stats_file is not None:
+                stats_file.close()
     session.stop()
     return _exit_code(outcome, keeper)
 
@@ -318,13 +321,6 @@ def _start_spark(slot: str, lake: Any, conn: Any, mysql: Any) -> Any:
         password=mysql.password,
     )
     return spark.session(f"lagsched-consume-{slot}", master=None, conf=conf)
-
-
-def _stat(stats: IO[str] | None, event: str, **fields: Any) -> None:
-    """One line of ``--stats-file`` (the tests and benchmarks read them), when one was asked for."""
-    if stats is not None:
-        stats.write(json.dumps({"event": event, **fields}) + "\n")
-        stats.flush()
 
 
 def _exit_code(outcome: Any, keeper: Any) -> int:

@@ -44,7 +44,7 @@ from lagsched.core.offsets import OffsetRange
 from lagsched.core.registry import TopicRow
 from lagsched.workflows.slot_settings import ConsumerSettings
 
-__all__ = ["BatchPlan", "BatchResult", "BatchWrite", "Batches", "OffsetMirror", "write_batch"]
+__all__ = ["BatchPlan", "BatchResult", "BatchWrite", "Batches", "OffsetMirror", "StatsLines", "write_batch"]
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +128,19 @@ def write_batch(sink: IcebergSink, writer: RangeWriter, reads: Sequence[BatchRea
     return BatchWrite(commit.files, len(present), written, commit.seconds, commit.snapshot_id, commit.records)
 
 
+class StatsLines:
+    """The run's ``--stats-file``: one JSON line per event (a batch, a conflict, a stop; the tests and
+    benchmarks read them), each naming the slot; ``out`` None writes nothing."""
+
+    def __init__(self, out: IO[str] | None, slot_id: str) -> None:
+        self._out, self._slot = out, slot_id
+
+    def emit(self, event: str, **fields: Any) -> None:
+        if self._out is not None:
+            self._out.write(json.dumps({"event": event, **fields, "slot": self._slot}) + "\n")
+            self._out.flush()
+
+
 class OffsetMirror:
     """Copies committed offsets into the Kafka consumer group ``group`` for tools that read it.
 
@@ -170,7 +183,7 @@ class Batches:
         sink: IcebergSink,
         writer: RangeWriter,
         mirror: OffsetMirror,
-        stats: IO[str] | None = None,
+        stats: StatsLines,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], Any],
     ) -> None:
@@ -321,23 +334,21 @@ class Batches:
             self._count, wrote.records, len(reads), done - t0, wrote.write_s, wrote.commit_s,
             wrote.files, wrote.snapshot_id, wrote.already_there,
         )  # fmt: skip
-        self._emit(
-            {
-                "event": "batch",
-                "n": self._count,
-                "records": wrote.records,
-                "offsets": offsets,
-                "partitions": len(reads),
-                "read_s": round(wrote.write_s, 4),
-                "table_commit_s": round(wrote.commit_s, 4),
-                "files": wrote.files,
-                "snapshot_id": wrote.snapshot_id,
-                "already_there": wrote.already_there,
-                "plan_s": round(t_read - t0, 4),
-                "commit_s": round(t_committed - t_written, 4),
-                "wall_s": round(done - t0, 4),
-                "t_end": self.wall_clock().timestamp(),
-            }
+        self.stats.emit(
+            "batch",
+            n=self._count,
+            records=wrote.records,
+            offsets=offsets,
+            partitions=len(reads),
+            read_s=round(wrote.write_s, 4),
+            table_commit_s=round(wrote.commit_s, 4),
+            files=wrote.files,
+            snapshot_id=wrote.snapshot_id,
+            already_there=wrote.already_there,
+            plan_s=round(t_read - t0, 4),
+            commit_s=round(t_committed - t_written, 4),
+            wall_s=round(done - t0, 4),
+            t_end=self.wall_clock().timestamp(),
         )
         return result
 
@@ -351,13 +362,8 @@ class Batches:
             result.lost.append(
                 f"{key[0]}[{key[1]}]: another holder committed its recorded range to the table and took the row"
             )
-        self._emit({"event": "conflict", "partitions": len(started), "lost": len(lost)})
+        self.stats.emit("conflict", partitions=len(started), lost=len(lost))
 
     def _lost(self, result: BatchResult, exc: ClaimLostError) -> None:
         log.error("%s", exc)
         result.lost.append(str(exc))
-
-    def _emit(self, record: Mapping[str, Any]) -> None:
-        if self.stats is not None:
-            self.stats.write(json.dumps({**record, "slot": self.s.slot_id}) + "\n")
-            self.stats.flush()

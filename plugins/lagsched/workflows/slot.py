@@ -55,7 +55,7 @@ from lagsched.core.outage import Outage
 from lagsched.core.rack import RackOwner, rack_targets, spans_racks
 from lagsched.core.registry import TopicRow
 from lagsched.core.rendezvous import fair_share
-from lagsched.workflows.batch import Batches, BatchPlan
+from lagsched.workflows.batch import Batches, BatchPlan, StatsLines
 from lagsched.workflows.consume_plan import slots_needed
 from lagsched.workflows.slot_keeper import SlotKeeper, SlotTakenError, ride_through, utc_now
 from lagsched.workflows.slot_settings import ConsumerSettings
@@ -99,6 +99,7 @@ class SlotRun:
         admin: Any,
         batches: Batches,
         keeper: SlotKeeper,
+        stats: StatsLines,
         stop: threading.Event,
         wake: threading.Event,
         clock: Callable[[], float] = time.monotonic,
@@ -113,6 +114,7 @@ class SlotRun:
         self.announce_joined = announce_joined
         self.conn, self.store, self.registry, self.admin = conn, store, registry, admin
         self.batches, self.keeper, self.stop, self.wake = batches, keeper, stop, wake
+        self.stats = stats
         self.clock, self.wall_clock = clock, wall_clock
         self.outcome = RunOutcome(StopReason.BUDGET)
         # A new slot's first batch goes as soon as it holds rows: a scale-up's slot is waited for,
@@ -151,7 +153,7 @@ class SlotRun:
             # The rows and the heartbeat under this slot id are the new process's now: touch nothing.
             self.outcome.reason = StopReason.LOST
             self.outcome.lost_claims.append(str(exc))
-            self._emit({"event": "stopped", "reason": self.outcome.reason.value, "records": self.outcome.records})
+            self.stats.emit("stopped", reason=self.outcome.reason.value, records=self.outcome.records)
             return self.outcome
         except BaseException:
             # No offset moved past unwritten records (commits follow writes); what was recorded but
@@ -160,7 +162,7 @@ class SlotRun:
             self._release_all()
             raise
         finally:
-            self._emit({"event": "stopped", "reason": self.outcome.reason.value, "records": self.outcome.records})
+            self.stats.emit("stopped", reason=self.outcome.reason.value, records=self.outcome.records)
         self.batches.mirror.send({}, retry=False)  # the run is ending: one try, not a wait
         self._release_all()
         return self.outcome
@@ -315,7 +317,7 @@ class SlotRun:
                 except Exception as exc:  # noqa: BLE001 - the others see the live set at their next look
                     log.warning("could not announce the standby on %s: %s", self.registry.events_channel, exc)
             self._standing_by = True
-            self._emit({"event": "standby", "needed": needed})
+            self.stats.emit("standby", needed=needed)
         self._wait(self.s.poll_s)
 
     def _rack_targets(
@@ -365,8 +367,6 @@ class SlotRun:
         except Exception as exc:  # noqa: BLE001 - the leases run out anyway; say so and go on
             log.warning("could not release the slot's rows (%s); their leases run out in %.0f s", exc, self.s.lease_s)
 
-    def _emit(self, record: Mapping[str, Any]) -> None:
-        self.batches._emit(record)
 
 
 def _keys(claims: Sequence[Claim], topics: Mapping[str, TopicRow]) -> str:
