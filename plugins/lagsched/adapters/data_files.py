@@ -254,6 +254,13 @@ class DataFolder:
         else:
             raise ValueError(f"cannot write data files to {location}: lagsched writes file://, s3a://, hdfs:// tables")
         self.path = path.rstrip("/")
+        # An object store has no folders: creating one is a request per file that leaves a marker object.
+        self.has_folders = parts.scheme not in ("s3", "s3a")
+
+    def make_parent(self, path: str) -> None:
+        """Create the folder a file is about to be written in, where the file system has folders."""
+        if self.has_folders:
+            self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
 
     def path_of(self, uri: str) -> str:
         """The file system path of a file's URI under the folder."""
@@ -335,7 +342,7 @@ class _OpenFile:
     """One Parquet file being written: batches buffered up to a row group, then written."""
 
     def __init__(self, folder: DataFolder, uri: str, settings: FileSettings) -> None:
-        self._fs, self.path, self.uri, self._settings = folder.fs, folder.path_of(uri), uri, settings
+        self._folder, self.path, self.uri, self._settings = folder, folder.path_of(uri), uri, settings
         self._buffer: list[pa.RecordBatch] = []
         self._buffered = 0
         self._stream: Any = None
@@ -379,9 +386,8 @@ class _OpenFile:
     def _flush(self) -> None:
         if self._writer is None:
             s = self._settings
-            parent = self.path.rsplit("/", 1)[0]
-            self._fs.create_dir(parent, recursive=True)
-            self._stream = self._fs.open_output_stream(self.path)
+            self._folder.make_parent(self.path)
+            self._stream = self._folder.fs.open_output_stream(self.path)
             self._writer = pq.ParquetWriter(
                 self._stream,
                 s.schema,
