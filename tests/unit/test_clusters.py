@@ -91,7 +91,7 @@ def test_every_problem_is_named_at_once_with_the_first_in_the_fields() -> None:
 @pytest.mark.parametrize(
     ("raw", "fragment"),
     [
-        ("{not json", "not JSON"),
+        ("{not json", "not valid JSON"),
         ("[1, 2]", "expected an object keyed by cluster name, got list"),
         ("{}", "no cluster configured"),
         ('{"c": []}', "c = []: expected an object"),
@@ -226,3 +226,64 @@ def test_slot_numbers_start_at_one() -> None:
     assert slot_name("eu", 1) == "eu-slot-1"
     with pytest.raises(ValueError, match="start at 1"):
         slot_name("eu", 0)
+
+
+@pytest.mark.parametrize("pattern", ["(a+)+$", "(a|aa)+$", "(.*a){12}$"])
+def test_a_pattern_that_backtracks_in_python_matches_in_linear_time(pattern: str) -> None:
+    # With Python's re each of these takes longer than the suite's timeout on this name; RE2 answers at once.
+    (cluster,) = parse_clusters({"c": {"topic_pattern": pattern}})
+    assert not cluster.manages("a" * 60 + "!")
+    assert cluster.manages("a" * 60)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "reason"),
+    [("(?!internal\\.).*", "invalid perl operator: (?!"), ("(a)\\1", "invalid escape sequence"), ("(", "missing )")],
+)
+def test_a_pattern_re2_cannot_match_in_linear_time_is_refused_by_name(pattern: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_clusters({"c": {"topic_pattern": pattern}})
+    assert err.value.field == "c.topic_pattern"
+    assert "RE2" in err.value.allowed and reason in err.value.allowed, err.value.allowed
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ('{"eu": {}, "eu": {"max_slots": 2}}', "eu"),
+        ('{"eu": {"max_slots": 2, "max_slots": 3}}', "eu.max_slots"),
+        ('{"eu": {"sink": {"table": "a", "table": "b"}}}', "eu.sink.table"),
+    ],
+)
+def test_a_key_given_twice_is_refused_not_taken_last(raw: str, field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_clusters(raw)
+    assert err.value.field == field
+    assert f"{field}: duplicate key" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("clusters", "second", "table"),
+    [
+        ({"a": {"sink": {"table": "orders"}}, "b": {"sink": {"table": "orders"}}}, "b", "lagsched.kafka.orders"),
+        ({"a": {"sink": {"table": "Orders"}}, "b": {"sink": {"table": "orders"}}}, "b", "lagsched.kafka.orders"),
+        ({"eu-1": {}, "eu_1": {}}, "eu_1", "lagsched.kafka.eu_1"),  # the default tables of both names
+        ({"a": {}, "b": {"sink": {"table": "a"}}}, "b", "lagsched.kafka.a"),
+    ],
+)
+def test_two_clusters_cannot_write_one_table(clusters: dict[str, object], second: str, table: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_clusters(clusters)
+    assert err.value.field == f"{second}.sink.table"
+    assert err.value.value == table
+
+
+def test_clusters_may_share_a_table_name_in_other_namespaces_or_catalogs() -> None:
+    clusters = parse_clusters(
+        {
+            "a": {"sink": {"table": "t"}},
+            "b": {"sink": {"table": "t", "namespace": "other"}},
+            "c": {"sink": {"table": "t", "catalog": "second"}},
+        }
+    )
+    assert [c.name for c in clusters] == ["a", "b", "c"]

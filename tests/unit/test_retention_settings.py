@@ -61,7 +61,14 @@ def test_every_problem_is_listed_at_once() -> None:
     assert "gaps_days = 0" in str(caught.value) and "batch_rows = 1" in str(caught.value)
 
 
-@pytest.mark.parametrize(("raw", "fragment"), [("{not json", "not JSON"), ("[30]", "expected an object, got list")])
+@pytest.mark.parametrize(
+    ("raw", "fragment"), [("{not json", "not valid JSON"), ("[30]", "expected an object, got list")]
+)
 def test_malformed_json_is_named(raw: str, fragment: str) -> None:
     with pytest.raises(ConfigError, match=fragment):
         parse_retention(raw)
+
+
+def test_a_key_given_twice_is_refused() -> None:
+    with pytest.raises(ConfigError, match="decisions_days: duplicate key"):
+        parse_retention('{"decisions_days": 30, "decisions_days": 1}')

@@ -54,7 +54,7 @@ def test_a_bad_field_is_named(raw: dict[str, object], field: str) -> None:
 def test_every_problem_is_listed_and_bad_json_is_said() -> None:
     with pytest.raises(ConfigError, match=r"target_file_mb = 0.*max_manifests = 0"):
         parse_table_care({"target_file_mb": 0, "max_manifests": 0})
-    with pytest.raises(ConfigError, match="not JSON"):
+    with pytest.raises(ConfigError, match="not valid JSON"):
         parse_table_care("{target_file_mb: 1}")
     with pytest.raises(ConfigError, match="expected an object"):
         parse_table_care("[1]")
@@ -87,3 +87,8 @@ def test_the_orphan_bound_counts_from_the_real_clock_when_now_is_ahead() -> None
     real = datetime(2026, 11, 25, 10, tzinfo=UTC)
     assert orphan_cutoff(real + timedelta(hours=2), real, 24) == real - timedelta(hours=24)
     assert orphan_cutoff(real - timedelta(hours=2), real, 24) == real - timedelta(hours=26)  # a past now: further back
+
+
+def test_a_key_given_twice_is_refused() -> None:
+    with pytest.raises(ConfigError, match="target_file_mb: duplicate key"):
+        parse_table_care('{"target_file_mb": 128, "target_file_mb": 1}')

@@ -15,8 +15,11 @@ Fields of a cluster (all optional):
 * ``kafka_conn_id``: the Kafka Connection (type ``kafka``); default ``lagsched_kafka``. Ids follow
   Airflow's rule ``[A-Za-z0-9_.-]``.
 * ``topics``: topic names to manage (legal Kafka names).
-* ``topic_pattern``: a Python regular expression a topic name must match in full (``re.fullmatch``).
-  With ``topics`` too, a topic is managed if either says so; with neither, every topic is.
+* ``topic_pattern``: a regular expression a topic name must match in full, in RE2's syntax (Python's
+  without lookarounds and backreferences): RE2 matches in time linear in the name, where Python's
+  ``re`` can backtrack exponentially (``(a+)+$`` against 30 a's and a b would hang topic
+  sync and the lag monitor). With ``topics`` too, a topic is managed if either says so; with
+  neither, every topic is.
 * ``max_slots``: consumer slots the consume DAG runs at most for this cluster (1 to 1,000;
   default 4). The Airflow pool ``lagsched_consume`` bounds the slots of all clusters together.
 * ``slot_budget_s``: how long one consumer slot runs before it hands its rows back and the
@@ -34,6 +37,8 @@ Fields of a cluster (all optional):
   ``warehouse`` (``file://``, ``s3a://``, ``hdfs://``; default ``$LAGSCHED_WAREHOUSE``, else
   ``.local/warehouse``), ``catalog`` (default ``lagsched``), ``namespace`` (default ``kafka``),
   ``table`` (default: the cluster name) and ``s3_endpoint`` (an S3-compatible store's URL).
+  Two clusters may not name the same table: the table's ranges are keyed by topic and partition,
+  so two clusters' topics of one name would collide in it.
 
 An absent Variable means one cluster, ``lagsched_kafka``, with every topic (`DEFAULT_CLUSTERS`).
 A malformed one raises a single `ConfigError` listing every problem (field path, value, what is
@@ -49,14 +54,17 @@ Example:
 
 from __future__ import annotations
 
-import json
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import re2
+
+from lagsched.core import variable_json
 from lagsched.core.errors import ConfigError, TopicNameError
-from lagsched.core.lake import sink_problems
+from lagsched.core.lake import LakeTable, sink_problems
 from lagsched.core.names import validate_cluster_name, validate_topic_name
 
 __all__ = [
@@ -129,7 +137,7 @@ class ClusterConfig:
         """Whether ``topic`` is one of this cluster's managed topics."""
         if self.manages_every_topic or topic in self.topics:
             return True
-        return self.topic_pattern is not None and re.fullmatch(self.topic_pattern, topic) is not None
+        return self.topic_pattern is not None and _pattern(self.topic_pattern).fullmatch(topic) is not None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready (XCom, mapped task arguments); `from_dict` reads it back."""
@@ -164,16 +172,7 @@ def _decode(raw: str | bytes | Mapping[str, Any] | None) -> Any:
     text = raw.decode() if isinstance(raw, bytes) else raw
     if not text.strip():
         return None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"invalid {CLUSTERS_VARIABLE}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
-            'expected an object keyed by cluster name, e.g. {"lagsched_kafka": {}}',
-            field="",
-            value=text[:80],
-            allowed="a JSON object",
-        ) from None
+    return variable_json.loads(text, CLUSTERS_VARIABLE)
 
 
 _Problems = list[tuple[str, object, str]]
@@ -237,9 +236,25 @@ def _check_pattern(name: str, pattern: Any, problems: _Problems) -> None:
         problems.append((f"{name}.topic_pattern", pattern, "a non-empty regular expression, or null"))
         return
     try:
-        re.compile(pattern)
-    except re.error as exc:
-        problems.append((f"{name}.topic_pattern", pattern, f"a valid Python regular expression ({exc})"))
+        _pattern(pattern)
+    except re2.error as exc:
+        reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
+        problems.append(
+            (
+                f"{name}.topic_pattern",
+                pattern,
+                "a regular expression in RE2's syntax, matched in linear time: "
+                f"no lookarounds or backreferences ({reason})",
+            )
+        )
+
+
+@functools.lru_cache(maxsize=256)
+def _pattern(pattern: str) -> Any:
+    """``pattern`` compiled by RE2, quietly (RE2 would log a refused pattern on stderr as well)."""
+    options = re2.Options()
+    options.log_errors = False
+    return re2.compile(pattern, options)
 
 
 def _is_int_in(value: Any, low: int, high: int) -> bool:
@@ -295,11 +310,25 @@ def parse_clusters(raw: str | bytes | Mapping[str, Any] | None) -> tuple[Cluster
         )
     problems: list[tuple[str, object, str]] = []
     clusters = [_check_cluster(str(name), body, problems) for name, body in sorted(data.items())]
+    _check_tables_apart([c for c in clusters if c is not None], problems)
     if problems:
         listed = "; ".join(f"{path} = {value!r}: expected {allowed}" for path, value, allowed in problems)
         path, value, allowed = problems[0]
         raise ConfigError(f"invalid {CLUSTERS_VARIABLE}: {listed}", field=path, value=value, allowed=allowed)
     return tuple(c for c in clusters if c is not None)
+
+
+def _check_tables_apart(clusters: Sequence[ClusterConfig], problems: _Problems) -> None:
+    """No two clusters write one table: its ranges are keyed by topic and partition only. Names are
+    compared without case, as the catalog's database compares them."""
+    writer: dict[str, str] = {}
+    for cluster in clusters:
+        table = LakeTable.of(cluster.name, cluster.sink_settings(), default_warehouse="").identifier
+        first = writer.setdefault(table.lower(), cluster.name)
+        if first != cluster.name:
+            problems.append(
+                (f"{cluster.name}.sink.table", table, f"a table no other cluster writes ({first} writes {table})")
+            )
 
 
 def select_clusters(clusters: Sequence[ClusterConfig], name: str | None) -> tuple[ClusterConfig, ...]:

@@ -31,7 +31,6 @@ Example:
 from __future__ import annotations
 
 import difflib
-import json
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 
@@ -47,9 +46,11 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
+from lagsched.core import variable_json
 from lagsched.core.errors import ConfigError
 from lagsched.core.lag import MONITOR_SCHEDULE_S
 from lagsched.core.names import validate_topic_name
+from lagsched.core.variable_json import short_repr
 
 __all__ = ["PolicyName", "Settings", "TopicPolicyConfig", "parse_settings", "unknown_topic_overrides"]
 
@@ -276,10 +277,10 @@ def parse_settings(raw: str | bytes | Mapping[str, Any]) -> Settings:
         lagsched.core.errors.ConfigError: invalid lagsched settings: defaults.policy = 'magic': \
 Input should be 'hevo', 'keda' or 'capacity'
     """
-    data = _decode(raw) if isinstance(raw, str | bytes) else raw
+    data = variable_json.loads(raw, "lagsched settings", root="(root)") if isinstance(raw, str | bytes) else raw
     if not isinstance(data, Mapping):
         raise ConfigError(
-            f"invalid lagsched settings: (root) = {_short_repr(data)}: expected a JSON object, "
+            f"invalid lagsched settings: (root) = {short_repr(data)}: expected a JSON object, "
             f"got {type(data).__name__}",
             field="(root)",
             value=data,
@@ -335,55 +336,6 @@ def unknown_topic_overrides(settings: Settings, registered: Iterable[str]) -> li
             hint = close[0] if close else None
         out.append((key, hint))
     return out
-
-
-def _decode(raw: str | bytes) -> object:
-    """``json.loads`` that also rejects a key given twice in one object (json keeps the last one
-    silently, so a pasted-in second value would win without a word)."""
-    duplicates: dict[int, list[tuple[str, object, object]]] = {}
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in items:
-            if key in out:
-                duplicates.setdefault(id(out), []).append((key, out[key], value))
-            out[key] = value
-        return out
-
-    try:
-        data: object = json.loads(raw, object_pairs_hook=pairs)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"invalid lagsched settings: (root) = {_short_repr(raw)}: not valid JSON ({exc.msg} at line "
-            f"{exc.lineno} column {exc.colno}); expected a JSON object",
-            field="(root)",
-            value=raw[:80],
-            allowed="a JSON object",
-        ) from None
-    if duplicates:
-        found = list(_duplicate_paths(data, (), duplicates))
-        allowed = "each key at most once per object"
-        detail = "; ".join(
-            f"{path}: duplicate key (values {_short_repr(a, 30)} and {_short_repr(b, 30)}); {allowed}"
-            for path, a, b in found
-        )
-        path, _, last = found[0]
-        raise ConfigError(f"invalid lagsched settings: {detail}", field=path, value=last, allowed=allowed)
-    return data
-
-
-def _duplicate_paths(
-    node: object, path: tuple[str, ...], duplicates: Mapping[int, list[tuple[str, object, object]]]
-) -> Iterable[tuple[str, object, object]]:
-    if isinstance(node, dict):
-        for key, first, second in duplicates.get(id(node), ()):
-            yield ".".join((*path, key)), first, second
-            yield from _duplicate_paths(first, (*path, key), duplicates)  # the value json dropped
-        for key, value in node.items():
-            yield from _duplicate_paths(value, (*path, key), duplicates)
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            yield from _duplicate_paths(value, (*path, str(i)), duplicates)
 
 
 def _global_relations(
@@ -465,9 +417,9 @@ def _config_error(exc: ValidationError, model: type[BaseModel], prefix: tuple[st
         if err["type"] == "missing":
             parts.append(f"{path}: {allowed}")
         elif is_key:
-            parts.append(f"{path}: key {_short_repr(value)}: {allowed}")
+            parts.append(f"{path}: key {short_repr(value)}: {allowed}")
         else:
-            parts.append(f"{path} = {_short_repr(value)}: {allowed}")
+            parts.append(f"{path} = {short_repr(value)}: {allowed}")
         if i == 0:
             first_field, first_value, first_allowed = path, value, allowed
     return ConfigError(
@@ -519,8 +471,3 @@ def _number(value: Any, name: str = "") -> str:
         days = value / DAY
         text += f" ({days:g} day{'s' if days != 1 else ''})"
     return text
-
-
-def _short_repr(value: object, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."

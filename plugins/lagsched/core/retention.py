@@ -31,11 +31,11 @@ Example:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from lagsched.core import variable_json
 from lagsched.core.errors import ConfigError
 
 __all__ = ["DAY_S", "RETENTION_VARIABLE", "RetentionSettings", "parse_retention"]
@@ -86,18 +86,7 @@ _BOUNDS: dict[str, tuple[float, float, bool, str]] = {
 
 
 def _decode(raw: str | bytes | Mapping[str, Any]) -> Any:
-    if isinstance(raw, Mapping):
-        return raw
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"invalid {RETENTION_VARIABLE}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
-            'expected an object such as {"decisions_days": 30}',
-            field="",
-            value=str(raw)[:80],
-            allowed="a JSON object",
-        ) from None
+    return raw if isinstance(raw, Mapping) else variable_json.loads(raw, RETENTION_VARIABLE)
 
 
 def parse_retention(raw: str | bytes | Mapping[str, Any] | None) -> RetentionSettings:

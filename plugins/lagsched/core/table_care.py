@@ -20,13 +20,13 @@ Example:
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from lagsched.core import variable_json
 from lagsched.core.errors import ConfigError
 
 __all__ = [
@@ -98,18 +98,7 @@ def parse_table_care(raw: str | bytes | Mapping[str, Any] | None) -> TableCareSe
     """
     if raw is None or (isinstance(raw, (str, bytes)) and not raw.strip()):
         return TableCareSettings()
-    if isinstance(raw, Mapping):
-        data: Any = raw
-    else:
-        try:
-            data = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(
-                f"invalid {TABLE_CARE_VARIABLE}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})",
-                field="",
-                value=str(raw)[:80],
-                allowed="a JSON object",
-            ) from None
+    data: Any = raw if isinstance(raw, Mapping) else variable_json.loads(raw, TABLE_CARE_VARIABLE)
     if not isinstance(data, Mapping):
         raise ConfigError(
             f"invalid {TABLE_CARE_VARIABLE}: expected an object, got {type(data).__name__}",
