@@ -308,7 +308,7 @@ def demo_lake(cfg: StackConfig, clusters: str | None) -> Any:
     from lagsched.core.lake import LakeTable, default_warehouse
 
     (cluster,) = select_clusters(parse_clusters(clusters), DEMO_CLUSTER)
-    warehouse = default_warehouse({**os.environ, "LAGSCHED_HOME": str(cfg.home)}, str(cfg.home))
+    warehouse = default_warehouse({**os.environ, "LAGSCHED_HOME": str(cfg.home)})
     return LakeTable.of(DEMO_CLUSTER, cluster.sink_settings(), default_warehouse=warehouse)
 
 

@@ -191,9 +191,16 @@ def deployment(
     cwd = tmp_path / "cwd"  # outside the repository: nothing may come from the checkout
     cwd.mkdir()
 
-    def airflow(*args: str, extra_env: dict[str, str] | None = None, timeout: float = 600) -> Any:
+    def airflow(
+        *args: str,
+        extra_env: dict[str, str] | None = None,
+        timeout: float = 600,
+        program: str = "airflow",
+        check: bool = True,
+    ) -> Any:
+        """``airflow *args`` (or another ``program`` of the virtualenv); ``check``: it must exit 0."""
         done = subprocess.run(
-            [str(venv / "bin" / "airflow"), *args],
+            [str(venv / "bin" / program), *args],
             env={**env, **(extra_env or {})},
             cwd=cwd,
             capture_output=True,
@@ -201,7 +208,9 @@ def deployment(
             timeout=timeout,
             check=False,
         )
-        assert done.returncode == 0, f"airflow {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+        assert not check or done.returncode == 0, (
+            f"{program} {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+        )
         return done
 
     airflow("db", "migrate", timeout=600)
@@ -291,3 +300,16 @@ def test_setup_and_one_consume_slot_from_the_installed_wheel(
 
     lake = LakeTable.of(cluster, {"warehouse": f"file://{warehouse}"}, default_warehouse=f"file://{warehouse}")
     assert_exactly_once(read_rows(lake, empty_mysql_db), topic, latest_offsets(kafka_config, topic, 2))
+
+    # 4. A deployment that names no warehouse anywhere (this one sets neither LAGSCHED_WAREHOUSE nor
+    # LAGSCHED_HOME, and the cluster's sink has none): the setup DAG and the wheel's slot job refuse,
+    # naming what to set, where they once made a table under the slot's working directory, which the
+    # operator deletes after the run.
+    bare = f"{cluster}_bare"
+    nowhere = {"AIRFLOW_VAR_LAGSCHED_CLUSTERS": json.dumps({bare: {"topics": [topic]}})}
+    setup = deployment("dags", "test", "lagsched_setup", extra_env=nowhere, check=False)
+    assert f"cluster {bare}: no warehouse for the lake's tables" in setup.stdout + setup.stderr, setup.stdout[-3000:]
+    job = deployment("-m", "lagsched.spark.consume", "--slot", "s", "--cluster", bare, program="python", check=False)
+    assert job.returncode == 1, job.stderr[-3000:]
+    last = job.stderr.strip().splitlines()[-1]
+    assert last.startswith("lagsched consume: FAILED: ConfigError: no warehouse for the lake's tables"), last

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from lagsched.core.clusters import parse_clusters
 from lagsched.core.errors import ConfigError
 from lagsched.core.lake import (
     LakeTable,
+    add_job_arguments,
     decode_ranges,
     default_warehouse,
     encode_ranges,
+    from_job_arguments,
     job_args,
     table_name_for,
+    warehouse_problem,
 )
 
 pytestmark = pytest.mark.unit
@@ -75,12 +80,45 @@ def test_ranges_round_trip_and_malformed_summaries_hold_none() -> None:
         assert decode_ranges(bad) == {}
 
 
-def test_the_default_warehouse_lives_under_the_stack_home() -> None:
-    assert default_warehouse({}, "/repo/.local") == "file:///repo/.local/warehouse"
-    assert default_warehouse({"LAGSCHED_HOME": "/srv/ls"}, "/repo/.local") == "file:///srv/ls/warehouse"
-    assert default_warehouse({"LAGSCHED_WAREHOUSE": "s3a://b/w"}, "/repo/.local") == "s3a://b/w"
+def test_the_default_warehouse_is_the_environments_and_never_the_working_directory() -> None:
+    assert default_warehouse({"LAGSCHED_HOME": "/srv/ls"}) == "file:///srv/ls/warehouse"
+    assert default_warehouse({"LAGSCHED_WAREHOUSE": "s3a://b/w", "LAGSCHED_HOME": "/srv/ls"}) == "s3a://b/w"
+    with pytest.raises(ConfigError, match=r"no warehouse for the lake's tables: set the cluster's sink\.warehouse"):
+        default_warehouse({"LAGSCHED_HOME": "", "PWD": "/tmp/lagsched-spark-x"})
+
+
+def test_a_cluster_without_a_warehouse_anywhere_is_named() -> None:
+    assert warehouse_problem("eu", {"warehouse": "file:///lake"}, {}) is None
+    assert warehouse_problem("eu", {}, {"LAGSCHED_WAREHOUSE": "s3a://b/w"}) is None
+    problem = warehouse_problem("eu", {"table": "events"}, {})
+    assert problem is not None and problem.startswith("cluster eu: no warehouse") and "LAGSCHED_WAREHOUSE" in problem
+
+
+def test_a_job_without_a_warehouse_refuses_to_start() -> None:
+    parser = argparse.ArgumentParser()
+    add_job_arguments(parser)
+    with pytest.raises(ConfigError, match="no warehouse"):
+        from_job_arguments("eu", parser.parse_args([]), {})
+    given = from_job_arguments("eu", parser.parse_args(["--warehouse", "file:///lake"]), {})
+    assert given.warehouse == "file:///lake"
+    assert from_job_arguments("eu", parser.parse_args([]), {"LAGSCHED_HOME": "/h"}).warehouse == "file:///h/warehouse"
 
 
 def test_table_names_are_legal_identifiers() -> None:
     assert table_name_for("lagsched_kafka") == "lagsched_kafka"
     assert table_name_for("9-east") == "c_9_east"
+
+
+def test_the_dags_name_every_cluster_without_a_warehouse_before_any_slot_starts() -> None:
+    from lagsched.airflow.tasks import check_warehouses
+
+    clusters = parse_clusters({"a": {}, "b": {"sink": {"warehouse": "s3a://b/lake"}}, "c": {}})
+    with pytest.raises(ConfigError) as caught:
+        check_warehouses(clusters, {})
+    assert "cluster a: no warehouse" in str(caught.value) and "cluster c: no warehouse" in str(caught.value)
+    assert "cluster b" not in str(caught.value)
+    assert check_warehouses(clusters, {"LAGSCHED_WAREHOUSE": "s3a://w/x"}) == {
+        "a": "s3a://w/x",
+        "b": "s3a://b/lake",
+        "c": "s3a://w/x",
+    }

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -27,7 +28,9 @@ from typing import Any
 
 from lagsched.core.clusters import ClusterConfig, parse_clusters, select_clusters
 from lagsched.core.config import parse_settings
+from lagsched.core.errors import ConfigError
 from lagsched.core.lag import measurement_due
+from lagsched.core.lake import WAREHOUSE_SETTINGS
 from lagsched.core.names import validate_cluster_name
 
 __all__ = [
@@ -122,6 +125,31 @@ def run_migrations() -> list[str]:
         applied = migrate_database(params)
     log.info("applied %d migration(s): %s", len(applied), applied or "none pending")
     return applied
+
+
+def check_warehouses(clusters: Iterable[ClusterConfig], env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Where each cluster's table goes: its ``sink.warehouse``, else the deployment's default
+    (``LAGSCHED_WAREHOUSE``, ``LAGSCHED_HOME``; `lagsched.core.lake.default_warehouse`).
+
+    Raises:
+        ConfigError: naming every cluster with no warehouse anywhere, before any slot writes.
+    """
+    from lagsched.core.lake import default_warehouse, warehouse_problem
+
+    env = os.environ if env is None else env
+    chosen = list(clusters)
+    problems = [p for c in chosen if (p := warehouse_problem(c.name, c.sink_settings(), env))]
+    if problems:
+        raise ConfigError("; ".join(problems), field="sink.warehouse", value=None, allowed=WAREHOUSE_SETTINGS)
+    return {c.name: c.sink_settings().get("warehouse") or default_warehouse(env) for c in chosen}
+
+
+def run_check_warehouses(raw_clusters: str | bytes | Mapping[str, Any] | None) -> dict[str, str]:
+    """The setup DAG's lake check: every configured cluster has a warehouse for its table."""
+    warehouses = check_warehouses(parse_clusters(raw_clusters))
+    for cluster, warehouse in warehouses.items():
+        log.info("cluster %s: tables under %s", cluster, warehouse)
+    return warehouses
 
 
 def run_resolve_clusters(
@@ -309,6 +337,7 @@ def run_consume_plan(clusters: Sequence[Mapping[str, Any]], options: Mapping[str
     from lagsched.workflows.consume_plan import SlotOptions, plan_consume
 
     chosen = [ClusterConfig.from_dict(c) for c in clusters]
+    check_warehouses(chosen)  # the slots check too; here the run fails before any starts
     slot_options = SlotOptions(**dict(options))
     with mysql_and_redis(mysql_params(), redis_params()) as (mysql, redis):
         plan = plan_consume(mysql, chosen, slot_options, SlotLock(redis))
@@ -384,6 +413,7 @@ def run_table_care_plan(
     if now:
         datetime.fromisoformat(now)  # a malformed time fails here, naming itself
     chosen = select_clusters(parse_clusters(raw_clusters), cluster.strip())
+    check_warehouses(chosen)
     plan = []
     for c in chosen:
         args = ["--cluster", c.name, "--settings", json.dumps(settings.as_dict()), *job_args(c.sink_settings())]

@@ -35,8 +35,9 @@ Fields of a cluster (all optional):
   costs one idle Spark driver (and its pool slot in ``lagsched_consume``).
 * ``sink``: the Iceberg table the cluster's records land in (`lagsched.core.lake.LakeTable`):
   ``warehouse`` (``file://``, ``s3a://``, ``hdfs://``; default ``$LAGSCHED_WAREHOUSE``, else
-  ``.local/warehouse``), ``catalog`` (default ``lagsched``), ``namespace`` (default ``kafka``),
-  ``table`` (default: the cluster name) and ``s3_endpoint`` (an S3-compatible store's URL).
+  ``file://$LAGSCHED_HOME/warehouse``; with neither, no default: docs/install.md), ``catalog``
+  (default ``lagsched``), ``namespace`` (default ``kafka``), ``table`` (default: the cluster name)
+  and ``s3_endpoint`` (an S3-compatible store's URL).
   Two clusters may not name the same table: the table's ranges are keyed by topic and partition,
   so two clusters' topics of one name would collide in it.
 

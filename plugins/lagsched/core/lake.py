@@ -35,6 +35,7 @@ __all__ = [
     "SINK_FIELDS",
     "TABLE_PROPERTIES",
     "WAREHOUSE_SCHEMES",
+    "WAREHOUSE_SETTINGS",
     "LakeTable",
     "add_job_arguments",
     "decode_ranges",
@@ -43,6 +44,7 @@ __all__ = [
     "from_job_arguments",
     "job_args",
     "table_name_for",
+    "warehouse_problem",
 ]
 
 DEFAULT_CATALOG = "lagsched"
@@ -95,13 +97,51 @@ def table_name_for(cluster: str) -> str:
     return name if re.match(r"[A-Za-z_]", name) else f"c_{name}"
 
 
-def default_warehouse(env: Mapping[str, str], repo_local: str) -> str:
-    """``LAGSCHED_WAREHOUSE``, else ``file://<LAGSCHED_HOME or repo_local>/warehouse`` (the jobs pass
-    ``.local/`` of their working directory, where the local stack keeps its data)."""
+#: What a deployment sets so that the slots know where tables go (docs/install.md).
+WAREHOUSE_SETTINGS = (
+    "the cluster's sink.warehouse in the Variable lagsched_clusters, or LAGSCHED_WAREHOUSE "
+    "(or LAGSCHED_HOME, for file://$LAGSCHED_HOME/warehouse) in the environment of Airflow's workers"
+)
+
+
+def default_warehouse(env: Mapping[str, str]) -> str:
+    """``LAGSCHED_WAREHOUSE``, else ``file://$LAGSCHED_HOME/warehouse`` (the local stack sets LAGSCHED_HOME).
+
+    >>> default_warehouse({"LAGSCHED_HOME": "/srv/lagsched/"})
+    'file:///srv/lagsched/warehouse'
+
+    Raises:
+        ConfigError: neither is set. There is no default beside the working directory: the operator
+            runs each slot in a scratch folder it deletes when the run ends, so a table created there
+            would vanish after its offsets were committed.
+    """
     if env.get("LAGSCHED_WAREHOUSE"):
         return env["LAGSCHED_WAREHOUSE"]
-    home = env.get("LAGSCHED_HOME") or repo_local
-    return f"file://{home.rstrip('/')}/warehouse"
+    if env.get("LAGSCHED_HOME"):
+        return f"file://{env['LAGSCHED_HOME'].rstrip('/')}/warehouse"
+    raise ConfigError(
+        f"no warehouse for the lake's tables: set {WAREHOUSE_SETTINGS}",
+        field="sink.warehouse",
+        value=None,
+        allowed=WAREHOUSE_SETTINGS,
+    )
+
+
+def warehouse_problem(cluster: str, sink: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
+    """Why ``cluster``'s table has no warehouse (its ``sink`` names none and `default_warehouse` has none), or None.
+
+    >>> warehouse_problem("eu", {"warehouse": "s3a://b/lake"}, {}) is None
+    True
+    >>> print(warehouse_problem("eu", {}, {}))
+    cluster eu: no warehouse for the lake's tables: set the cluster's sink.warehouse in ...
+    """
+    if sink.get("warehouse"):
+        return None
+    try:
+        default_warehouse(env)
+    except ConfigError as exc:
+        return f"cluster {cluster}: {exc}"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +247,7 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--warehouse",
         help="the Iceberg catalog's warehouse: file://, s3a:// or hdfs:// (default: $LAGSCHED_WAREHOUSE, else "
-        "file://$LAGSCHED_HOME/warehouse, LAGSCHED_HOME defaulting to .local/ in the working directory)",
+        "file://$LAGSCHED_HOME/warehouse; with neither, the job refuses to start)",
     )
     parser.add_argument("--catalog", help=f"the Iceberg catalog's name (default: {DEFAULT_CATALOG})")
     parser.add_argument("--namespace", help=f"the table's namespace (default: {DEFAULT_NAMESPACE})")
@@ -215,10 +255,16 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--s3-endpoint", help="an S3-compatible store's URL for s3a:// warehouses (default: AWS S3)")
 
 
-def from_job_arguments(cluster: str, args: argparse.Namespace, env: Mapping[str, str], repo_local: str) -> LakeTable:
-    """The table `add_job_arguments`' options name, defaults filled in (`default_warehouse`)."""
+def from_job_arguments(cluster: str, args: argparse.Namespace, env: Mapping[str, str]) -> LakeTable:
+    """The table `add_job_arguments`' options name, defaults filled in (`default_warehouse` when no
+    ``--warehouse`` is given).
+
+    Raises:
+        ConfigError: a bad option, or no warehouse anywhere.
+    """
     given = {key: getattr(args, key) for key in SINK_FIELDS if getattr(args, key, None) is not None}
-    return LakeTable.of(cluster, given, default_warehouse=default_warehouse(env, repo_local))
+    warehouse = given.get("warehouse") or default_warehouse(env)
+    return LakeTable.of(cluster, given, default_warehouse=warehouse)
 
 
 def encode_ranges(ranges: Mapping[tuple[str, int], tuple[int, int]]) -> str:

@@ -24,7 +24,6 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 STARTED = time.monotonic()
@@ -121,7 +120,7 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     from lagsched.workflows.slot_settings import ConsumerSettings
 
     cluster = validate_cluster_name(args.cluster)
-    lake = from_job_arguments(cluster, args, os.environ, str(Path.cwd() / ".local"))
+    lake = from_job_arguments(cluster, args, os.environ)
     try:
         slot_id = str(uuid.UUID(args.slot))
     except ValueError:

@@ -19,7 +19,6 @@ import logging
 import os
 import sys
 from datetime import UTC, datetime
-from pathlib import Path
 
 log = logging.getLogger("lagsched.table_care")
 
@@ -66,7 +65,7 @@ def _run(args: argparse.Namespace) -> dict[str, object]:
     now = datetime.fromisoformat(args.now) if args.now else datetime.now(UTC)
     if now.tzinfo is None:
         now = now.replace(tzinfo=UTC)
-    lake = from_job_arguments(cluster, args, os.environ, str(Path.cwd() / ".local"))
+    lake = from_job_arguments(cluster, args, os.environ)
     mysql = mysql_params()
     conf = sink.catalog_conf(
         lake, jdbc_url=sink.jdbc_url(mysql.host, mysql.port, mysql.database), user=mysql.user, password=mysql.password

@@ -14,7 +14,11 @@ Run this once after installing lagsched, and again after upgrading it. It
 
 1. checks that the Connections `lagsched_kafka`, `lagsched_mysql` and `lagsched_redis` reach their
    services (broker count, MySQL version, Redis version appear in each task's log and XCom);
-2. applies the pending schema migrations from `sql/` to the `lagsched_mysql` database.
+2. checks that every cluster of the Variable `lagsched_clusters` has a warehouse for its Iceberg
+   table: its `sink.warehouse`, else `LAGSCHED_WAREHOUSE` (or `LAGSCHED_HOME`) in the environment of
+   Airflow's workers. There is no default: a table under a slot's working directory would be
+   deleted with it (docs/install.md);
+3. applies the pending schema migrations from `sql/` to the `lagsched_mysql` database.
    Re-running is safe: applied migrations are recorded and skipped.
 
 A failing check names the Connection to fix (Admin > Connections), where it points (host and
@@ -50,10 +54,19 @@ def lagsched_setup() -> None:
             return run_check_redis()
 
     @task
+    def check_warehouses() -> dict[str, str]:
+        from airflow.sdk import Variable
+
+        from lagsched.airflow.tasks import fail_fast, run_check_warehouses
+
+        with fail_fast():
+            return run_check_warehouses(Variable.get("lagsched_clusters", default=None))
+
+    @task
     def migrate_schema() -> list[str]:
         from lagsched.airflow.tasks import fail_fast, run_migrations
 
         with fail_fast():
             return run_migrations()
 
-    [check_kafka(), check_redis()] >> migrate_schema()
+    [check_kafka(), check_redis(), check_warehouses()] >> migrate_schema()
