@@ -245,8 +245,9 @@ def test_setup_and_one_consume_slot_from_the_installed_wheel(
 ) -> None:
     from lagsched.adapters.mysql import connect
 
-    # 1. The setup DAG applies every migration (from the wheel) to the fresh database.
-    deployment("dags", "test", "lagsched_setup")
+    # 1. The setup DAG checks the warehouse (here the deployment's LAGSCHED_WAREHOUSE, for the default
+    # cluster) and applies every migration (from the wheel) to the fresh database.
+    deployment("dags", "test", "lagsched_setup", extra_env={"LAGSCHED_WAREHOUSE": (tmp_path / "default").as_uri()})
     conn = connect(empty_mysql_db)
     try:
         with conn.cursor() as cur:
