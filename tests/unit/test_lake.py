@@ -17,7 +17,6 @@ from lagsched.core.lake import (
     from_job_arguments,
     job_args,
     table_name_for,
-    warehouse_problem,
 )
 
 pytestmark = pytest.mark.unit
@@ -88,10 +87,16 @@ def test_the_default_warehouse_is_the_environments_and_never_the_working_directo
 
 
 def test_a_cluster_without_a_warehouse_anywhere_is_named() -> None:
-    assert warehouse_problem("eu", {"warehouse": "file:///lake"}, {}) is None
-    assert warehouse_problem("eu", {}, {"LAGSCHED_WAREHOUSE": "s3a://b/w"}) is None
-    problem = warehouse_problem("eu", {"table": "events"}, {})
-    assert problem is not None and problem.startswith("cluster eu: no warehouse") and "LAGSCHED_WAREHOUSE" in problem
+    from lagsched.airflow.tasks import check_warehouses
+
+    assert check_warehouses(parse_clusters({"eu": {"sink": {"warehouse": "file:///lake"}}}), {}) == {
+        "eu": "file:///lake"
+    }
+    assert check_warehouses(parse_clusters({"eu": {}}), {"LAGSCHED_WAREHOUSE": "s3a://b/w"}) == {"eu": "s3a://b/w"}
+    with pytest.raises(ConfigError) as caught:
+        check_warehouses(parse_clusters({"eu": {"sink": {"table": "events"}}}), {})
+    problem = str(caught.value)
+    assert problem.startswith("cluster eu: no warehouse") and "LAGSCHED_WAREHOUSE" in problem
 
 
 def test_a_job_without_a_warehouse_refuses_to_start() -> None:

@@ -134,14 +134,19 @@ def check_warehouses(clusters: Iterable[ClusterConfig], env: Mapping[str, str] |
     Raises:
         ConfigError: naming every cluster with no warehouse anywhere, before any slot writes.
     """
-    from lagsched.core.lake import default_warehouse, warehouse_problem
+    from lagsched.core.lake import default_warehouse
 
     env = os.environ if env is None else env
     chosen = list(clusters)
-    problems = [p for c in chosen if (p := warehouse_problem(c.name, c.sink_settings(), env))]
-    if problems:
-        raise ConfigError("; ".join(problems), field="sink.warehouse", value=None, allowed=WAREHOUSE_SETTINGS)
-    return {c.name: c.sink_settings().get("warehouse") or default_warehouse(env) for c in chosen}
+    without = [c.name for c in chosen if not c.sink_settings().get("warehouse")]
+    default = ""
+    if without:
+        try:
+            default = default_warehouse(env)
+        except ConfigError as exc:
+            problems = "; ".join(f"cluster {name}: {exc}" for name in without)
+            raise ConfigError(problems, field="sink.warehouse", value=None, allowed=WAREHOUSE_SETTINGS) from None
+    return {c.name: c.sink_settings().get("warehouse") or default for c in chosen}
 
 
 def run_check_warehouses(raw_clusters: str | bytes | Mapping[str, Any] | None) -> dict[str, str]:

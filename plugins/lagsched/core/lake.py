@@ -44,7 +44,6 @@ __all__ = [
     "from_job_arguments",
     "job_args",
     "table_name_for",
-    "warehouse_problem",
 ]
 
 DEFAULT_CATALOG = "lagsched"
@@ -125,23 +124,6 @@ def default_warehouse(env: Mapping[str, str]) -> str:
         value=None,
         allowed=WAREHOUSE_SETTINGS,
     )
-
-
-def warehouse_problem(cluster: str, sink: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
-    """Why ``cluster``'s table has no warehouse (its ``sink`` names none and `default_warehouse` has none), or None.
-
-    >>> warehouse_problem("eu", {"warehouse": "s3a://b/lake"}, {}) is None
-    True
-    >>> print(warehouse_problem("eu", {}, {}))
-    cluster eu: no warehouse for the lake's tables: set the cluster's sink.warehouse in ...
-    """
-    if sink.get("warehouse"):
-        return None
-    try:
-        default_warehouse(env)
-    except ConfigError as exc:
-        return f"cluster {cluster}: {exc}"
-    return None
 
 
 @dataclass(frozen=True, slots=True)

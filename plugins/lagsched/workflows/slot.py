@@ -368,7 +368,6 @@ class SlotRun:
             log.warning("could not release the slot's rows (%s); their leases run out in %.0f s", exc, self.s.lease_s)
 
 
-
 def _keys(claims: Sequence[Claim], topics: Mapping[str, TopicRow]) -> str:
     names = [f"{topics[c.topic_id].name if c.topic_id in topics else c.topic_id}[{c.partition_id}]" for c in claims]
     return ", ".join(names)
