@@ -24,7 +24,7 @@ deps:
 	@bash scripts/bootstrap.sh
 
 lint: deps
-	$(PY) -m ruff check plugins dags tests
+	$(PY) -m ruff check plugins dags tests jobs
 
 typecheck: deps
 	$(PY) -m mypy

@@ -42,6 +42,16 @@ if [ "$(cat "$VENV/.lagsched-stamp" 2>/dev/null)" != "$want" ]; then
   "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
   echo "$want" > "$VENV/.lagsched-stamp"
 fi
+# The tooling's command: lagsched_dev is not part of the wheel (the runtime only), so its command is
+# this checkout's, run from plugins/ of the checkout it was installed from.
+if ! grep -qs "$PWD/plugins" "$VENV/bin/lagsched-dev"; then
+  cat > "$VENV/bin/lagsched-dev" <<SHIM
+#!/usr/bin/env bash
+# The developer's command line of the lagsched checkout in $PWD (scripts/bootstrap.sh).
+PYTHONPATH="$PWD/plugins\${PYTHONPATH:+:\$PYTHONPATH}" exec "$VENV/bin/python" -m lagsched_dev "\$@"
+SHIM
+  chmod +x "$VENV/bin/lagsched-dev"
+fi
 
 # 3. Jars: the Kafka broker with Kafka's own CLI tools (one classpath) and the lake's for Spark
 # (Iceberg, its JDBC catalog's driver, S3A). Each set is fetched into a temporary folder and swapped in

@@ -38,8 +38,8 @@ class _StackProgress(logging.Handler):
 
 def start_stack(cfg: Any, *, airflow: bool = False, spark_cluster: bool = False) -> list[Any]:
     """`lagsched_dev.stack.up` with a progress bar: services started so far, the elapsed time, each one's detail."""
-    from lagsched.progress import Progress
     from lagsched_dev import stack
+    from lagsched_dev.progress import Progress
     from lagsched_dev.stack.services import core_services, spark_cluster_services
 
     total = len(core_services(cfg)) + (1 if airflow else 0)

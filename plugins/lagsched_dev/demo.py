@@ -40,8 +40,8 @@ from types import FrameType
 from typing import Any
 
 from lagsched.core.load_profile import DEMO_PEAK_RATE, DEMO_SLOT_MAX_RATE, TopicLoad, demo_profile
-from lagsched.progress import Progress, format_duration
 from lagsched_dev.airflow_api import PASSWORDS_FILE, AirflowAPI, AirflowAPIError
+from lagsched_dev.progress import Progress, format_duration
 from lagsched_dev.stack.config import StackConfig, load
 from lagsched_dev.stack.process import ServiceError
 

@@ -23,7 +23,7 @@ from test_lag_dags import add_topic, env  # noqa: F401 - env is a fixture
 from lagsched.adapters.slots import SlotRegistry, slot_id_for
 from lagsched.airflow.operators import LagschedSparkSubmitOperator
 from lagsched.airflow.scratch import LOCK_FILE, MIN_AGE_S, SCRATCH_PREFIX
-from lagsched.spark import CONSUME_JOB
+from lagsched.jobs import CONSUME_JOB
 
 # Starts Spark applications: with the other Spark tests, one at a time (tests/conftest.py).
 pytestmark = pytest.mark.xdist_group("spark")

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from test_lag_dags import load_dag, state
 
-from lagsched.spark import CONSUME_JOB
+from lagsched.jobs import CONSUME_JOB
 from lagsched_dev.stack.config import StackConfig
 from secure_services import KAFKA_PASSWORD, REDIS_PASSWORD, sasl_ssl_kafka, tls_acl_redis, tls_mariadb
 

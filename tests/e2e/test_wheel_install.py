@@ -4,12 +4,14 @@ For Python 3.11 and the newest other version this machine has among those Airflo
 pyspark 4.0 both support (3.12, 3.13; ``LAGSCHED_TEST_PYTHONS`` names interpreters instead), the
 test builds the wheel, installs it with its locked dependencies into a new virtualenv, and from a
 working directory outside the repository,
-with a DAGs folder of one-line files and no ``PYTHONPATH``:
+with a DAGs folder holding the repository's ``dags/`` files and no ``PYTHONPATH``, checks that nothing of
+the tooling came with it (no ``lagsched_dev``, no ``lagsched-dev``, none of the tooling's
+dependencies), then:
 
 1. runs the setup DAG (``airflow dags test lagsched_setup``) against a fresh database: every
    migration comes from the wheel;
 2. registers a topic with the topic sync DAG, and runs the consume DAG for a short budget: its one
-   slot is the wheel's ``lagsched/spark/consume.py`` under that virtualenv's spark-submit;
+   slot is the wheel's ``lagsched/jobs/consume.py`` under that virtualenv's spark-submit;
 3. checks that every record reached the cluster's Iceberg table once and its offsets were stored.
 
 The first install of a Python downloads its wheels (minutes); later runs install from uv's cache.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -39,6 +42,8 @@ from consumer_support import assert_exactly_once, latest_offsets
 REPO = Path(__file__).resolve().parents[2]
 SUPPORTED = ("3.11", "3.12", "3.13")
 RECORDS = 500
+#: Distributions only the tooling, the demo, the benchmarks or the lake reader (an extra) use.
+TOOLING_ONLY = {"matplotlib", "psycopg2-binary", "asyncpg", "pyiceberg", "pytest", "ruff", "mypy", "playwright"}
 
 # Starts a Spark application: with the other Spark tests, one at a time (tests/conftest.py).
 pytestmark = pytest.mark.xdist_group("spark")
@@ -161,7 +166,6 @@ def deployment(
     dags = tmp_path / "dags"
     dags.mkdir()
     for f in sorted((REPO / "dags").glob("*.py")):
-        assert len(f.read_text().strip().splitlines()) == 1, f"{f.name} is not a one-line DAG file"
         shutil.copy(f, dags / f.name)
     conns = {k: json.loads(v) for k, v in connection_environment(stack).items()}
     conns["AIRFLOW_CONN_LAGSCHED_MYSQL"]["schema"] = empty_mysql_db.database
@@ -217,23 +221,50 @@ def deployment(
     yield airflow
 
 
-def test_the_wheel_carries_what_a_deployment_needs(wheel: Path) -> None:
+def test_the_wheel_carries_what_a_deployment_needs_and_nothing_of_the_tooling(wheel: Path) -> None:
     import zipfile
 
     names = set(zipfile.ZipFile(wheel).namelist())
-    needed = {
-        "lagsched/spark/consume.py",
-        "lagsched/spark/table_care.py",
-        "lagsched/spark/log4j2.properties",
-        "lagsched/airflow/dags/__init__.py",
-        *(f"lagsched/airflow/dags/{m}.py" for m in DAG_MODULES.values()),
-    }
+    # The Spark applications are the repository's jobs/ files, byte for byte (one copy).
+    for job in ("consume.py", "table_care.py", "log4j2.properties"):
+        assert zipfile.ZipFile(wheel).read(f"lagsched/jobs/{job}") == (REPO / "jobs" / job).read_bytes(), job
+    needed = {"lagsched/jobs/__init__.py", *(f"lagsched/airflow/dags/{m}.py" for m in DAG_MODULES.values())}
     assert needed <= names, sorted(needed - names)
     migrations = sorted(p.name for p in (REPO / "sql").glob("V*.sql"))
     assert migrations and all(f"lagsched/sql/{m}" in names for m in migrations)
-    # Every one-line file of dags/ names a DAG the package builds, and every DAG has its file.
-    lines = {f.stem: f.read_text().strip() for f in (REPO / "dags").glob("*.py")}
-    assert lines == {d: f"from lagsched.airflow.dags import {d}" for d in DAG_MODULES}
+    # The runtime only: no file of the tooling, no command of it, none of its dependencies.
+    tooling = sorted(n for n in names if n.split("/")[0] not in {"lagsched"} and ".dist-info/" not in n)
+    assert tooling == [], tooling
+    (entry_points,) = (n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    assert "lagsched_dev" not in zipfile.ZipFile(wheel).read(entry_points).decode()
+    (metadata,) = (n for n in names if n.endswith(".dist-info/METADATA"))
+    requires = [line.split(":", 1)[1].strip() for line in zipfile.ZipFile(wheel).read(metadata).decode().splitlines()
+                if line.startswith("Requires-Dist:")]  # fmt: skip
+    runtime = {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].lower() for r in requires if "extra ==" not in r}
+    assert not runtime & TOOLING_ONLY, sorted(runtime & TOOLING_ONLY)
+    # Each dags/ file creates its DAG the plain Airflow way: it imports the @dag function and calls it.
+    for dag_id, module in DAG_MODULES.items():
+        text = (REPO / "dags" / f"{dag_id}.py").read_text()
+        assert f"from lagsched.airflow.dags.{module} import {dag_id}\n" in text, dag_id
+        assert text.rstrip().endswith(f"\n{dag_id}()"), dag_id
+    assert {f.stem for f in (REPO / "dags").glob("*.py")} == set(DAG_MODULES)
+
+
+def test_the_installed_wheel_brings_no_tooling(venv: Path) -> None:
+    clean = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"}}
+    probe = (
+        "import importlib.metadata as m, importlib.util as u, json; "
+        "print(json.dumps({'dists': sorted(d.metadata['Name'].lower() for d in m.distributions()), "
+        "'lagsched_dev': u.find_spec('lagsched_dev') is not None}))"
+    )
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True,
+                          check=True, env=clean, cwd=venv)  # fmt: skip
+    found = json.loads(done.stdout)
+    assert found["lagsched_dev"] is False
+    assert not (venv / "bin" / "lagsched-dev").exists()
+    assert (venv / "bin" / "lagsched").exists()
+    assert not set(found["dists"]) & TOOLING_ONLY, sorted(set(found["dists"]) & TOOLING_ONLY)
+    assert "lagsched" in found["dists"] and "apache-airflow" in found["dists"]
 
 
 def test_setup_and_one_consume_slot_from_the_installed_wheel(
@@ -310,7 +341,7 @@ def test_setup_and_one_consume_slot_from_the_installed_wheel(
     nowhere = {"AIRFLOW_VAR_LAGSCHED_CLUSTERS": json.dumps({bare: {"topics": [topic]}})}
     setup = deployment("dags", "test", "lagsched_setup", extra_env=nowhere, check=False)
     assert f"cluster {bare}: no warehouse for the lake's tables" in setup.stdout + setup.stderr, setup.stdout[-3000:]
-    job = deployment("-m", "lagsched.spark.consume", "--slot", "s", "--cluster", bare, program="python", check=False)
+    job = deployment("-m", "lagsched.jobs.consume", "--slot", "s", "--cluster", bare, program="python", check=False)
     assert job.returncode == 1, job.stderr[-3000:]
     last = job.stderr.strip().splitlines()[-1]
     assert last.startswith("lagsched consume: FAILED: ConfigError: no warehouse for the lake's tables"), last

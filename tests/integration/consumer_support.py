@@ -1,4 +1,4 @@
-"""The consumer harness: run real `lagsched/spark/consume.py` slots with spark-submit, and check the sink.
+"""The consumer harness: run real `lagsched/jobs/consume.py` slots with spark-submit, and check the sink.
 
 Each test gets its own MySQL database (so its own Iceberg catalog), Redis DB
 (``LAGSCHED_TEST_REDIS_DB``), cluster name and warehouse folder, so the slots of one test never see
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lagsched.spark import CONSUME_JOB
+from lagsched.jobs import CONSUME_JOB
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = Path(CONSUME_JOB)

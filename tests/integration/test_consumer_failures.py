@@ -1,7 +1,7 @@
 """The Spark consumer under failure: SIGKILL at chosen points, a stale holder, two holders of one range,
 unreachable services; on a local warehouse and on S3 (the stack's S3Proxy, through S3A).
 
-Real slots (spark-submit of ``lagsched/spark/consume.py``) on the real stack; the Iceberg table is read back
+Real slots (spark-submit of ``lagsched/jobs/consume.py``) on the real stack; the Iceberg table is read back
 with pyiceberg, the snapshots' ``lagsched.ranges`` say which commit holds which range. Where a kill
 or a stop lands is not left to luck alone: the test watches the claim table (``pending_*`` = a
 batch recorded under the epoch, not committed) and the table's commits (the catalog row's

@@ -1,4 +1,4 @@
-"""Table care on the real stack: `lagsched/spark/table_care.py` (spark-submit) over an Iceberg table the sink wrote.
+"""Table care on the real stack: `lagsched/jobs/table_care.py` (spark-submit) over an Iceberg table the sink wrote.
 
 The table gets many small files in closed hours and a few in an hour still open, plus orphan files;
 one run must compact the closed hours to the target (files per partition within 1.5 x what their
@@ -28,7 +28,7 @@ from lagsched.adapters.lake_reader import read_rows
 from lagsched.adapters.range_files import RangeWriter
 from lagsched.adapters.sink import BatchRead, IcebergSink, ensure_table
 from lagsched.core.lake import LakeTable
-from lagsched.spark import TABLE_CARE_JOB
+from lagsched.jobs import TABLE_CARE_JOB
 from lagsched.workflows.batch import write_batch
 
 pytestmark = pytest.mark.integration

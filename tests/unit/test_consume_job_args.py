@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lagsched.spark import CONSUME_JOB
+from lagsched.jobs import CONSUME_JOB
 
 ROOT = Path(__file__).resolve().parents[2]
 

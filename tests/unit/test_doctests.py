@@ -16,6 +16,7 @@ MODULES = sorted(
     m.name
     for package in (lagsched, lagsched_dev)
     for m in pkgutil.walk_packages(package.__path__, f"{package.__name__}.")
+    if not m.name.endswith(".__main__")  # importing one runs its command
 )
 
 

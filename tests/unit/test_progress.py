@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from lagsched.progress import Progress, bar, format_duration, render
+from lagsched_dev.progress import Progress, bar, format_duration, render
 
 
 class FakeClock:

@@ -20,7 +20,10 @@ __all__ = ["TableStats", "load_table", "open_catalog", "read_rows", "table_stats
 
 def open_catalog(lake: LakeTable, mysql: MySQLParams) -> Any:
     """A pyiceberg ``SqlCatalog`` over the JDBC catalog's tables (it never creates or alters them)."""
-    from pyiceberg.catalog.sql import SqlCatalog
+    try:
+        from pyiceberg.catalog.sql import SqlCatalog
+    except ImportError as e:  # an optional dependency: the slots write without it
+        raise ImportError("reading the lake without Spark needs pyiceberg: pip install 'lagsched[lake]'") from e
 
     uri = (
         f"mysql+pymysql://{quote(mysql.user, safe='')}:{quote(mysql.password, safe='')}"

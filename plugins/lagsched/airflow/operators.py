@@ -57,6 +57,7 @@ from lagsched.airflow.scratch import scratch_folder
 __all__ = [
     "CHILD_CONNECTIONS",
     "EXIT_LOST_CLAIM",
+    "LagschedSparkSubmitHook",
     "LagschedSparkSubmitOperator",
     "child_connections_environment",
     "spark_local_dir_chosen",
@@ -64,7 +65,7 @@ __all__ = [
 
 #: Connections the consumer job reads (docs/consumer.md), under these ids.
 CHILD_CONNECTIONS = ("lagsched_kafka", "lagsched_mysql", "lagsched_redis")
-#: `lagsched/spark/consume.py` exits with 3 when the slot lost a claim (a stale holder).
+#: `lagsched/jobs/consume.py` exits with 3 when the slot lost a claim (a stale holder).
 EXIT_LOST_CLAIM = 3
 _PLUGINS = Path(__file__).resolve().parents[2]  # the directory holding the lagsched package
 
@@ -162,14 +163,21 @@ def with_driver_java_options(conf: Mapping[str, Any], options: Sequence[str]) ->
     return {**conf, "spark.driver.extraJavaOptions": joined} if joined else dict(conf)
 
 
-class _GracefulSparkSubmitHook(SparkSubmitHook):
-    """The provider's hook with the job's environment of our making, in a session of its own."""
+class LagschedSparkSubmitHook(SparkSubmitHook):
+    """The provider's hook with the job's environment of our making, in a session of its own.
 
-    _lagsched_child_env: Mapping[str, str] = {}
-    #: The slots' JVM class-data archive: mapped if it exists, else recorded by this run.
-    _lagsched_class_archive: str | None = None
-    #: The working directory of the newest run (removed when it ended).
-    scratch_dir: str | None = None
+    Args:
+        child_env: what the job's environment gets beyond the task's (its Connections, PYTHONPATH).
+        class_archive: the slots' JVM class-data archive: mapped if it exists, else recorded by this run.
+        kwargs: everything `SparkSubmitHook` takes.
+    """
+
+    def __init__(self, *, child_env: Mapping[str, str], class_archive: str | None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._lagsched_child_env = dict(child_env)
+        self._lagsched_class_archive = class_archive
+        #: The working directory of the newest run (removed when it ended).
+        self.scratch_dir: str | None = None
 
     def _build_spark_submit_command(self, application: str) -> list[str]:
         command: list[str] = super()._build_spark_submit_command(application)
@@ -308,7 +316,7 @@ class LagschedSparkSubmitOperator(SparkSubmitOperator):
             self.jars = lake_jars_from_environment()
         conf = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable}
         log4j = os.path.join(os.path.dirname(os.path.abspath(self.application)), "log4j2.properties")
-        if os.path.exists(log4j):  # the job's quiet logging (lagsched/spark/log4j2.properties)
+        if os.path.exists(log4j):  # the job's quiet logging (lagsched/jobs/log4j2.properties)
             conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
         # The caller's Java options come after ours (the JVM takes the last of a repeated one).
         given = dict(self.conf or {})
@@ -334,13 +342,52 @@ class LagschedSparkSubmitOperator(SparkSubmitOperator):
                 )
             raise
 
-    def _get_hook(self) -> SparkSubmitHook:
-        hook = super()._get_hook()
-        # The provider builds the hook with some twenty arguments; re-class it rather than copy them.
-        hook.__class__ = _GracefulSparkSubmitHook
-        hook._lagsched_child_env = self._lagsched_child_env  # type: ignore[attr-defined]
-        hook._lagsched_class_archive = self._lagsched_class_archive  # type: ignore[attr-defined]
-        return hook
+    def _get_hook(self) -> LagschedSparkSubmitHook:
+        return LagschedSparkSubmitHook(
+            child_env=self._lagsched_child_env,
+            class_archive=self._lagsched_class_archive,
+            **self.hook_arguments(),
+        )
+
+    def hook_arguments(self) -> dict[str, Any]:
+        """What the provider's operator (6.3) builds its `SparkSubmitHook` from. Listed here because the hook
+        is ours; tests/unit/test_operators.py checks these names against the hook's signature, so an argument
+        a newer provider adds cannot be dropped silently."""
+        return {
+            "conf": self.conf,
+            "conn_id": self._conn_id,
+            "files": self.files,
+            "py_files": self.py_files,
+            "archives": self._archives,
+            "driver_class_path": self.driver_class_path,
+            "jars": self.jars,
+            "java_class": self._java_class,
+            "packages": self.packages,
+            "exclude_packages": self.exclude_packages,
+            "repositories": self._repositories,
+            "total_executor_cores": self._total_executor_cores,
+            "executor_cores": self._executor_cores,
+            "executor_memory": self._executor_memory,
+            "driver_memory": self._driver_memory,
+            "keytab": self.keytab,
+            "principal": self.principal,
+            "proxy_user": self.proxy_user,
+            "name": self.name,
+            "num_executors": self._num_executors,
+            "status_poll_interval": self._status_poll_interval,
+            "application_args": self.application_args,
+            "env_vars": self.env_vars,
+            "verbose": self._verbose,
+            "spark_binary": self._spark_binary,
+            "properties_file": self.properties_file,
+            "yarn_queue": self._yarn_queue,
+            "deploy_mode": self._deploy_mode,
+            "use_krb5ccache": self._use_krb5ccache,
+            "post_submit_commands": self.post_submit_commands,
+            "track_driver_via_k8s_api": self._track_driver_via_k8s_api,
+            "yarn_track_via_rm_api": self._yarn_track_via_rm_api,
+            "yarn_rm_auth": self._yarn_rm_auth,
+        }
 
     def _class_archive_path(self, jars: list[str]) -> str | None:
         directory = archive_dir(os.environ)

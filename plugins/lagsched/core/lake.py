@@ -216,7 +216,7 @@ def sink_problems(cluster: str, body: Any) -> list[tuple[str, object, str]]:
 
 
 def job_args(sink: Mapping[str, str]) -> list[str]:
-    """A cluster's ``sink`` settings as ``lagsched/spark/consume.py`` options; absent fields keep the job's defaults.
+    """A cluster's ``sink`` settings as ``lagsched/jobs/consume.py`` options; absent fields keep the job's defaults.
 
     >>> job_args({"warehouse": "s3a://b/lake", "s3_endpoint": "http://127.0.0.1:19000"})
     ['--warehouse', 's3a://b/lake', '--s3-endpoint', 'http://127.0.0.1:19000']

@@ -81,7 +81,7 @@ def slots_to_run(needed: int, max_slots: int, standby: int = 0) -> int:
 
 @dataclass(frozen=True, slots=True)
 class SlotOptions:
-    """Consumer options that override every slot's defaults (`lagsched/spark/consume.py --help`).
+    """Consumer options that override every slot's defaults (`lagsched/jobs/consume.py --help`).
 
     Attributes:
         budget_s: each slot runs this long, then finishes its batch, hands its rows back and exits

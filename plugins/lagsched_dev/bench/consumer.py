@@ -12,7 +12,7 @@ Loads a backlog (`Knobs`: ``LAGSCHED_BENCH_CONSUMER_RECORDS``, default 24,000,00
   Parquet layout with pyarrow, over the whole backlog;
 * ``perf``: Kafka's own ``kafka-consumer-perf-test`` (``ConsumerPerformance``): the ceiling of
   reading on this machine, nothing written;
-* ``spark``: the production slot ``lagsched/spark/consume.py`` under spark-submit (``local[2]``) with the
+* ``spark``: the production slot ``lagsched/jobs/consume.py`` under spark-submit (``local[2]``) with the
   job's defaults, a long-lived slot's life in small: busy on the backlog for its time budget
   (``LAGSCHED_BENCH_SLOT_S``, 240 s); its steady rate counts the batches after its first minute
   (`spark_figures`), its first batch and start-up apart; its CPU sampled per thread group.
@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lagsched.spark import CONSUME_JOB
+from lagsched.jobs import CONSUME_JOB
 from lagsched_dev.bench.cpu import machine_busy_s, proc_pid_cpu_s
 
 DEFAULT_OUT = "bench/results/consumer.json"

@@ -29,7 +29,7 @@ DAG and real Spark slots writing the cluster's Iceberg table, with records arriv
   ``LAGSCHED_BENCH_LIFECYCLE_STEADY_S`` (default 600) seconds with no change (starting a minute
   after the last trial), per hour; with the schedule's own count (the 15-minute refill plus one
   run per slot end);
-* ``duplicate_slot_start``: ``lagsched/spark/consume.py`` started by hand for slot 1 while it runs: its exit
+* ``duplicate_slot_start``: ``lagsched/jobs/consume.py`` started by hand for slot 1 while it runs: its exit
   status, wall time, message, and whether slot 1's rows kept their holder and epoch.
 
 The consume DAG must be paused when it starts (a demo would share the slots' ownership); the
@@ -56,7 +56,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lagsched.spark import CONSUME_JOB
+from lagsched.jobs import CONSUME_JOB
 
 DEFAULT_OUT = "bench/results/lifecycle.json"
 CONSUME, OVERRIDE = "lagsched_consume", "lagsched_override"
@@ -364,7 +364,7 @@ def standby_trial(bench: Bench, n: int) -> dict[str, Any]:
 
 
 def duplicate_start(bench: Bench, env: Mapping[str, str]) -> dict[str, Any]:
-    """``lagsched/spark/consume.py`` for slot 1 by hand while slot 1 runs (as a second Airflow start would)."""
+    """``lagsched/jobs/consume.py`` for slot 1 by hand while slot 1 runs (as a second Airflow start would)."""
     from lagsched.adapters.spark import submit_command
     from lagsched.core.lake import job_args
 

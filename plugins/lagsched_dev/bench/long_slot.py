@@ -6,7 +6,7 @@ Run from the repository root, with the stack up::
 
 A slot lives an hour; whatever grows with its batches (Spark's retained job state, the table's
 metadata, a leak) shows as a rate that falls and a garbage collector that takes more of its CPU.
-So one slot (``lagsched/spark/consume.py`` under spark-submit, ``local[2]``, the job's own defaults
+So one slot (``lagsched/jobs/consume.py`` under spark-submit, ``local[2]``, the job's own defaults
 as the consume DAG starts it) consumes a backlog it cannot finish for ``LAGSCHED_BENCH_LONG_S``
 seconds after its first batch (default 1,200: four 5-minute windows), and the benchmark reports
 each 5-minute window of its life from its first batch on (start-up apart): records/s, the GC's
@@ -53,7 +53,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lagsched.spark import CONSUME_JOB
+from lagsched.jobs import CONSUME_JOB
 from lagsched_dev.bench.consumer import (
     PLUGINS,
     SINK_ROOT,

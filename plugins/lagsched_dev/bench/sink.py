@@ -8,9 +8,9 @@ For ``LAGSCHED_BENCH_SINK_S`` seconds (default 600) the demo's traffic profile
 (`lagsched.core.load_profile.demo_profile`, scaled to that duration) is produced into 5 fresh
 topics, the record timestamps replayed faster: spread over the past `REPLAY_HOURS` hours, so most
 of the table's (topic, hour) partitions are closed at the end. Two slots (spark-submit
-``lagsched/spark/consume.py``, as `lagsched_dev.bench.consumer.run_spark` runs it) consume them concurrently into
+``lagsched/jobs/consume.py``, as `lagsched_dev.bench.consumer.run_spark` runs it) consume them concurrently into
 one cluster table; once the producer is done and the slots caught up, they are stopped, then one
-maintenance run (``lagsched/spark/table_care.py``, the production table care, every hour before it closed)
+maintenance run (``lagsched/jobs/table_care.py``, the production table care, every hour before it closed)
 while a pyiceberg reader scans the table over and over, each scan checked exact.
 
 Per warehouse (``file``, and ``s3a`` when ``LAGSCHED_S3_ENDPOINT`` is set) writes the figures of
@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lagsched.spark import CONSUME_JOB, TABLE_CARE_JOB
+from lagsched.jobs import CONSUME_JOB, TABLE_CARE_JOB
 from lagsched_dev.bench.consumer import PLUGINS, SINK_ROOT, _connection_env, _register, env_int, parse_stats
 
 DEFAULT_OUT = "bench/results/sink.json"
@@ -191,7 +191,7 @@ def partition_files(table: Any) -> dict[tuple[str, int], tuple[int, int]]:
 
 
 def maintain(cluster: str, lake: Any, database: Any, now: datetime) -> dict[str, Any]:
-    """One run of the production table care (``lagsched/spark/table_care.py``) as of ``now``, every hour before
+    """One run of the production table care (``lagsched/jobs/table_care.py``) as of ``now``, every hour before
     it closed; its JSON summary."""
     from lagsched.adapters.spark import submit_command
     from lagsched.core.lake import job_args
@@ -400,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "load": "demo_profile (5 topics) scaled to duration_s, timestamps replayed over the past "
             f"{REPLAY_HOURS} h, hot topic peak {peak:.0f} records/s",
             "slots": SLOTS,
-            "maintenance": "lagsched/spark/table_care.py as of the end, every earlier hour closed",
+            "maintenance": "lagsched/jobs/table_care.py as of the end, every earlier hour closed",
             "targets": {"max_files_per_partition_after": 1.5},
         },
         "duration_s": duration_s,

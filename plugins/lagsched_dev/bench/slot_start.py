@@ -76,7 +76,7 @@ def idle_topic() -> Iterator[tuple[str, str]]:
 def run_slot(cluster: str, warehouse: str, *, class_archive: bool) -> tuple[float, float]:
     """One idle slot through the operator: (wall s, busy core-s)."""
     from lagsched.airflow.operators import LagschedSparkSubmitOperator
-    from lagsched.spark import CONSUME_JOB
+    from lagsched.jobs import CONSUME_JOB
 
     op = LagschedSparkSubmitOperator(
         task_id="consume",

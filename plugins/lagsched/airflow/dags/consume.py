@@ -9,7 +9,7 @@ from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, Param, dag, t
 
 from lagsched.airflow.assets import SLOT_ENDED, WORKERS_CHANGED
 from lagsched.airflow.operators import LagschedSparkSubmitOperator
-from lagsched.spark import CONSUME_JOB
+from lagsched.jobs import CONSUME_JOB
 
 POOL = "lagsched_consume"
 #: The safety net: a slot that failed for good (retries spent) is started again within this.
@@ -28,7 +28,7 @@ needed and not running, so runs never wait on each other:
    slots), at most the cluster's `max_slots` (default 4). Of slots `<cluster>-slot-1..n` it keeps
    those whose lock in Redis is free (no process runs them);
 2. **consume** (mapped, one task per slot to start, in the pool `lagsched_consume`):
-   `spark-submit lagsched/spark/consume.py --slot <cluster>-slot-<n> --cluster <cluster> --budget-s ...`.
+   `spark-submit lagsched/jobs/consume.py --slot <cluster>-slot-<n> --cluster <cluster> --budget-s ...`.
    The slot claims its share of its topics, commits the claimed records to the cluster's Iceberg
    table exactly once (the cluster's `sink`, docs/lake.md), follows `linker_workers` as it
    changes, and ends at its budget, or at a batch boundary once the cluster needs fewer than n

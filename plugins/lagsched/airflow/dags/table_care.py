@@ -8,13 +8,13 @@ from typing import Any
 from airflow.sdk import Param, dag, task
 
 from lagsched.airflow.operators import LagschedSparkSubmitOperator
-from lagsched.spark import TABLE_CARE_JOB
+from lagsched.jobs import TABLE_CARE_JOB
 
 DOC = """
 ### lagsched table care
 
 Every hour, for every cluster of `lagsched_clusters` (or the one in the `cluster` param), one Spark
-job (`lagsched/spark/table_care.py`, on the Spark Connection `lagsched_spark` like the consumer slots)
+job (`lagsched/jobs/table_care.py`, on the Spark Connection `lagsched_spark` like the consumer slots)
 that, on the cluster's Iceberg table:
 
 1. **compacts** the small files of closed time partitions (hours that ended at least

@@ -1,6 +1,6 @@
 """lagsched's table care: compact, expire, clean one cluster's Iceberg table (docs/table-care.md).
 
-    spark-submit --master local[2] --jars "$LAGSCHED_SPARK_JARS" lagsched/spark/table_care.py --cluster lagsched_kafka
+    spark-submit --master local[2] --jars "$LAGSCHED_SPARK_JARS" lagsched/jobs/table_care.py --cluster lagsched_kafka
 
 Run by the ``lagsched_table_care`` DAG, or by hand. The MySQL Connection (the catalog's database)
 comes from the environment (``AIRFLOW_CONN_LAGSCHED_MYSQL``); the table's settings from the same

@@ -1,6 +1,6 @@
 """lagsched's consumer: one worker slot's Spark application (docs/consumer.md).
 
-    spark-submit --master <master> --jars "$LAGSCHED_SPARK_JARS" lagsched/spark/consume.py --slot worker-1 [options]
+    spark-submit --master <master> --jars "$LAGSCHED_SPARK_JARS" lagsched/jobs/consume.py --slot worker-1 [options]
 
 Connections come from the environment as Airflow Connections (``AIRFLOW_CONN_LAGSCHED_KAFKA``,
 ``..._MYSQL``, ``..._REDIS``); the ``lagsched`` package from ``PYTHONPATH`` (or ``--py-files``).
