@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 import subprocess
 import time
@@ -227,3 +228,21 @@ def test_wrong_redis_password_fails_at_once(
     assert str(info.value).startswith(f"Connection 'lagsched_redis' (127.0.0.1:{port}, db 0, with a password): ")
     assert "the server refused the credentials" in str(info.value)
     assert "wrong-pw" not in str(info.value) and password not in str(info.value)
+
+
+def test_each_task_reads_the_connections_it_is_given_when_it_runs(env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A task's *_conn_id names the Connection its hook reads at execute time, as a provider's operator does:
+    # here the defaults are fine and the given ids are not, so each failure must name the given id.
+    set_conn(monkeypatch, "team_mysql", mysql_conn(env, password="wrong"))
+    set_conn(monkeypatch, "team_redis", {"conn_type": "redis", "host": "127.0.0.1", "port": "six"})
+    with pytest.raises(AirflowFailException, match=r"'team_mysql'"), fail_fast():
+        run_evaluation("c-conn", None, evaluation_id=f"t-{uuid.uuid4().hex}", mysql_conn_id="team_mysql")
+    malformed = r"Connection 'team_redis': port 'six' is not a TCP port"
+    with pytest.raises(AirflowFailException, match=malformed), fail_fast():
+        run_check_redis("team_redis")
+    # The same Connection, changed between two tasks, is read again (never cached at parse or import time).
+    set_conn(monkeypatch, "team_mysql", mysql_conn(env))
+    monkeypatch.setenv("AIRFLOW_CONN_TEAM_REDIS", os.environ["AIRFLOW_CONN_LAGSCHED_REDIS"])
+    assert run_check_redis("team_redis")
+    assert "outcomes" in run_evaluation("c-conn", None, evaluation_id=f"t-{uuid.uuid4().hex}",
+                                        mysql_conn_id="team_mysql", redis_conn_id="team_redis")  # fmt: skip

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from lagsched.connections import MYSQL_CONN_ID, REDIS_CONN_ID
 from lagsched.core.errors import ConfigError, TopicNameError
 from lagsched.core.names import validate_cluster_name, validate_topic_name
 from lagsched.core.overrides import check_duration, parse_duration
@@ -94,7 +95,13 @@ def parse_request(params: Mapping[str, Any]) -> OverrideRequest:
 
 
 def run_override(
-    params: Mapping[str, Any], *, created_by: str, request_id: str, now: datetime | None = None
+    params: Mapping[str, Any],
+    *,
+    created_by: str,
+    request_id: str,
+    now: datetime | None = None,
+    mysql_conn_id: str = MYSQL_CONN_ID,
+    redis_conn_id: str = REDIS_CONN_ID,
 ) -> dict[str, Any]:
     """Validate the form, then apply the override (`lagsched.workflows.overrides.apply_override`).
 
@@ -103,6 +110,7 @@ def run_override(
         created_by: the Airflow user who triggered the run.
         request_id: the run id: a retry of the task finds the override its first try made.
         now: the request time (default: the wall clock).
+        mysql_conn_id, redis_conn_id: the Connections, read through their hooks when the task runs.
 
     Returns:
         `OverrideResult.as_dict` (JSON, for XCom).
@@ -111,12 +119,12 @@ def run_override(
         ConfigError: a bad value, ``field`` naming it; nothing was changed.
     """
     from lagsched.adapters.clients import mysql_and_redis
-    from lagsched.connections import mysql_params, redis_params
+    from lagsched.airflow.tasks import mysql_settings, redis_settings
     from lagsched.workflows.overrides import apply_override
 
     request = parse_request(params)  # before connecting: a bad form opens no connection
     at = datetime.now(tz=UTC) if now is None else now
-    mysql_p, redis_p = mysql_params(), redis_params()
+    mysql_p, redis_p = mysql_settings(mysql_conn_id), redis_settings(redis_conn_id)
     with mysql_and_redis(mysql_p, redis_p) as (mysql, redis):
         result = apply_override(
             mysql,

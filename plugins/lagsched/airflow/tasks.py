@@ -4,6 +4,11 @@ This is the composition root of the Airflow side. The workflows (`lagsched.workf
 their clients as arguments; here they are built from Connections, closed afterwards, and each
 task returns a JSON-ready summary for XCom.
 
+Connections: each body takes the ids of the Connections it uses (``mysql_conn_id``,
+``redis_conn_id``; defaults ``lagsched_mysql``, ``lagsched_redis``; a cluster's Kafka Connection is its
+``kafka_conn_id``) and reads them through the hooks (`lagsched.airflow.hooks`) when it runs, as Airflow's
+providers do: a changed Connection applies from the next task on.
+
 Failures: every error of a client built here is raised as a `ConnectionFailure` naming its
 Connection, where it points and what failed (`lagsched.adapters.failures.naming_connections`).
 The DAG files run each body inside `fail_fast`, which fails the task at once on what a retry
@@ -24,14 +29,18 @@ import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from lagsched.connections import KAFKA_CONN_ID, MYSQL_CONN_ID, REDIS_CONN_ID
 from lagsched.core.clusters import ClusterConfig, parse_clusters, select_clusters
 from lagsched.core.config import parse_settings
 from lagsched.core.errors import ConfigError
 from lagsched.core.lag import measurement_due
 from lagsched.core.lake import WAREHOUSE_SETTINGS
 from lagsched.core.names import validate_cluster_name
+
+if TYPE_CHECKING:
+    from lagsched.connections import MySQLParams, RedisParams
 
 __all__ = [
     "fail_fast",
@@ -74,6 +83,20 @@ def fail_fast() -> Iterator[None]:
         raise AirflowFailException(str(exc)) from exc
 
 
+def mysql_settings(mysql_conn_id: str) -> MySQLParams:
+    """The MySQL Connection ``mysql_conn_id``, read now through its hook."""
+    from lagsched.airflow.hooks.mysql import MySQLHook
+
+    return MySQLHook(mysql_conn_id).get_params()
+
+
+def redis_settings(redis_conn_id: str) -> RedisParams:
+    """The Redis Connection ``redis_conn_id``, read now through its hook."""
+    from lagsched.airflow.hooks.redis import RedisHook
+
+    return RedisHook(redis_conn_id).get_params()
+
+
 def _warn_if_redis_ignores_password(params: Any) -> None:
     """A password the server ignores is a warning here; the setup DAG's check fails on it.
 
@@ -90,36 +113,34 @@ def _warn_if_redis_ignores_password(params: Any) -> None:
         )
 
 
-def run_check_kafka() -> dict[str, Any]:
-    """The setup DAG's Kafka check: broker and topic counts of ``lagsched_kafka``."""
+def run_check_kafka(kafka_conn_id: str = KAFKA_CONN_ID) -> dict[str, Any]:
+    """The setup DAG's Kafka check: broker and topic counts of ``kafka_conn_id``."""
     from lagsched.adapters.health import check_kafka
     from lagsched.connections import kafka_config
 
-    return check_kafka(kafka_config())
+    return check_kafka(kafka_config(kafka_conn_id))
 
 
-def run_check_redis() -> dict[str, Any]:
-    """The setup DAG's Redis check: the server version of ``lagsched_redis``.
+def run_check_redis(redis_conn_id: str = REDIS_CONN_ID) -> dict[str, Any]:
+    """The setup DAG's Redis check: the server version of ``redis_conn_id``.
 
     Fails on a wrong password and on a password the server ignores.
     """
     from lagsched.adapters.health import check_redis
-    from lagsched.connections import redis_params
 
-    return check_redis(redis_params())
+    return check_redis(redis_settings(redis_conn_id))
 
 
-def run_migrations() -> list[str]:
-    """The setup DAG's schema step: check ``lagsched_mysql``, apply the pending migrations.
+def run_migrations(mysql_conn_id: str = MYSQL_CONN_ID) -> list[str]:
+    """The setup DAG's schema step: check ``mysql_conn_id``, apply the pending migrations.
 
     Returns the names of the migrations applied (none when the schema is up to date).
     """
     from lagsched.adapters.failures import mysql_target, naming_connections
     from lagsched.adapters.health import check_mysql
     from lagsched.adapters.migrations import migrate_database
-    from lagsched.connections import mysql_params
 
-    params = mysql_params()
+    params = mysql_settings(mysql_conn_id)
     log.info("MySQL: %s", check_mysql(params))
     with naming_connections(mysql_target(params)):
         applied = migrate_database(params)
@@ -180,7 +201,7 @@ def _cluster(cluster: ClusterArg) -> ClusterConfig:
     return ClusterConfig.from_dict(cluster)
 
 
-def run_registry_sync(cluster: ClusterArg) -> dict[str, Any]:
+def run_registry_sync(cluster: ClusterArg, *, mysql_conn_id: str = MYSQL_CONN_ID) -> dict[str, Any]:
     """Bring the registry in step with the broker before measuring; the lag monitor DAG's first task.
 
     New topics and new partitions get rows, deleted or re-created topics are handled as
@@ -191,11 +212,11 @@ def run_registry_sync(cluster: ClusterArg) -> dict[str, Any]:
     from lagsched.adapters.failures import KafkaConnection, mysql_target, naming_connections
     from lagsched.adapters.kafka_admin import admin_client
     from lagsched.adapters.mysql import connect
-    from lagsched.connections import kafka_config, mysql_params
+    from lagsched.connections import kafka_config
     from lagsched.workflows.topic_sync import sync_registry
 
     c = _cluster(cluster)
-    kafka, mysql_p = KafkaConnection(kafka_config(c.kafka_conn_id)), mysql_params()
+    kafka, mysql_p = KafkaConnection(kafka_config(c.kafka_conn_id)), mysql_settings(mysql_conn_id)
     with naming_connections(kafka.target, mysql_target(mysql_p)):
         admin = kafka.client(admin_client)
         mysql = connect(mysql_p)
@@ -215,6 +236,8 @@ def run_monitor(
     now: float | None = None,
     top: int = 10,
     when_due: bool = False,
+    mysql_conn_id: str = MYSQL_CONN_ID,
+    redis_conn_id: str = REDIS_CONN_ID,
 ) -> dict[str, Any]:
     """One measurement; the lag monitor DAG's task.
 
@@ -230,12 +253,13 @@ def run_monitor(
     from lagsched.adapters.failures import KafkaConnection
     from lagsched.adapters.kafka_admin import admin_client
     from lagsched.adapters.lag_store import LagStore
-    from lagsched.connections import kafka_config, mysql_params, redis_params
+    from lagsched.connections import kafka_config
     from lagsched.workflows.lag_monitor import measure
 
     settings = parse_settings({} if raw_settings is None else raw_settings)
     c = _cluster(cluster)
-    kafka, mysql_p, redis_p = KafkaConnection(kafka_config(c.kafka_conn_id)), mysql_params(), redis_params()
+    kafka = KafkaConnection(kafka_config(c.kafka_conn_id))
+    mysql_p, redis_p = mysql_settings(mysql_conn_id), redis_settings(redis_conn_id)
     with mysql_and_redis(mysql_p, redis_p, also_naming=(kafka.target,)) as (mysql, redis):
         admin = kafka.client(admin_client)
         store = LagStore(redis, c.name, max_samples=settings.sample_window, max_age_s=settings.sample_ttl_s)
@@ -258,6 +282,8 @@ def run_evaluation(
     evaluation_id: str,
     now: float | None = None,
     slot_timeout_s: float = 60.0,
+    mysql_conn_id: str = MYSQL_CONN_ID,
+    redis_conn_id: str = REDIS_CONN_ID,
 ) -> dict[str, Any]:
     """One evaluation; the evaluator DAG's task.
 
@@ -268,14 +294,13 @@ def run_evaluation(
         ConfigError: the settings are malformed (nothing was read or changed).
     """
     from lagsched.adapters.clients import mysql_and_redis
-    from lagsched.connections import mysql_params, redis_params
     from lagsched.workflows.scaling import count_live_slots, evaluate_cluster
 
     parse_settings({} if raw_settings is None else raw_settings)  # fail before connecting
     config = _cluster(cluster)
     name = config.name
     at = time.time() if now is None else now
-    mysql_p, redis_p = mysql_params(), redis_params()
+    mysql_p, redis_p = mysql_settings(mysql_conn_id), redis_settings(redis_conn_id)
     with mysql_and_redis(mysql_p, redis_p) as (mysql, redis):
         live = count_live_slots(redis, name, at, slot_timeout_s)
         if live is None:
@@ -324,7 +349,13 @@ def changed_workers(results: Iterable[Mapping[str, Any] | None]) -> list[dict[st
     ]
 
 
-def run_consume_plan(clusters: Sequence[Mapping[str, Any]], options: Mapping[str, Any]) -> list[dict[str, Any]]:
+def run_consume_plan(
+    clusters: Sequence[Mapping[str, Any]],
+    options: Mapping[str, Any],
+    *,
+    mysql_conn_id: str = MYSQL_CONN_ID,
+    redis_conn_id: str = REDIS_CONN_ID,
+) -> list[dict[str, Any]]:
     """The consume DAG's planning task: one mapped-operator kwargs dict per slot to start.
 
     Each cluster needs as many slots as its largest enabled ``linker_workers``, at most its
@@ -338,13 +369,12 @@ def run_consume_plan(clusters: Sequence[Mapping[str, Any]], options: Mapping[str
     """
     from lagsched.adapters.clients import mysql_and_redis
     from lagsched.adapters.slots import SlotLock
-    from lagsched.connections import mysql_params, redis_params
     from lagsched.workflows.consume_plan import SlotOptions, plan_consume
 
     chosen = [ClusterConfig.from_dict(c) for c in clusters]
     check_warehouses(chosen)  # the slots check too; here the run fails before any starts
     slot_options = SlotOptions(**dict(options))
-    with mysql_and_redis(mysql_params(), redis_params()) as (mysql, redis):
+    with mysql_and_redis(mysql_settings(mysql_conn_id), redis_settings(redis_conn_id)) as (mysql, redis):
         plan = plan_consume(mysql, chosen, slot_options, SlotLock(redis))
     if not plan.slots:
         log.info(
@@ -360,6 +390,8 @@ def run_maintenance(
     slot_horizon_s: float = 3600.0,
     now: float | None = None,
     raw_retention: str | bytes | Mapping[str, Any] | None = None,
+    mysql_conn_id: str = MYSQL_CONN_ID,
+    redis_conn_id: str = REDIS_CONN_ID,
 ) -> dict[str, Any]:
     """The maintenance DAG's task: `lagsched.workflows.maintenance.maintain` over ``clusters``.
 
@@ -374,14 +406,14 @@ def run_maintenance(
     from lagsched.adapters.clients import mysql_and_redis
     from lagsched.adapters.failures import KafkaConnection
     from lagsched.adapters.kafka_admin import admin_client
-    from lagsched.connections import kafka_config, mysql_params, redis_params
+    from lagsched.connections import kafka_config
     from lagsched.core.retention import parse_retention
     from lagsched.workflows.maintenance import maintain
 
     retention = parse_retention(raw_retention)
     chosen = [ClusterConfig.from_dict(c) for c in clusters]
     kafkas = {c.name: KafkaConnection(kafka_config(c.kafka_conn_id)) for c in chosen}
-    mysql_p, redis_p = mysql_params(), redis_params()
+    mysql_p, redis_p = mysql_settings(mysql_conn_id), redis_settings(redis_conn_id)
     with mysql_and_redis(mysql_p, redis_p, also_naming=[k.target for k in kafkas.values()]) as (mysql, redis):
         admins = {name: k.client(admin_client) for name, k in kafkas.items()}
         report = maintain(

@@ -9,6 +9,7 @@ from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, Param, dag, t
 
 from lagsched.airflow.assets import SLOT_ENDED, WORKERS_CHANGED
 from lagsched.airflow.operators import LagschedSparkSubmitOperator
+from lagsched.connections import MYSQL_CONN_ID, REDIS_CONN_ID
 from lagsched.jobs import CONSUME_JOB
 
 POOL = "lagsched_consume"
@@ -92,7 +93,7 @@ lost or consumed twice either way (docs/consumer.md). Paused at creation: unpaus
 )
 def lagsched_consume() -> None:
     @task(execution_timeout=timedelta(minutes=2))
-    def plan_slots() -> list[dict[str, Any]]:
+    def plan_slots(mysql_conn_id: str = MYSQL_CONN_ID, redis_conn_id: str = REDIS_CONN_ID) -> list[dict[str, Any]]:
         from airflow.sdk import Variable, get_current_context
 
         from lagsched.airflow.tasks import fail_fast, run_consume_plan, run_resolve_clusters
@@ -101,7 +102,12 @@ def lagsched_consume() -> None:
         budget = params.get("budget_s")
         with fail_fast():
             clusters = run_resolve_clusters(Variable.get("lagsched_clusters", default=None), str(params["cluster"]))
-            return run_consume_plan(clusters, {"budget_s": None if budget is None else float(budget)})
+            return run_consume_plan(
+                clusters,
+                {"budget_s": None if budget is None else float(budget)},
+                mysql_conn_id=mysql_conn_id,
+                redis_conn_id=redis_conn_id,
+            )
 
     LagschedSparkSubmitOperator.partial(
         task_id="consume",

@@ -9,6 +9,7 @@ from airflow.sdk import Param, dag, task
 
 from lagsched.airflow.assets import LAG_MEASURED  # updated by every measurement; the evaluator runs on it
 from lagsched.airflow.dags.common import clusters
+from lagsched.connections import MYSQL_CONN_ID, REDIS_CONN_ID
 
 DOC = """
 ### lagsched lag monitor
@@ -68,15 +69,17 @@ measures at once. See docs/lag.md.
 )
 def lagsched_lag_monitor() -> None:
     @task(execution_timeout=timedelta(seconds=30))
-    def sync_registry(cluster: dict[str, Any]) -> dict[str, Any]:
+    def sync_registry(cluster: dict[str, Any], mysql_conn_id: str = MYSQL_CONN_ID) -> dict[str, Any]:
         from lagsched.airflow.tasks import fail_fast, run_registry_sync
 
         with fail_fast():
-            run_registry_sync(cluster)
+            run_registry_sync(cluster, mysql_conn_id=mysql_conn_id)
         return cluster  # the measurement of this cluster comes next
 
     @task(execution_timeout=timedelta(seconds=50), outlets=[LAG_MEASURED])
-    def measure_lag(cluster: dict[str, Any]) -> dict[str, Any]:
+    def measure_lag(
+        cluster: dict[str, Any], mysql_conn_id: str = MYSQL_CONN_ID, redis_conn_id: str = REDIS_CONN_ID
+    ) -> dict[str, Any]:
         from airflow.sdk import Variable, get_current_context
         from airflow.sdk.exceptions import AirflowSkipException
 
@@ -92,6 +95,8 @@ def lagsched_lag_monitor() -> None:
                 Variable.get("lagsched_settings", default=None),
                 top=int(context["params"]["top"]),
                 when_due=scheduled,
+                mysql_conn_id=mysql_conn_id,
+                redis_conn_id=redis_conn_id,
             )
         if "skipped" in summary:
             raise AirflowSkipException(f"cluster {summary['cluster']}: {summary['skipped']}")

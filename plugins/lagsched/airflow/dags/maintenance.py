@@ -7,6 +7,8 @@ from typing import Any
 
 from airflow.sdk import Param, dag, task
 
+from lagsched.connections import MYSQL_CONN_ID, REDIS_CONN_ID
+
 DOC = """
 ### lagsched maintenance
 
@@ -51,7 +53,7 @@ fails the run at once, before anything is deleted.
 )
 def lagsched_maintenance() -> None:
     @task(execution_timeout=timedelta(minutes=10))
-    def maintain() -> dict[str, Any]:
+    def maintain(mysql_conn_id: str = MYSQL_CONN_ID, redis_conn_id: str = REDIS_CONN_ID) -> dict[str, Any]:
         from airflow.sdk import Variable, get_current_context
 
         from lagsched.airflow.tasks import fail_fast, run_maintenance, run_resolve_clusters
@@ -62,6 +64,8 @@ def lagsched_maintenance() -> None:
                 run_resolve_clusters(Variable.get("lagsched_clusters", default=None)),
                 slot_horizon_s=float(params["slot_horizon_s"]),
                 raw_retention=Variable.get("lagsched_retention", default=None),
+                mysql_conn_id=mysql_conn_id,
+                redis_conn_id=redis_conn_id,
             )
 
     maintain()

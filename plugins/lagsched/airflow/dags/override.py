@@ -8,6 +8,7 @@ from typing import Any
 from airflow.sdk import Param, dag, task
 
 from lagsched.airflow.assets import WORKERS_CHANGED
+from lagsched.connections import MYSQL_CONN_ID, REDIS_CONN_ID
 from lagsched.core.overrides import DURATION_PATTERN
 
 DOC = """
@@ -93,7 +94,7 @@ keyed by the run id). See docs/overrides.md.
 def lagsched_override() -> None:
     # An override moves linker_workers like a decision: the consume DAG starts what it needs.
     @task(execution_timeout=timedelta(minutes=1), outlets=[WORKERS_CHANGED])
-    def apply_override() -> dict[str, Any]:
+    def apply_override(mysql_conn_id: str = MYSQL_CONN_ID, redis_conn_id: str = REDIS_CONN_ID) -> dict[str, Any]:
         from airflow.sdk import get_current_context
 
         from lagsched.airflow.override_tasks import run_override
@@ -107,6 +108,8 @@ def lagsched_override() -> None:
                 created_by=str(user or "airflow"),
                 # The same for every try of this run: a retry finds the override its first try made.
                 request_id=str(context["run_id"]),
+                mysql_conn_id=mysql_conn_id,
+                redis_conn_id=redis_conn_id,
             )
 
     apply_override()

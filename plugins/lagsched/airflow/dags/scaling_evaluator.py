@@ -9,6 +9,7 @@ from airflow.sdk import Param, dag, task
 
 from lagsched.airflow.assets import LAG_MEASURED, WORKERS_CHANGED
 from lagsched.airflow.dags.common import clusters
+from lagsched.connections import MYSQL_CONN_ID, REDIS_CONN_ID
 
 DOC = """
 ### lagsched scaling evaluator
@@ -68,7 +69,9 @@ See docs/lag.md for the table and the message format.
 )
 def lagsched_scaling_evaluator() -> None:
     @task(execution_timeout=timedelta(minutes=4))
-    def evaluate_and_apply(cluster: dict[str, Any]) -> dict[str, Any]:
+    def evaluate_and_apply(
+        cluster: dict[str, Any], mysql_conn_id: str = MYSQL_CONN_ID, redis_conn_id: str = REDIS_CONN_ID
+    ) -> dict[str, Any]:
         from airflow.sdk import Variable, get_current_context
 
         from lagsched.airflow.tasks import fail_fast, run_evaluation
@@ -82,6 +85,8 @@ def lagsched_scaling_evaluator() -> None:
                 # The run id is the same for every try of this run: a retry finds what it applied.
                 evaluation_id=str(context["run_id"]),
                 slot_timeout_s=float(params["slot_timeout_s"]),
+                mysql_conn_id=mysql_conn_id,
+                redis_conn_id=redis_conn_id,
             )
 
     # After every cluster's evaluation succeeded: a failed one fails the run (a red run in the UI);

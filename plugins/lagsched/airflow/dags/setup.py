@@ -7,6 +7,8 @@ from typing import Any
 
 from airflow.sdk import dag, task
 
+from lagsched.connections import KAFKA_CONN_ID, MYSQL_CONN_ID, REDIS_CONN_ID
+
 DOC = """
 ### lagsched setup
 
@@ -40,18 +42,18 @@ is down or unreachable is retried twice, 10 s apart.
 )
 def lagsched_setup() -> None:
     @task
-    def check_kafka() -> dict[str, Any]:
+    def check_kafka(kafka_conn_id: str = KAFKA_CONN_ID) -> dict[str, Any]:
         from lagsched.airflow.tasks import fail_fast, run_check_kafka
 
         with fail_fast():
-            return run_check_kafka()
+            return run_check_kafka(kafka_conn_id)
 
     @task
-    def check_redis() -> dict[str, Any]:
+    def check_redis(redis_conn_id: str = REDIS_CONN_ID) -> dict[str, Any]:
         from lagsched.airflow.tasks import fail_fast, run_check_redis
 
         with fail_fast():
-            return run_check_redis()
+            return run_check_redis(redis_conn_id)
 
     @task
     def check_warehouses() -> dict[str, str]:
@@ -63,10 +65,10 @@ def lagsched_setup() -> None:
             return run_check_warehouses(Variable.get("lagsched_clusters", default=None))
 
     @task
-    def migrate_schema() -> list[str]:
+    def migrate_schema(mysql_conn_id: str = MYSQL_CONN_ID) -> list[str]:
         from lagsched.airflow.tasks import fail_fast, run_migrations
 
         with fail_fast():
-            return run_migrations()
+            return run_migrations(mysql_conn_id)
 
     [check_kafka(), check_redis(), check_warehouses()] >> migrate_schema()

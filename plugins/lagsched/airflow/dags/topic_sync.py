@@ -8,6 +8,7 @@ from typing import Any
 from airflow.sdk import Param, dag, task
 
 from lagsched.airflow.dags.common import clusters
+from lagsched.connections import MYSQL_CONN_ID
 
 DOC = """
 ### lagsched topic sync
@@ -49,10 +50,10 @@ is down is retried (twice, 10 s apart).
 )
 def lagsched_topic_sync() -> None:
     @task(execution_timeout=timedelta(minutes=2))
-    def sync_registry(cluster: dict[str, Any]) -> dict[str, Any]:
+    def sync_registry(cluster: dict[str, Any], mysql_conn_id: str = MYSQL_CONN_ID) -> dict[str, Any]:
         from lagsched.airflow.tasks import fail_fast, run_registry_sync
 
         with fail_fast():
-            return run_registry_sync(cluster)
+            return run_registry_sync(cluster, mysql_conn_id=mysql_conn_id)
 
     sync_registry.expand(cluster=clusters())

@@ -6,7 +6,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from lagsched.connections import MYSQL_CONN_ID
+from lagsched.connections import MYSQL_CONN_ID, MySQLParams
 
 __all__ = ["MySQLHook"]
 
@@ -28,21 +28,26 @@ class MySQLHook(BaseHook):
         super().__init__(**kwargs)
         self.mysql_conn_id = mysql_conn_id
 
+    def get_params(self) -> MySQLParams:
+        """The Connection's settings, resolved now through Airflow's secrets backends (never cached)."""
+        from lagsched.connections import mysql_params
+
+        return mysql_params(self.mysql_conn_id)
+
     def get_conn(self) -> Any:
         """An open PyMySQL connection (`lagsched.adapters.mysql.connect`)."""
         from lagsched.adapters.mysql import connect
-        from lagsched.connections import mysql_params
 
-        return connect(mysql_params(self.mysql_conn_id))
+        return connect(self.get_params())
 
     def test_connection(self) -> tuple[bool, str]:
         """(ok, message) for Airflow's Test button: the server's answer, or what failed."""
         from lagsched.adapters.health import check_mysql
-        from lagsched.connections import mysql_params, where_mysql
+        from lagsched.connections import where_mysql
         from lagsched.core.errors import LagschedError
 
         try:
-            params = mysql_params(self.mysql_conn_id)
+            params = self.get_params()
             found = check_mysql(params)
         except LagschedError as exc:  # every failure names the Connection's fields, never the password
             # The Test button tests a form under a random id: the id would only confuse; the rest says it all.

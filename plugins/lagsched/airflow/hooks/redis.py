@@ -6,7 +6,7 @@ from typing import Any
 
 from airflow.providers.redis.hooks.redis import RedisHook as ProviderRedisHook
 
-from lagsched.connections import REDIS_CONN_ID
+from lagsched.connections import REDIS_CONN_ID, RedisParams
 
 __all__ = ["RedisHook"]
 
@@ -25,14 +25,20 @@ class RedisHook(ProviderRedisHook):
     def __init__(self, redis_conn_id: str = default_conn_name, **kwargs: Any) -> None:
         super().__init__(redis_conn_id=redis_conn_id, **kwargs)
 
+    def get_params(self) -> RedisParams:
+        """The Connection's settings (either conn type), resolved now through Airflow's secrets backends."""
+        from lagsched.connections import redis_params
+
+        return redis_params(self.redis_conn_id)
+
     def test_connection(self) -> tuple[bool, str]:
         """(ok, message) for Airflow's Test button: PING and the server's version, or what failed."""
         from lagsched.adapters.health import check_redis
-        from lagsched.connections import redis_params, where_redis
+        from lagsched.connections import where_redis
         from lagsched.core.errors import LagschedError
 
         try:
-            params = redis_params(self.redis_conn_id)
+            params = self.get_params()
             found = check_redis(params)
         except LagschedError as exc:  # names the Connection and where it points, never the password
             # The Test button tests a form under a random id: the id would only confuse; the rest says it all.
