@@ -36,14 +36,18 @@ log = logging.getLogger("lagsched.consume")
 def parse_args(argv: list[str]) -> argparse.Namespace:
     from lagsched.core.batches import StartFrom
     from lagsched.core.lake import add_job_arguments
+    from lagsched.workflows.slot_settings import default
 
     p = argparse.ArgumentParser(prog="consume.py", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--slot", required=True, help="slot name (a stable id is derived from it) or a slot UUID")
     p.add_argument(
-        "--cluster", default="lagsched_kafka",
+        "--cluster", default=default("cluster"),
         help="registry cluster whose topics to consume, as in the DAGs' `cluster` param (default: %(default)s)",
     )  # fmt: skip
-    p.add_argument("--budget-s", type=float, default=3600.0, help="run this long, then finish up (default: 1 hour)")
+    p.add_argument(
+        "--budget-s", type=float, default=default("budget_s"),
+        help="run this long, then finish up (default: %(default)s s)",
+    )  # fmt: skip
     p.add_argument(
         "--slot-number", type=int,
         help="this slot's number n among the cluster's slots (<cluster>-slot-<n>); with --max-slots the slot "
@@ -51,21 +55,32 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )  # fmt: skip
     p.add_argument("--max-slots", type=int, help="the cluster's max_slots (lagsched_clusters), with --slot-number")
     p.add_argument(
-        "--standby-slots", type=int, default=0,
+        "--standby-slots", type=int, default=default("standby_slots"),
         help="the cluster's standby_slots (lagsched_clusters), with --slot-number: a slot numbered up to that many "
         "above the need stands by warm, without claiming, and joins when the need reaches it (default: 0)",
     )  # fmt: skip
-    p.add_argument("--max-records", type=int, default=100_000, help="max records per partition per batch")
-    p.add_argument("--min-interval-s", type=float, default=5.0, help="a batch waits this long since the last ...")
-    p.add_argument("--min-records", type=int, default=10_000, help="... unless this many records are waiting")
+    p.add_argument(
+        "--max-records", type=int, default=default("max_records"),
+        help="max records per partition per batch (default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--min-interval-s", type=float, default=default("min_interval_s"),
+        help="a batch waits this long since the last ... (default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--min-records", type=int, default=default("min_records"),
+        help="... unless this many records are waiting (default: %(default)s)",
+    )  # fmt: skip
     p.add_argument(
         "--max-rate",
         type=float,
         help="records/s this slot reads at most (the cluster's slot_max_rate in lagsched_clusters; default: no cap)",
     )
     add_job_arguments(p)
-    p.add_argument("--lease-s", type=float, default=60.0, help="claim lease (default: %(default)s)")
-    p.add_argument("--heartbeat-s", type=float, default=5.0, help="heartbeat period (default: %(default)s)")
+    p.add_argument("--lease-s", type=float, default=default("lease_s"), help="claim lease (default: %(default)s)")
+    p.add_argument(
+        "--heartbeat-s", type=float, default=default("heartbeat_s"), help="heartbeat period (default: %(default)s)"
+    )
     p.add_argument(
         "--outage-s",
         type=float,
@@ -81,7 +96,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "read from same-rack replicas (docs/rack.md; default: none)",
     )
     p.add_argument(
-        "--start-from", choices=[s.value for s in StartFrom], default="earliest",
+        "--start-from", choices=[s.value for s in StartFrom], default=default("start_from").value,
         help="where a never-consumed partition starts (default: %(default)s)",
     )  # fmt: skip
     return p.parse_args(argv)

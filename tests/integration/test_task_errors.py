@@ -246,3 +246,21 @@ def test_each_task_reads_the_connections_it_is_given_when_it_runs(env: Any, monk
     assert run_check_redis("team_redis")
     assert "outcomes" in run_evaluation("c-conn", None, evaluation_id=f"t-{uuid.uuid4().hex}",
                                         mysql_conn_id="team_mysql", redis_conn_id="team_redis")  # fmt: skip
+
+
+def test_an_evaluation_parses_its_settings_once(env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import lagsched.airflow.tasks as tasks
+    import lagsched.workflows.scaling as scaling
+    from lagsched.core.config import parse_settings
+
+    parsed: list[object] = []
+
+    def counting(raw: Any) -> Any:
+        parsed.append(raw)
+        return parse_settings(raw)
+
+    monkeypatch.setattr(tasks, "parse_settings", counting)
+    monkeypatch.setattr(scaling, "parse_settings", counting)
+    summary = run_evaluation("c-once", '{"defaults": {"max_workers": 3}}', evaluation_id=f"t-{uuid.uuid4().hex}")
+    assert "outcomes" in summary
+    assert parsed == ['{"defaults": {"max_workers": 3}}']

@@ -296,7 +296,7 @@ def run_evaluation(
     from lagsched.adapters.clients import mysql_and_redis
     from lagsched.workflows.scaling import count_live_slots, evaluate_cluster
 
-    parse_settings({} if raw_settings is None else raw_settings)  # fail before connecting
+    settings = parse_settings({} if raw_settings is None else raw_settings)  # once, and before connecting
     config = _cluster(cluster)
     name = config.name
     at = time.time() if now is None else now
@@ -314,7 +314,7 @@ def run_evaluation(
                      live, config.max_slots, name, slots)  # fmt: skip
         summary = evaluate_cluster(
             name,
-            raw_settings,
+            settings,
             mysql=mysql,
             redis=redis,
             evaluation_id=evaluation_id,

@@ -41,6 +41,7 @@ from lagsched.adapters.topics import load_topics
 from lagsched.core.clusters import DEFAULT_SLOT_BUDGET_S, ClusterConfig
 from lagsched.core.lake import job_args
 from lagsched.core.registry import TopicRow
+from lagsched.workflows.slot_settings import option
 
 __all__ = ["ConsumePlan", "SlotOptions", "SlotPlan", "plan_consume", "slot_name", "slots_needed", "slots_to_run"]
 
@@ -99,12 +100,11 @@ class SlotOptions:
             raise ValueError(f"budget_s={self.budget_s}: use 10 to 86400 seconds")
 
     def args(self, cluster_budget_s: float = DEFAULT_SLOT_BUDGET_S) -> list[str]:
-        out = ["--budget-s", _number(self.budget_s if self.budget_s is not None else cluster_budget_s)]
-        if self.min_interval_s is not None:
-            out += ["--min-interval-s", _number(self.min_interval_s)]
-        if self.min_records is not None:
-            out += ["--min-records", str(self.min_records)]
-        return out
+        """The job's options for what this overrides (named as `ConsumerSettings` names them); the rest
+        are the job's defaults."""
+        given = {"budget_s": self.budget_s if self.budget_s is not None else cluster_budget_s,
+                 "min_interval_s": self.min_interval_s, "min_records": self.min_records}  # fmt: skip
+        return [arg for name, value in given.items() if value is not None for arg in (option(name), _number(value))]
 
 
 def _number(value: float) -> str:

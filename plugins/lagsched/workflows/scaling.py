@@ -197,7 +197,7 @@ def announce_row(conn: Any, redis: Any, row: DecisionRow, now: float) -> None:
 
 def evaluate_cluster(
     cluster: str,
-    raw_settings: str | bytes | Mapping[str, Any] | None,
+    settings: Settings | str | bytes | Mapping[str, Any] | None,
     *,
     mysql: Any,
     redis: Any,
@@ -216,8 +216,8 @@ def evaluate_cluster(
 
     Args:
         cluster: registry cluster name.
-        raw_settings: the ``lagsched_settings`` Variable as stored (JSON text), a decoded mapping,
-            or None for all defaults.
+        settings: the ``lagsched_settings`` Variable, parsed (`parse_settings`: a task parses it once, before
+            connecting), or as stored (JSON text), a decoded mapping, or None for all defaults.
         mysql: an open lagsched MySQL connection.
         redis: a ``redis.Redis`` client (lag history and pub/sub).
         evaluation_id: stable id of this evaluation across retries (the Airflow run_id).
@@ -228,7 +228,8 @@ def evaluate_cluster(
     Raises:
         ConfigError: the settings are malformed (nothing was read or changed).
     """
-    settings = parse_settings({} if raw_settings is None else raw_settings)  # first: bad config changes nothing
+    if not isinstance(settings, Settings):  # first: bad config changes nothing
+        settings = parse_settings({} if settings is None else settings)
     validate_cluster_name(cluster)
     if not evaluation_id or len(evaluation_id) > 250:
         raise ValueError(f"evaluation_id must be 1 to 250 characters, got {evaluation_id!r}")

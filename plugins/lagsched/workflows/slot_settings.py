@@ -1,12 +1,18 @@
-"""A slot run's settings: the consume job's command line, as the slot's life and its batches read them."""
+"""A slot run's settings: the consume job's command line, as the slot's life and its batches read them.
+
+`ConsumerSettings` is the one home of the slot's defaults: the job's command line takes them from
+`default` (``jobs/consume.py``), and the consume plan (`lagsched.workflows.consume_plan.SlotOptions`)
+passes only what it overrides, by the same names.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
+from typing import Any
 
 from lagsched.core.batches import StartFrom
 
-__all__ = ["ConsumerSettings"]
+__all__ = ["ConsumerSettings", "default", "option"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,3 +88,26 @@ class ConsumerSettings:
     def outage_bound_s(self) -> float:
         """How long an outage is ridden through: ``outage_s``, else the lease."""
         return self.lease_s if self.outage_s is None else self.outage_s
+
+
+def default(name: str) -> Any:
+    """A `ConsumerSettings` field's default, for the command line that sets it.
+
+    >>> default("budget_s"), default("start_from").value
+    (3600.0, 'earliest')
+    """
+    (field,) = (f for f in fields(ConsumerSettings) if f.name == name)
+    if field.default is MISSING:
+        raise KeyError(f"ConsumerSettings.{name} has no default")
+    return field.default
+
+
+def option(name: str) -> str:
+    """The job's command-line option for a `ConsumerSettings` field.
+
+    >>> option("min_interval_s")
+    '--min-interval-s'
+    """
+    if name not in {f.name for f in fields(ConsumerSettings)}:
+        raise KeyError(f"ConsumerSettings has no field {name!r}")
+    return "--" + name.replace("_", "-")
