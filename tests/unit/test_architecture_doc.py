@@ -90,3 +90,18 @@ def test_a_flow_never_goes_back_to_a_module(title: str) -> None:
             seen[path] = number
     # The flow reaches the module that does the work at its end.
     assert any(p.startswith("plugins/lagsched/") for p in seen)
+
+
+def test_the_wall_clock_is_read_only_where_the_time_section_says() -> None:
+    # "Time": the entry points and the few default clocks it names read the wall clock; nothing else.
+    allowed = {p for p in PATH.findall(section("### Time")) if p.endswith(".py") or p.endswith("/")}
+    read = re.compile(r"\btime\.time\(\)|\bdatetime\.now\(|\bdatetime\.utcnow\(")
+    readers = {
+        str(p.relative_to(REPO))
+        for top in ("plugins/lagsched", "jobs")
+        for p in (REPO / top).rglob("*.py")
+        if read.search(p.read_text())
+    }
+    outside = sorted(r for r in readers if not any(r == a or (a.endswith("/") and r.startswith(a)) for a in allowed))
+    assert outside == [], f"these read the wall clock; docs/architecture.md's Time section does not say so: {outside}"
+    assert readers, "the search found no reader at all: is it still looking at the code?"
