@@ -35,14 +35,14 @@ def test_cutoffs_are_per_table() -> None:
 @pytest.mark.parametrize(
     ("raw", "field", "allowed"),
     [
-        ({"decisions_days": 0}, "decisions_days", "a number of days from 1 to 3650"),
-        ({"gaps_days": -5}, "gaps_days", "a number of days from 1 to 3650"),
-        ({"overrides_days": 4000}, "overrides_days", "a number of days from 1 to 3650"),
-        ({"overrides_days": "30"}, "overrides_days", "a number of days from 1 to 3650"),
-        ({"decisions_days": True}, "decisions_days", "a number of days from 1 to 3650"),
-        ({"batch_rows": 50}, "batch_rows", "an integer number of rows from 100 to 100000"),
-        ({"batch_rows": 500.5}, "batch_rows", "an integer number of rows from 100 to 100000"),
-        ({"decision_days": 30}, "decision_days", "one of the fields decisions_days, gaps_days"),
+        ({"decisions_days": 0}, "decisions_days", "a finite number of days from 1 to 3,650"),
+        ({"gaps_days": -5}, "gaps_days", "a finite number of days from 1 to 3,650"),
+        ({"overrides_days": 4000}, "overrides_days", "a finite number of days from 1 to 3,650"),
+        ({"overrides_days": "30"}, "overrides_days", "a finite number of days from 1 to 3,650"),
+        ({"decisions_days": True}, "decisions_days", "a finite number of days from 1 to 3,650"),
+        ({"batch_rows": 50}, "batch_rows", "an integer number of rows from 100 to 100,000"),
+        ({"batch_rows": 500.5}, "batch_rows", "an integer number of rows from 100 to 100,000"),
+        ({"decision_days": 30}, "decision_days", "unknown field; remove it or fix its spelling"),
     ],
 )
 def test_a_bad_field_is_named_with_its_value_and_what_is_allowed(
@@ -51,8 +51,9 @@ def test_a_bad_field_is_named_with_its_value_and_what_is_allowed(
     with pytest.raises(ConfigError) as caught:
         parse_retention(raw)
     err = caught.value
-    assert err.field == field and err.value == raw[field] and err.allowed.startswith(allowed)
-    assert str(err).startswith(f"invalid lagsched_retention: {field} = {raw[field]!r}: expected {allowed}")
+    assert err.field == field and err.value == raw[field] and allowed in err.allowed
+    assert str(err).startswith(f"invalid lagsched_retention: {field} = {raw[field]!r}: ")
+    assert allowed in str(err)
 
 
 def test_every_problem_is_listed_at_once() -> None:
@@ -62,7 +63,8 @@ def test_every_problem_is_listed_at_once() -> None:
 
 
 @pytest.mark.parametrize(
-    ("raw", "fragment"), [("{not json", "not valid JSON"), ("[30]", "expected an object, got list")]
+    ("raw", "fragment"),
+    [("{not json", "not valid JSON"), ("[30]", r"\(root\) = \[30\]: expected a JSON object, got list")],
 )
 def test_malformed_json_is_named(raw: str, fragment: str) -> None:
     with pytest.raises(ConfigError, match=fragment):

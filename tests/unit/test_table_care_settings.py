@@ -56,7 +56,7 @@ def test_every_problem_is_listed_and_bad_json_is_said() -> None:
         parse_table_care({"target_file_mb": 0, "max_manifests": 0})
     with pytest.raises(ConfigError, match="not valid JSON"):
         parse_table_care("{target_file_mb: 1}")
-    with pytest.raises(ConfigError, match="expected an object"):
+    with pytest.raises(ConfigError, match="expected a JSON object"):
         parse_table_care("[1]")
 
 

@@ -34,27 +34,25 @@ import difflib
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 
-import annotated_types
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     ValidationInfo,
     field_validator,
 )
-from pydantic.fields import FieldInfo
 
-from lagsched.core import variable_json
 from lagsched.core.errors import ConfigError
 from lagsched.core.lag import MONITOR_SCHEDULE_S
 from lagsched.core.names import validate_topic_name
-from lagsched.core.variable_json import short_repr
+from lagsched.core.variables import VariableModel, config_error, decode, number_text, require_object, validate
 
 __all__ = ["PolicyName", "Settings", "TopicPolicyConfig", "parse_settings", "unknown_topic_overrides"]
 
 PolicyName = Literal["hevo", "keda", "capacity"]
+
+#: How its errors name the Variable ``lagsched_settings``.
+SETTINGS_LABEL = "lagsched settings"
 
 _WORKER_HOUR = 50_000 / 3600  # Hevo's figure: one job ingests 50k records an hour
 
@@ -71,14 +69,7 @@ MAX_RETENTION_S = 3650 * DAY  # retention thresholds; a longer retention counts 
 MAX_WORKER_RATE = 10.0**7  # records/s of one worker
 
 
-class _Model(BaseModel):
-    # strict: an int field takes only a JSON integer (not true, "50000" or 4.0); a float field takes
-    # a JSON number (integers included). allow_inf_nan: NaN and ±Infinity (which Python's json
-    # accepts, as the tokens or as an overflowing literal like 1e400) are never a setting.
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-
-
-class TopicPolicyConfig(_Model):
+class TopicPolicyConfig(VariableModel):
     """How one topic is measured and scaled. All fields have defaults; see docs/configuration.md."""
 
     policy: PolicyName = Field(
@@ -223,7 +214,7 @@ TopicName = Annotated[str, AfterValidator(validate_topic_name)]
 """An override key: a legal Kafka topic name (`lagsched.core.names.validate_topic_name`)."""
 
 
-class Settings(_Model):
+class Settings(VariableModel):
     """The whole Variable: global settings, topic defaults and per-topic overrides."""
 
     measure_every_s: float = Field(
@@ -256,11 +247,11 @@ class Settings(_Model):
         try:
             return TopicPolicyConfig.model_validate(merged)
         except ValidationError as exc:
-            raise _config_error(exc, TopicPolicyConfig, prefix=("topics", name)) from None
+            raise config_error(exc, TopicPolicyConfig, SETTINGS_LABEL, prefix=("topics", name)) from None
 
 
-def parse_settings(raw: str | bytes | Mapping[str, Any]) -> Settings:
-    """Validate the settings Variable (a JSON string or an already decoded mapping).
+def parse_settings(raw: str | bytes | Mapping[str, Any] | None) -> Settings:
+    """Validate the settings Variable (a JSON string or an already decoded mapping; None or blank: the defaults).
 
     Every topic override is merged and validated, and the relations between the global settings and
     every topic's (the sample window holds the regression window and ``evaluate_every``
@@ -277,19 +268,8 @@ def parse_settings(raw: str | bytes | Mapping[str, Any]) -> Settings:
         lagsched.core.errors.ConfigError: invalid lagsched settings: defaults.policy = 'magic': \
 Input should be 'hevo', 'keda' or 'capacity'
     """
-    data = variable_json.loads(raw, "lagsched settings", root="(root)") if isinstance(raw, str | bytes) else raw
-    if not isinstance(data, Mapping):
-        raise ConfigError(
-            f"invalid lagsched settings: (root) = {short_repr(data)}: expected a JSON object, "
-            f"got {type(data).__name__}",
-            field="(root)",
-            value=data,
-            allowed="a JSON object",
-        )
-    try:
-        settings = Settings.model_validate(dict(data))
-    except ValidationError as exc:
-        raise _config_error(exc, Settings, prefix=()) from None
+    data = require_object(decode(raw, SETTINGS_LABEL) or {}, SETTINGS_LABEL)
+    settings = validate(Settings, data, SETTINGS_LABEL)
     errors: list[ConfigError] = []
     checked: list[tuple[str, TopicPolicyConfig, Mapping[str, Any]]] = [("defaults", settings.defaults, {})]
     for name, fields in settings.topics.items():
@@ -301,9 +281,9 @@ Input should be 'hevo', 'keda' or 'capacity'
         errors.extend(_global_relations(settings, path, cfg, own_fields))
     if errors:
         first = errors[0]
-        detail = "; ".join(str(e).removeprefix("invalid lagsched settings: ") for e in errors)
+        detail = "; ".join(str(e).removeprefix(f"invalid {SETTINGS_LABEL}: ") for e in errors)
         raise ConfigError(
-            f"invalid lagsched settings: {detail}", field=first.field, value=first.value, allowed=first.allowed
+            f"invalid {SETTINGS_LABEL}: {detail}", field=first.field, value=first.value, allowed=first.allowed
         )
     return settings
 
@@ -382,7 +362,8 @@ def _global_relations(
             else "the topic would never be scaled"
         )
         allowed = (
-            f">= measure_every_s x {path}.{which} ({_number(settings.measure_every_s)} x {count} = {_number(least)}): "
+            f">= measure_every_s x {path}.{which} "
+            f"({number_text(settings.measure_every_s)} x {count} = {number_text(least)}): "
             f"samples would expire before that many measurements are stored, and {consequence}"
         )
         errors.append(
@@ -394,80 +375,3 @@ def _global_relations(
             )
         )
     return errors
-
-
-def _config_error(exc: ValidationError, model: type[BaseModel], prefix: tuple[str, ...]) -> ConfigError:
-    """One `ConfigError` for all of pydantic's errors, each as ``path = value: what is allowed``."""
-    parts: list[str] = []
-    first_field, first_value, first_allowed = "", None, ""
-    for i, err in enumerate(exc.errors(include_url=False)):
-        loc = tuple(str(p) for p in err["loc"])
-        is_key = bool(loc) and loc[-1] == "[key]"  # a bad dict key, e.g. an illegal topic name
-        if is_key:
-            loc = loc[:-1]
-        path = ".".join((*prefix, *loc)) or "(root)"
-        allowed = str(err["msg"]).removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            allowed = "unknown field; remove it or fix its spelling (see docs/configuration.md)"
-        elif err["type"] != "value_error":  # a relation's message already says what is allowed
-            field = _field_at(model, loc)
-            if field is not None and (bounds := _bounds_text(field, loc[-1])):
-                allowed = f"{allowed} (allowed: {bounds})"
-        value = err.get("input")
-        if err["type"] == "missing":
-            parts.append(f"{path}: {allowed}")
-        elif is_key:
-            parts.append(f"{path}: key {short_repr(value)}: {allowed}")
-        else:
-            parts.append(f"{path} = {short_repr(value)}: {allowed}")
-        if i == 0:
-            first_field, first_value, first_allowed = path, value, allowed
-    return ConfigError(
-        "invalid lagsched settings: " + "; ".join(parts), field=first_field, value=first_value, allowed=first_allowed
-    )
-
-
-def _field_at(model: type[BaseModel], loc: tuple[str, ...]) -> FieldInfo | None:
-    """The model field `loc` points at (through nested models), or None."""
-    current: Any = model
-    info: FieldInfo | None = None
-    for part in loc:
-        if not (isinstance(current, type) and issubclass(current, BaseModel)) or part not in current.model_fields:
-            return None
-        info = current.model_fields[part]
-        current = info.annotation
-    return info
-
-
-def _bounds_text(field: FieldInfo, name: str) -> str:
-    """``an integer from 1 to 10,000`` for a bounded number field, ``""`` for any other field."""
-    annotation = field.annotation
-    if annotation in (int, int | None):
-        kind = "an integer"
-    elif annotation is float:
-        kind = "a finite number"
-    else:
-        return ""
-    low = high = ""
-    for meta in field.metadata:
-        if isinstance(meta, annotated_types.Ge):
-            low = f">= {_number(meta.ge, name)}"
-        elif isinstance(meta, annotated_types.Gt):
-            low = f"> {_number(meta.gt, name)}"
-        elif isinstance(meta, annotated_types.Le):
-            high = f"<= {_number(meta.le, name)}"
-        elif isinstance(meta, annotated_types.Lt):
-            high = f"< {_number(meta.lt, name)}"
-    if low.startswith(">=") and high.startswith("<="):
-        text = f"{kind} from {low[3:]} to {high[3:]}"
-    else:
-        text = " and ".join(part for part in (f"{kind} {low}".rstrip(), high) if part)
-    return text + (" or null" if annotation == int | None else "")
-
-
-def _number(value: Any, name: str = "") -> str:
-    text = f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
-    if name.endswith("_s") and value >= DAY:
-        days = value / DAY
-        text += f" ({days:g} day{'s' if days != 1 else ''})"
-    return text

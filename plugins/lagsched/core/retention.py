@@ -26,17 +26,18 @@ Example:
     >>> parse_retention('{"gaps_days": 0}')
     Traceback (most recent call last):
     ...
-    lagsched.core.errors.ConfigError: invalid lagsched_retention: gaps_days = 0: expected a number of days ...
+    lagsched.core.errors.ConfigError: invalid lagsched_retention: gaps_days = 0: Input should be greater than or \
+equal to 1 (allowed: a finite number of days from 1 to 3,650)
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
 from typing import Any
 
-from lagsched.core import variable_json
-from lagsched.core.errors import ConfigError
+from pydantic import Field
+
+from lagsched.core.variables import VariableModel, decode, require_object, validate
 
 __all__ = ["DAY_S", "RETENTION_VARIABLE", "RetentionSettings", "parse_retention"]
 
@@ -44,9 +45,8 @@ RETENTION_VARIABLE = "lagsched_retention"
 DAY_S = 86_400.0
 
 
-@dataclass(frozen=True, slots=True)
-class RetentionSettings:
-    """What one maintenance run deletes.
+class RetentionSettings(VariableModel):
+    """What one maintenance run deletes: the Variable's model.
 
     Attributes:
         decisions_days: scaling decisions older than this many days are deleted (each topic's newest,
@@ -56,10 +56,13 @@ class RetentionSettings:
         batch_rows: rows one DELETE removes at most (one short transaction each).
     """
 
-    decisions_days: float = 30.0
-    gaps_days: float = 30.0
-    overrides_days: float = 30.0
-    batch_rows: int = 5000
+    # A day at least: the page, the report and an operator's look back need some history, and the
+    # evaluator's cooldowns are minutes.
+    decisions_days: float = Field(default=30.0, ge=1, le=3650)
+    gaps_days: float = Field(default=30.0, ge=1, le=3650)
+    overrides_days: float = Field(default=30.0, ge=1, le=3650)
+    # Below 100 a backlog takes many round trips; above 100,000 one DELETE holds its locks for seconds.
+    batch_rows: int = Field(default=5000, ge=100, le=100_000)
 
     def cutoffs(self, now: float) -> dict[str, float]:
         """Table -> the time (epoch seconds) before which its rows may go, at ``now``."""
@@ -70,23 +73,7 @@ class RetentionSettings:
         }
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-#: field -> (lowest, highest, integers only, what it counts)
-_BOUNDS: dict[str, tuple[float, float, bool, str]] = {
-    # A day at least: the page, the report and an operator's look back need some history, and the
-    # evaluator's cooldowns are minutes.
-    "decisions_days": (1, 3650, False, "days"),
-    "gaps_days": (1, 3650, False, "days"),
-    "overrides_days": (1, 3650, False, "days"),
-    # Below 100 a backlog takes many round trips; above 100,000 one DELETE holds its locks for seconds.
-    "batch_rows": (100, 100_000, True, "rows"),
-}
-
-
-def _decode(raw: str | bytes | Mapping[str, Any]) -> Any:
-    return raw if isinstance(raw, Mapping) else variable_json.loads(raw, RETENTION_VARIABLE)
+        return self.model_dump()
 
 
 def parse_retention(raw: str | bytes | Mapping[str, Any] | None) -> RetentionSettings:
@@ -96,32 +83,7 @@ def parse_retention(raw: str | bytes | Mapping[str, Any] | None) -> RetentionSet
         ConfigError: naming every bad field, its value and what is allowed (``field``/``value``/
             ``allowed`` describe the first).
     """
-    if raw is None or (isinstance(raw, (str, bytes)) and not raw.strip()):
+    data = decode(raw, RETENTION_VARIABLE)
+    if data is None:
         return RetentionSettings()
-    data = _decode(raw)
-    if not isinstance(data, Mapping):
-        raise ConfigError(
-            f"invalid {RETENTION_VARIABLE}: expected an object, got {type(data).__name__}",
-            field="",
-            value=data,
-            allowed="an object",
-        )
-    problems: list[tuple[str, object, str]] = []
-    values: dict[str, Any] = {}
-    for key, value in data.items():
-        if key not in _BOUNDS:
-            problems.append((str(key), value, f"one of the fields {', '.join(_BOUNDS)}"))
-            continue
-        low, high, whole, unit = _BOUNDS[key]
-        number_ok = isinstance(value, int) if whole else isinstance(value, (int, float))
-        # bool is an int in Python; `true` days is a mistake, not 1.
-        if isinstance(value, bool) or not number_ok or not low <= value <= high:
-            kind = "an integer number" if whole else "a number"
-            problems.append((str(key), value, f"{kind} of {unit} from {low:g} to {high:g}"))
-            continue
-        values[key] = value if whole else float(value)
-    if problems:
-        listed = "; ".join(f"{path} = {value!r}: expected {allowed}" for path, value, allowed in problems)
-        path, value, allowed = problems[0]
-        raise ConfigError(f"invalid {RETENTION_VARIABLE}: {listed}", field=path, value=value, allowed=allowed)
-    return RetentionSettings(**values)
+    return validate(RetentionSettings, require_object(data, RETENTION_VARIABLE), RETENTION_VARIABLE)

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from lagsched.core import variable_json
-from lagsched.core.errors import ConfigError
+from pydantic import Field
+
+from lagsched.core.variables import VariableModel, decode, require_object, validate
 
 __all__ = [
     "MAX_FILES_PER_TARGET",
@@ -48,9 +48,8 @@ MAX_FILES_PER_TARGET = 1.5
 K = TypeVar("K")
 
 
-@dataclass(frozen=True, slots=True)
-class TableCareSettings:
-    """What one table care run does.
+class TableCareSettings(VariableModel):
+    """What one table care run does: the Variable's model.
 
     Attributes:
         target_file_mb: compaction writes files of about this size (MiB).
@@ -63,31 +62,20 @@ class TableCareSettings:
         max_manifests: manifests are rewritten when the current snapshot has more.
     """
 
-    target_file_mb: int = 128
-    closed_after_minutes: int = 10
-    snapshot_max_age_hours: float = 6.0
-    snapshots_to_keep: int = 20
-    orphan_min_age_hours: float = 24.0
-    max_manifests: int = 50
+    target_file_mb: int = Field(default=128, ge=1, le=4096)
+    closed_after_minutes: int = Field(default=10, ge=0, le=7 * 24 * 60)
+    snapshot_max_age_hours: float = Field(default=6.0, ge=0.1, le=24 * 365)
+    snapshots_to_keep: int = Field(default=20, ge=1, le=100_000)
+    # Below an hour, a slow batch's files could be deleted between their write and their commit.
+    orphan_min_age_hours: float = Field(default=24.0, ge=1, le=24 * 365)
+    max_manifests: int = Field(default=50, ge=1, le=100_000)
 
     @property
     def target_file_bytes(self) -> int:
         return self.target_file_mb * 1024 * 1024
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-#: field -> (lowest, highest, integers only)
-_BOUNDS: dict[str, tuple[float, float, bool]] = {
-    "target_file_mb": (1, 4096, True),
-    "closed_after_minutes": (0, 7 * 24 * 60, True),
-    "snapshot_max_age_hours": (0.1, 24 * 365, False),
-    "snapshots_to_keep": (1, 100_000, True),
-    # Below an hour, a slow batch's files could be deleted between their write and their commit.
-    "orphan_min_age_hours": (1, 24 * 365, False),
-    "max_manifests": (1, 100_000, True),
-}
+        return self.model_dump()
 
 
 def parse_table_care(raw: str | bytes | Mapping[str, Any] | None) -> TableCareSettings:
@@ -96,34 +84,10 @@ def parse_table_care(raw: str | bytes | Mapping[str, Any] | None) -> TableCareSe
     Raises:
         ConfigError: naming every bad field, its value and what is allowed.
     """
-    if raw is None or (isinstance(raw, (str, bytes)) and not raw.strip()):
+    data = decode(raw, TABLE_CARE_VARIABLE)
+    if data is None:
         return TableCareSettings()
-    data: Any = raw if isinstance(raw, Mapping) else variable_json.loads(raw, TABLE_CARE_VARIABLE)
-    if not isinstance(data, Mapping):
-        raise ConfigError(
-            f"invalid {TABLE_CARE_VARIABLE}: expected an object, got {type(data).__name__}",
-            field="",
-            value=data,
-            allowed="an object",
-        )
-    problems: list[tuple[str, object, str]] = []
-    values: dict[str, Any] = {}
-    for key, value in data.items():
-        if key not in _BOUNDS:
-            problems.append((key, value, f"one of the fields {', '.join(_BOUNDS)}"))
-            continue
-        low, high, whole = _BOUNDS[key]
-        number_ok = isinstance(value, int) if whole else isinstance(value, (int, float))
-        if isinstance(value, bool) or not number_ok or not low <= value <= high:
-            kind = "an integer" if whole else "a number"
-            problems.append((key, value, f"{kind} from {low:g} to {high:g}"))
-            continue
-        values[key] = value
-    if problems:
-        listed = "; ".join(f"{path} = {value!r}: expected {allowed}" for path, value, allowed in problems)
-        path, value, allowed = problems[0]
-        raise ConfigError(f"invalid {TABLE_CARE_VARIABLE}: {listed}", field=path, value=value, allowed=allowed)
-    return TableCareSettings(**values)
+    return validate(TableCareSettings, require_object(data, TABLE_CARE_VARIABLE), TABLE_CARE_VARIABLE)
 
 
 def closed_before(now: datetime, closed_after_minutes: int) -> datetime:
