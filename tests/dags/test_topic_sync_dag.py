@@ -60,7 +60,8 @@ def test_malformed_clusters_variable_fails_at_once_naming_the_field(
 
     assert state(run) == "failed", run.state
     out, err = capfd.readouterr()
-    assert "invalid lagsched_clusters: c.max_slots = 0: expected an integer from 1 to 1000" in out + err
+    assert "invalid lagsched_clusters: c.max_slots = 0: Input should be greater than or equal to 1" in out + err
+    assert "(allowed: an integer from 1 to 1,000)" in out + err
     from airflow.utils.session import create_session
 
     with create_session() as session:

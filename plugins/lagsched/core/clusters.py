@@ -56,17 +56,17 @@ Example:
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import re2
+from pydantic import AfterValidator, Field, ValidationError, field_validator
 
-from lagsched.core import variable_json
 from lagsched.core.errors import ConfigError, TopicNameError
 from lagsched.core.lake import LakeTable, sink_problems
 from lagsched.core.names import validate_cluster_name, validate_topic_name
+from lagsched.core.variable_json import short_repr
+from lagsched.core.variables import VariableModel, config_error, decode, require_object
 
 __all__ = [
     "CLUSTERS_VARIABLE",
@@ -94,15 +94,16 @@ SLOT_BUDGET_RANGE_S = (60, 86_400)
 MAX_SLOT_RATE = 10_000_000
 #: Warm slots a cluster may keep beyond its need: each is an idle Spark driver.
 MAX_STANDBY_SLOTS = 10
-_CONN_ID = re.compile(r"[A-Za-z0-9_.-]{1,250}")
-_FIELDS = (
-    "kafka_conn_id", "topics", "topic_pattern", "max_slots", "slot_budget_s", "slot_max_rate", "standby_slots", "sink",
-)  # fmt: skip
+#: Airflow's rule for a Connection id.
+_CONN_ID = re2.compile(r"[A-Za-z0-9_.-]{1,250}")
+_NOT_A_FIELD = "name"  # the cluster's key in the Variable, never a field of its body
+
+TopicName = Annotated[str, AfterValidator(validate_topic_name)]
+"""A legal Kafka topic name (`lagsched.core.names.validate_topic_name`)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ClusterConfig:
-    """One configured Kafka cluster.
+class ClusterConfig(VariableModel):
+    """One configured Kafka cluster: the model of one entry of the Variable (its key is ``name``).
 
     Attributes:
         name: registry cluster name (``topics.cluster``).
@@ -110,21 +111,64 @@ class ClusterConfig:
         topics: topic names to manage; empty with no pattern = every topic.
         topic_pattern: regular expression a managed topic name matches in full, or None.
         max_slots: consumer slots the consume DAG runs at most for this cluster.
+        sink: the ``sink`` object (checked by `lagsched.core.lake.sink_problems`) as sorted
+            ``(field, value)`` pairs; `sink_settings` as a dict.
         slot_budget_s: seconds one slot runs before it leaves and is started again.
         slot_max_rate: records/s one slot reads at most; None: no cap.
         standby_slots: warm slots kept beyond the need, ready to join on a scale-up.
-        sink: the validated ``sink`` object as sorted ``(field, value)`` pairs; `sink_settings` as a dict.
     """
 
-    name: str
+    name: Annotated[str, AfterValidator(validate_cluster_name)]
     kafka_conn_id: str = DEFAULT_KAFKA_CONN_ID
-    topics: tuple[str, ...] = ()
-    topic_pattern: str | None = None
-    max_slots: int = DEFAULT_MAX_SLOTS
-    sink: tuple[tuple[str, str], ...] = ()
-    slot_budget_s: int = DEFAULT_SLOT_BUDGET_S
-    slot_max_rate: float | None = None
-    standby_slots: int = 0
+    # A JSON list (not strict: a tuple is what a frozen model keeps); repeats are kept once.
+    topics: tuple[TopicName, ...] = Field(default=(), strict=False)
+    topic_pattern: str | None = Field(default=None, min_length=1)
+    max_slots: int = Field(default=DEFAULT_MAX_SLOTS, ge=1, le=MAX_SLOTS)
+    sink: tuple[tuple[str, str], ...] = Field(default=(), strict=False)
+    slot_budget_s: int = Field(default=DEFAULT_SLOT_BUDGET_S, ge=SLOT_BUDGET_RANGE_S[0], le=SLOT_BUDGET_RANGE_S[1])
+    slot_max_rate: float | None = Field(default=None, gt=0, le=MAX_SLOT_RATE)
+    standby_slots: int = Field(default=0, ge=0, le=MAX_STANDBY_SLOTS)
+
+    @field_validator("kafka_conn_id")
+    @classmethod
+    def _connection_id(cls, conn_id: str) -> str:
+        if not _CONN_ID.fullmatch(conn_id):
+            raise ValueError("a Connection id of 1 to 250 characters [A-Za-z0-9_.-]")
+        return conn_id
+
+    @field_validator("topics", mode="before")
+    @classmethod
+    def _a_list(cls, topics: Any) -> Any:
+        if not isinstance(topics, list | tuple):
+            raise ValueError("a list of topic names")
+        return topics
+
+    @field_validator("topics")
+    @classmethod
+    def _once_each(cls, topics: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(topics))
+
+    @field_validator("topic_pattern")
+    @classmethod
+    def _linear_time(cls, pattern: str | None) -> str | None:
+        if pattern is not None:
+            try:
+                _pattern(pattern)
+            except re2.error as exc:
+                reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
+                raise ValueError(
+                    "a regular expression in RE2's syntax, matched in linear time: "
+                    f"no lookarounds or backreferences ({reason})"
+                ) from None
+        return pattern
+
+    @field_validator("sink", mode="before")
+    @classmethod
+    def _sink_pairs(cls, sink: Any) -> Any:
+        # `parse_clusters` has checked the object (`sink_problems`), field by field.
+        if isinstance(sink, Mapping):
+            return tuple(sorted((k, v) for k, v in sink.items() if v is not None))
+        return sink
 
     def sink_settings(self) -> dict[str, str]:
         """The ``sink`` object (`lagsched.core.lake.LakeTable.of` fills in the defaults)."""
@@ -162,92 +206,7 @@ class ClusterConfig:
         return parse_clusters({str(name): body})[0]
 
 
-DEFAULT_CLUSTERS: tuple[ClusterConfig, ...] = (ClusterConfig(DEFAULT_CLUSTER),)
-
-
-def _decode(raw: str | bytes | Mapping[str, Any] | None) -> Any:
-    if raw is None:
-        return None
-    if isinstance(raw, Mapping):
-        return raw
-    text = raw.decode() if isinstance(raw, bytes) else raw
-    if not text.strip():
-        return None
-    return variable_json.loads(text, CLUSTERS_VARIABLE)
-
-
-_Problems = list[tuple[str, object, str]]
-
-
-def _check_cluster(name: str, body: Any, problems: _Problems) -> ClusterConfig | None:
-    before = len(problems)
-    try:
-        validate_cluster_name(name)
-    except TopicNameError:
-        problems.append((name, name, "a cluster name of 1 to 255 characters from [a-zA-Z0-9._-]"))
-    if not isinstance(body, Mapping):
-        problems.append((name, body, "an object (use {} for the defaults)"))
-        return None
-    for key in body:
-        if key not in _FIELDS:
-            problems.append((f"{name}.{key}", body[key], f"one of the fields {', '.join(_FIELDS)}"))
-    conn_id = body.get("kafka_conn_id", DEFAULT_KAFKA_CONN_ID)
-    if not isinstance(conn_id, str) or not _CONN_ID.fullmatch(conn_id):
-        problems.append((f"{name}.kafka_conn_id", conn_id, "a Connection id of 1 to 250 characters [A-Za-z0-9_.-]"))
-    topics = _check_topics(name, body, problems)
-    pattern = body.get("topic_pattern")
-    _check_pattern(name, pattern, problems)
-    _check_slot_limits(name, body, problems)
-    sink = body.get("sink") or {}
-    problems.extend(sink_problems(name, sink))
-    if len(problems) > before:
-        return None
-    rate = body.get("slot_max_rate")
-    return ClusterConfig(
-        name,
-        conn_id,
-        tuple(dict.fromkeys(topics)),
-        pattern,
-        body.get("max_slots", DEFAULT_MAX_SLOTS),
-        tuple(sorted((k, v) for k, v in sink.items() if v is not None)),
-        body.get("slot_budget_s", DEFAULT_SLOT_BUDGET_S),
-        None if rate is None else float(rate),
-        body.get("standby_slots", 0),
-    )
-
-
-def _check_topics(name: str, body: Mapping[str, Any], problems: _Problems) -> list[Any]:
-    """The cluster's ``topics`` list (empty when it is not a list; each bad name is a problem)."""
-    topics = body.get("topics", [])
-    if not isinstance(topics, list):
-        problems.append((f"{name}.topics", topics, "a list of topic names"))
-        return []
-    for i, topic in enumerate(topics):
-        try:
-            validate_topic_name(topic)
-        except TopicNameError:
-            problems.append((f"{name}.topics[{i}]", topic, "a legal Kafka topic name ([a-zA-Z0-9._-], 1-249)"))
-    return topics
-
-
-def _check_pattern(name: str, pattern: Any, problems: _Problems) -> None:
-    if pattern is None:
-        return
-    if not isinstance(pattern, str) or not pattern:
-        problems.append((f"{name}.topic_pattern", pattern, "a non-empty regular expression, or null"))
-        return
-    try:
-        _pattern(pattern)
-    except re2.error as exc:
-        reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
-        problems.append(
-            (
-                f"{name}.topic_pattern",
-                pattern,
-                "a regular expression in RE2's syntax, matched in linear time: "
-                f"no lookarounds or backreferences ({reason})",
-            )
-        )
+DEFAULT_CLUSTERS: tuple[ClusterConfig, ...] = (ClusterConfig(name=DEFAULT_CLUSTER),)
 
 
 @functools.lru_cache(maxsize=256)
@@ -258,28 +217,34 @@ def _pattern(pattern: str) -> Any:
     return re2.compile(pattern, options)
 
 
-def _is_int_in(value: Any, low: int, high: int) -> bool:
-    # bool is an int in Python; `true` slots is a mistake, not 1.
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+_Problems = list[tuple[str, object, str]]
 
 
-def _check_slot_limits(name: str, body: Mapping[str, Any], problems: _Problems) -> None:
-    """``max_slots``, ``slot_budget_s``, ``slot_max_rate`` and ``standby_slots``."""
-    max_slots = body.get("max_slots", DEFAULT_MAX_SLOTS)
-    if not _is_int_in(max_slots, 1, MAX_SLOTS):
-        problems.append((f"{name}.max_slots", max_slots, f"an integer from 1 to {MAX_SLOTS}"))
-    budget = body.get("slot_budget_s", DEFAULT_SLOT_BUDGET_S)
-    low, high = SLOT_BUDGET_RANGE_S
-    if not _is_int_in(budget, low, high):
-        problems.append((f"{name}.slot_budget_s", budget, f"an integer number of seconds from {low} to {high}"))
-    rate = body.get("slot_max_rate")
-    if rate is not None and (
-        isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate <= MAX_SLOT_RATE
-    ):
-        problems.append((f"{name}.slot_max_rate", rate, f"records/s above 0 and at most {MAX_SLOT_RATE:,}, or null"))
-    standby = body.get("standby_slots", 0)
-    if not _is_int_in(standby, 0, MAX_STANDBY_SLOTS):
-        problems.append((f"{name}.standby_slots", standby, f"an integer from 0 to {MAX_STANDBY_SLOTS}"))
+def _cluster(name: str, body: object, problems: _Problems, errors: list[ConfigError]) -> ClusterConfig | None:
+    """One entry of the Variable as a `ClusterConfig`; None when it has a problem (noted in ``problems``:
+    the name, the body's shape, its ``sink``; or in ``errors``: its fields, as the model found them)."""
+    try:
+        validate_cluster_name(name)
+    except TopicNameError:
+        problems.append((name, name, "a cluster name of 1 to 255 characters from [a-zA-Z0-9._-]"))
+        return None
+    if not isinstance(body, Mapping):
+        problems.append((name, body, "an object (use {} for the defaults)"))
+        return None
+    before = len(problems)
+    if _NOT_A_FIELD in body:
+        problems.append((f"{name}.{_NOT_A_FIELD}", body[_NOT_A_FIELD], "no 'name': a cluster is named by its key"))
+    sink = {} if body.get("sink") is None else body["sink"]
+    problems.extend(sink_problems(name, sink))
+    fields = {k: v for k, v in body.items() if k != _NOT_A_FIELD}
+    # The other fields are checked whatever the sink's state, so one run names every problem.
+    try:
+        sink_ok = len(problems) == before
+        cluster = ClusterConfig.model_validate({**fields, "sink": sink if sink_ok else {}, "name": name})
+    except ValidationError as exc:
+        errors.append(config_error(exc, ClusterConfig, CLUSTERS_VARIABLE, prefix=(name,)))
+        return None
+    return cluster if len(problems) == before else None
 
 
 def parse_clusters(raw: str | bytes | Mapping[str, Any] | None) -> tuple[ClusterConfig, ...]:
@@ -291,32 +256,35 @@ def parse_clusters(raw: str | bytes | Mapping[str, Any] | None) -> tuple[Cluster
         ConfigError: the Variable is malformed; the message names every bad field path, the value
             and what is allowed (``field``/``value``/``allowed`` describe the first).
     """
-    data = _decode(raw)
+    data = decode(raw, CLUSTERS_VARIABLE)
     if data is None:
         return DEFAULT_CLUSTERS
-    if not isinstance(data, Mapping):
-        raise ConfigError(
-            f"invalid {CLUSTERS_VARIABLE}: expected an object keyed by cluster name, got {type(data).__name__}",
-            field="",
-            value=data,
-            allowed='an object, e.g. {"lagsched_kafka": {}}',
-        )
+    keyed = 'an object keyed by cluster name, e.g. {"lagsched_kafka": {}}'
+    data = require_object(data, CLUSTERS_VARIABLE, allowed=keyed)
     if not data:
         raise ConfigError(
             f"invalid {CLUSTERS_VARIABLE}: no cluster configured; delete the Variable for the default "
             f"({DEFAULT_CLUSTER}, every topic) or name at least one cluster",
-            field="",
+            field="(root)",
             value=data,
             allowed="at least one cluster",
         )
-    problems: list[tuple[str, object, str]] = []
-    clusters = [_check_cluster(str(name), body, problems) for name, body in sorted(data.items())]
-    _check_tables_apart([c for c in clusters if c is not None], problems)
-    if problems:
-        listed = "; ".join(f"{path} = {value!r}: expected {allowed}" for path, value, allowed in problems)
-        path, value, allowed = problems[0]
-        raise ConfigError(f"invalid {CLUSTERS_VARIABLE}: {listed}", field=path, value=value, allowed=allowed)
-    return tuple(c for c in clusters if c is not None)
+    problems: _Problems = []
+    errors: list[ConfigError] = []
+    clusters = [_cluster(str(name), body, problems, errors) for name, body in sorted(data.items())]
+    chosen = [c for c in clusters if c is not None]
+    _check_tables_apart(chosen, problems)
+    errors = [
+        ConfigError(f"{path} = {short_repr(value)}: expected {allowed}", field=path, value=value, allowed=allowed)
+        for path, value, allowed in problems
+    ] + errors
+    if errors:
+        first = errors[0]
+        detail = "; ".join(str(e).removeprefix(f"invalid {CLUSTERS_VARIABLE}: ") for e in errors)
+        raise ConfigError(
+            f"invalid {CLUSTERS_VARIABLE}: {detail}", field=first.field, value=first.value, allowed=first.allowed
+        )
+    return tuple(chosen)
 
 
 def _check_tables_apart(clusters: Sequence[ClusterConfig], problems: _Problems) -> None:
@@ -350,7 +318,7 @@ def select_clusters(clusters: Sequence[ClusterConfig], name: str | None) -> tupl
     for c in clusters:
         if c.name == name:
             return (c,)
-    return (ClusterConfig(name),)
+    return (ClusterConfig(name=name),)
 
 
 def managed(cluster: ClusterConfig, topics: Iterable[str]) -> list[str]:

@@ -95,7 +95,7 @@ def config_error(exc: ValidationError, model: type[BaseModel], label: str, prefi
         is_key = bool(loc) and loc[-1] == "[key]"  # a bad dict key, e.g. an illegal topic name
         if is_key:
             loc = loc[:-1]
-        path = ".".join((*prefix, *loc)) or "(root)"
+        path = _path((*prefix, *loc))
         allowed = str(err["msg"]).removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             allowed = "unknown field; remove it or fix its spelling (see docs/configuration.md)"
@@ -117,6 +117,18 @@ def config_error(exc: ValidationError, model: type[BaseModel], label: str, prefi
     )
 
 
+def _path(loc: tuple[str, ...]) -> str:
+    """``eu.topics[1]``: a field path as the Variable's JSON nests it (an item of a list by its index).
+
+    >>> _path(("eu", "topics", "1")), _path(())
+    ('eu.topics[1]', '(root)')
+    """
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if part.isdigit() and out else (f".{part}" if out else part)
+    return out or "(root)"
+
+
 def field_at(model: type[BaseModel], loc: tuple[str, ...]) -> FieldInfo | None:
     """The model field `loc` points at (through nested models), or None."""
     current: Any = model
@@ -134,7 +146,7 @@ def bounds_text(field: FieldInfo, name: str) -> str:
     annotation = field.annotation
     if annotation in (int, int | None):
         kind = "an integer"
-    elif annotation is float:
+    elif annotation in (float, float | None):
         kind = "a finite number"
     else:
         return ""
@@ -155,7 +167,7 @@ def bounds_text(field: FieldInfo, name: str) -> str:
         text = f"{kind} from {low[3:]} to {high[3:]}"
     else:
         text = " and ".join(part for part in (f"{kind} {low}".rstrip(), high) if part)
-    return text + (" or null" if annotation == int | None else "")
+    return text + (" or null" if annotation in (int | None, float | None) else "")
 
 
 def number_text(value: Any, name: str = "") -> str:
