@@ -261,13 +261,11 @@ def redis_client(stack: StackConfig) -> Iterator[Any]:
 
     ``LAGSCHED_TEST_REDIS_DB`` picks another DB, so two test runs can share one Redis.
     """
-    import redis
-
+    from lagsched.adapters.redis_store import redis_client
     from lagsched.connections import redis_params
 
-    p = redis_params()
     db = int(os.environ.get("LAGSCHED_TEST_REDIS_DB", "15"))
-    client = redis.Redis(host=p.host, port=p.port, db=db, password=p.password, decode_responses=True)
+    client = redis_client(redis_params(), db=db)
     client.flushdb()
     yield client
     client.flushdb()

@@ -206,8 +206,8 @@ class Stack:
         self._redis: Any = None
 
     def _clients(self) -> tuple[Any, Any]:
-        from lagsched.adapters.lag_store import redis_client
         from lagsched.adapters.mysql import connect
+        from lagsched.adapters.redis_store import redis_client
         from lagsched.connections import mysql_params, redis_params
 
         if self._mysql is None:

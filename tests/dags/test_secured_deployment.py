@@ -70,9 +70,10 @@ def test_a_deployment_with_every_service_secured_measures_scales_consumes_and_le
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from lagsched.adapters.lag_store import LagRecord, LagStore, redis_client
+    from lagsched.adapters.lag_store import LagRecord, LagStore
     from lagsched.adapters.lake_reader import read_rows
     from lagsched.adapters.mysql import connect
+    from lagsched.adapters.redis_store import redis_client
     from lagsched.airflow.operators import LagschedSparkSubmitOperator
     from lagsched.connections import mysql_params, redis_params
     from lagsched.core.lake import LakeTable

@@ -78,7 +78,7 @@ def workers(conn: Any, cluster: str, topic: str) -> int | None:
 
 def running_slots(cluster: str) -> set[int]:
     """Numbers of the cluster's slots 1 to 3 whose lock a process holds (they run)."""
-    from lagsched.adapters.lag_store import redis_client
+    from lagsched.adapters.redis_store import redis_client
     from lagsched.adapters.slots import SlotLock, slot_id_for
     from lagsched.connections import redis_params
 
@@ -91,7 +91,8 @@ def running_slots(cluster: str) -> set[int]:
 
 
 def latest_lag(cluster: str, topic: str) -> int | None:
-    from lagsched.adapters.lag_store import LagStore, redis_client
+    from lagsched.adapters.lag_store import LagStore
+    from lagsched.adapters.redis_store import redis_client
     from lagsched.connections import redis_params
 
     client = redis_client(redis_params())

@@ -54,8 +54,9 @@ def seed_cluster(kafka_config: dict[str, Any], new_topic: Callable[..., str]) ->
     """
     from lagsched.adapters.claims import ClaimStore, server_lock_mode
     from lagsched.adapters.kafka_admin import admin_client
-    from lagsched.adapters.lag_store import LagRecord, LagStore, redis_client
+    from lagsched.adapters.lag_store import LagRecord, LagStore
     from lagsched.adapters.mysql import connect
+    from lagsched.adapters.redis_store import redis_client
     from lagsched.adapters.slots import SlotRegistry, slot_id_for
     from lagsched.adapters.topics import load_topics
     from lagsched.adapters.worker_changes import apply_change

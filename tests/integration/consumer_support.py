@@ -294,7 +294,7 @@ class ConsumerHarness:
         """The cluster's live set in the test's Redis DB, as the slots see it."""
         from datetime import UTC, datetime
 
-        from lagsched.adapters.lag_store import redis_client
+        from lagsched.adapters.redis_store import redis_client
         from lagsched.adapters.slots import SlotRegistry
         from lagsched.connections import redis_params
 

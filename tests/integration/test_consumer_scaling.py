@@ -141,7 +141,7 @@ def test_raising_linker_workers_spreads_partitions_within_a_batch_interval_and_n
     from confluent_kafka.admin import AdminClient, NewPartitions
 
     from lagsched.adapters.mysql import connect
-    from lagsched.adapters.scaling_messages import SCALING_CHANNEL
+    from lagsched.adapters.redis_store import SCALING_CHANNEL
     from lagsched.adapters.slots import SlotRegistry, slot_id_for
 
     interval_s = 5.0

@@ -17,7 +17,7 @@ import pytest
 
 from lagsched.adapters.failures import naming_connections, redis_target
 from lagsched.adapters.health import check_redis
-from lagsched.adapters.lag_store import redis_client
+from lagsched.adapters.redis_store import redis_client, slot_racks_key
 from lagsched.adapters.slots import SlotRegistry, slot_id_for
 from lagsched.connections import redis_params, where_redis
 from lagsched.core.errors import ConnectionFailure, ConnectionInvalid
@@ -58,7 +58,7 @@ def test_the_acl_user_and_tls_of_the_connection_are_used(
     slot = slot_id_for("slot-tls")
     registry.heartbeat(slot, now, 30)
     assert registry.live_slots(now, 30) == [slot]
-    assert registry.drop_leftovers(f"{registry.namespace}:slot_racks") == 0
+    assert registry.drop_leftovers(slot_racks_key(registry.namespace)) == 0
     assert check_redis(params)["version"]
 
 

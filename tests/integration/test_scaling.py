@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from lagsched.adapters.lag_store import LagRecord, LagStore
-from lagsched.adapters.scaling_messages import SCALING_CHANNEL
+from lagsched.adapters.redis_store import SCALING_CHANNEL
 from lagsched.core.config import parse_settings
 from lagsched.core.errors import ConfigError
 from lagsched.core.evaluator import Decision

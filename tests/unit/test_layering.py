@@ -126,7 +126,7 @@ def test_the_redis_adapter_does_not_load_kafka() -> None:
     import sys
 
     probe = (
-        "import sys, lagsched.adapters.lag_store;"
+        "import sys, lagsched.adapters.lag_store, lagsched.adapters.redis_store;"
         "print(sorted(m for m in sys.modules if m.startswith('confluent_kafka')))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)

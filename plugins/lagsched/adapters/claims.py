@@ -172,10 +172,9 @@ def _check_wants(wants: Mapping[str, int]) -> None:
 
 def server_lock_mode(conn: Connection, setting: str = "auto") -> LockMode:
     """The lock mode for this server: ``setting``, or with ``auto`` the best its version allows."""
-    with conn.cursor() as cur:
+    with transaction(conn) as cur:
         cur.execute("SELECT VERSION()")
         row = cur.fetchone()
-    conn.commit()
     if row is None:
         raise RuntimeError("SELECT VERSION() returned nothing")
     return select_lock_mode(setting, str(row[0]))

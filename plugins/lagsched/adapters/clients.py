@@ -14,11 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lagsched.connections import MySQLParams, RedisParams, mysql_params, redis_params
 
 if TYPE_CHECKING:
+    import pymysql
+    import pymysql.cursors
+    import redis
+
     from lagsched.adapters.failures import Target
 
 __all__ = ["mysql_and_redis"]
@@ -27,7 +31,7 @@ __all__ = ["mysql_and_redis"]
 @contextmanager
 def mysql_and_redis(
     mysql_p: MySQLParams | None = None, redis_p: RedisParams | None = None, *, also_naming: Iterable[Target] = ()
-) -> Iterator[tuple[Any, Any]]:
+) -> Iterator[tuple[pymysql.connections.Connection[pymysql.cursors.Cursor], redis.Redis]]:
     """``(mysql, redis)`` from the given parameters (default: the ``lagsched_*`` Connections).
 
     Any error of either client, inside the block too, comes out as a ``ConnectionFailure`` naming
@@ -35,8 +39,8 @@ def mysql_and_redis(
     clients the block uses (a Kafka admin: `lagsched.adapters.failures.KafkaConnection.target`).
     """
     from lagsched.adapters.failures import mysql_target, naming_connections, redis_target
-    from lagsched.adapters.lag_store import redis_client
     from lagsched.adapters.mysql import connect
+    from lagsched.adapters.redis_store import redis_client
 
     mysql_p = mysql_params() if mysql_p is None else mysql_p
     redis_p = redis_params() if redis_p is None else redis_p

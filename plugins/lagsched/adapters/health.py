@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lagsched.adapters.failures import KafkaConnection, mysql_target, naming_connections, redis_target
+from lagsched.adapters.redis_store import redis_client
 from lagsched.connections import KAFKA_CONN_ID, MySQLParams, RedisParams, where_redis
 from lagsched.core.errors import ConnectionFailure
 
@@ -67,14 +68,7 @@ def redis_ignores_password(params: RedisParams, *, timeout_s: float = 10.0) -> b
         return False
     import redis
 
-    bare = redis.Redis(
-        host=params.host,
-        port=params.port,
-        db=params.db,
-        socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s,
-        **params.tls_kwargs,
-    )
+    bare = redis_client(params, timeout_s=timeout_s, decode_responses=False, authenticate=False)
     try:
         with naming_connections(redis_target(params)):
             try:
@@ -98,18 +92,7 @@ def check_redis(params: RedisParams, *, timeout_s: float = 10.0) -> dict[str, An
     warn (`lagsched.airflow.tasks`): their data path works, and failing every run over a credential that
     grants nothing would turn a configuration smell into an outage.
     """
-    import redis
-
-    client = redis.Redis(
-        host=params.host,
-        port=params.port,
-        db=params.db,
-        username=params.username,
-        password=params.password,
-        socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s,
-        **params.tls_kwargs,
-    )
+    client = redis_client(params, timeout_s=timeout_s, decode_responses=False)
     try:
         with naming_connections(redis_target(params)):
             client.ping()

@@ -1,8 +1,8 @@
 """Short-lived lag history in Redis: offset samples per partition, lag records per topic.
 
 As in Hevo, this data only has to outlive a few evaluation windows, so it lives in Redis and
-expires on its own. Keys (``<prefix>`` is ``lagsched:`` by default; names are Kafka-legal so they
-never contain ``:``):
+expires on its own. Keys, named in `lagsched.adapters.redis_store` (``<prefix>`` is ``lagsched:``
+by default; names are Kafka-legal so they never contain ``:``):
 
 * ``<prefix><cluster>:latest:<topic>``: HASH, field ``<partition>`` = that partition's (time, high
   watermark) samples;
@@ -47,12 +47,17 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
-from lagsched.connections import RedisParams
+from lagsched.adapters import redis_store
+from lagsched.adapters.redis_store import HISTORY_KINDS, redis_client
 from lagsched.core.chunks import chunked
 from lagsched.core.lag import OffsetSample, SampleWindow
 from lagsched.core.names import validate_cluster_name, validate_topic_name
+
+if TYPE_CHECKING:
+    from redis import Redis
+    from redis.typing import EncodableT, FieldT
 
 __all__ = [
     "DEFAULT_PREFIX",
@@ -62,15 +67,13 @@ __all__ = [
     "PackedRecords",
     "PartitionKey",
     "WindowDigest",
-    "redis_client",
+    "redis_client",  # lives in redis_store; still importable from here (the spark jobs import it so)
     "trim_history",
 ]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PREFIX = "lagsched:"
-#: The per-topic key kinds of this module (``<prefix><cluster>:<kind>:<topic>``), as `trim_history` reads them.
-HISTORY_KINDS = ("latest", "committed", "lag", "evaluated")
+DEFAULT_PREFIX = redis_store.PREFIX
 
 PartitionKey = tuple[str, int]
 """(topic, partition)."""
@@ -317,7 +320,7 @@ class LagRecord:
 _RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(LagRecord))
 
 
-def trim_history(redis: Any, cluster: str, keep: Sequence[str], *, prefix: str = DEFAULT_PREFIX) -> int:
+def trim_history(redis: Redis, cluster: str, keep: Sequence[str], *, prefix: str = DEFAULT_PREFIX) -> int:
     """Delete the lag history keys of ``cluster``'s topics not in ``keep``; returns how many.
 
     Only keys of the lag store's own shape (``<prefix><cluster>:<kind>:<topic>``, kind in
@@ -335,23 +338,6 @@ def trim_history(redis: Any, cluster: str, keep: Sequence[str], *, prefix: str =
     return len(doomed)
 
 
-def redis_client(params: RedisParams, *, db: int | None = None) -> Any:
-    """A ``redis.Redis`` for `params` (``db`` overrides the Connection's DB); no I/O until used."""
-    import redis
-
-    return redis.Redis(
-        host=params.host,
-        port=params.port,
-        db=params.db if db is None else db,
-        username=params.username,
-        password=params.password,
-        **params.tls_kwargs,
-        decode_responses=True,
-        socket_timeout=10,
-        socket_connect_timeout=10,
-    )
-
-
 class LagStore:
     """Reads and writes the lag history of one cluster.
 
@@ -366,7 +352,7 @@ class LagStore:
 
     def __init__(
         self,
-        client: Any,
+        client: Redis,
         cluster: str,
         *,
         max_samples: int = 120,
@@ -397,19 +383,19 @@ class LagStore:
         return topic
 
     def latest_key(self, topic: str, partition: int) -> str:
-        return f"{self.prefix}{self.cluster}:latest:{self._name(topic)}:{int(partition)}"
+        return f"{redis_store.latest_key(self.cluster, self._name(topic), prefix=self.prefix)}:{int(partition)}"
 
     def committed_key(self, topic: str, partition: int) -> str:
-        return f"{self.prefix}{self.cluster}:committed:{self._name(topic)}:{int(partition)}"
+        return f"{redis_store.committed_key(self.cluster, self._name(topic), prefix=self.prefix)}:{int(partition)}"
 
     def lag_key(self, topic: str) -> str:
-        return f"{self.prefix}{self.cluster}:lag:{self._name(topic)}"
+        return redis_store.lag_key(self.cluster, self._name(topic), prefix=self.prefix)
 
     def evaluated_key(self, topic: str) -> str:
-        return f"{self.prefix}{self.cluster}:evaluated:{self._name(topic)}"
+        return redis_store.evaluated_key(self.cluster, self._name(topic), prefix=self.prefix)
 
     def measured_key(self) -> str:
-        return f"{self.prefix}{self.cluster}:measured"
+        return redis_store.measured_key(self.cluster, prefix=self.prefix)
 
     # -- offset samples -----------------------------------------------------------------------
 
@@ -463,7 +449,7 @@ class LagStore:
             ]
             self._append_samples(keys=hashes, args=[self._ttl, self.max_samples, self.max_age_s, *lines], client=pipe)
         replies = [r for chunk in pipe.execute() for r in chunk]
-        repairs: dict[str, dict[str, str]] = {}
+        repairs: dict[str, dict[FieldT, EncodableT]] = {}
         for h, reply in zip(order, replies, strict=True):
             for (f, key), read in zip(by_hash[h], _text(reply).split("\n"), strict=True):
                 if read.startswith("!"):  # the script found it malformed and stored the new sample alone

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 
 import pymysql
 
+from lagsched.adapters.transactions import commit
+
 if TYPE_CHECKING:
     from lagsched.connections import MySQLParams
 
@@ -116,11 +118,11 @@ def migrate(conn: pymysql.connections.Connection[pymysql.cursors.Cursor], sql_di
                     (migration.version, migration.name, migration.checksum),
                 )
                 cur.execute("DELETE FROM schema_migration_steps WHERE version = %s", (migration.version,))
-                conn.commit()
+                commit(conn)
                 applied_now.append(migration.path.name)
         finally:
             cur.execute("DO RELEASE_LOCK('lagsched_migrations')")
-            conn.commit()
+            commit(conn)
     return applied_now
 
 
@@ -146,4 +148,4 @@ def _apply_steps(cur: pymysql.cursors.Cursor, migration: Migration) -> None:
             "INSERT INTO schema_migration_steps (version, step, checksum) VALUES (%s, %s, %s)",
             (migration.version, step, migration.checksum),
         )
-        cur.connection.commit()
+        commit(cur.connection)

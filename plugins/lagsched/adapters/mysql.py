@@ -11,6 +11,7 @@ import pymysql
 import pymysql.cursors
 
 from lagsched.adapters.failures import mysql_target, naming_connections
+from lagsched.adapters.transactions import roll_back, transaction
 from lagsched.connections import MySQLParams
 
 
@@ -55,10 +56,9 @@ def connect(
 
 
 def _set_isolation(conn: pymysql.connections.Connection[pymysql.cursors.Cursor]) -> None:
-    with conn.cursor() as cur:
+    with transaction(conn) as cur:
         # Portable spelling: MariaDB calls the variable tx_isolation, MySQL 8 transaction_isolation.
         cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-    conn.commit()
 
 
 def reconnect(conn: pymysql.connections.Connection[pymysql.cursors.Cursor]) -> None:
@@ -69,7 +69,7 @@ def reconnect(conn: pymysql.connections.Connection[pymysql.cursors.Cursor]) -> N
     the client's error while the server is still unreachable.
     """
     with contextlib.suppress(pymysql.MySQLError):
-        conn.rollback()  # a transaction cut by the outage is gone with its session anyway
+        roll_back(conn)  # a transaction cut by the outage is gone with its session anyway
     conn.ping(reconnect=True)
     _set_isolation(conn)
 

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 import pymysql
 
 from lagsched.adapters.topics import load_topics
+from lagsched.adapters.transactions import commit, end_reads, roll_back, transaction
 from lagsched.core.balance import balanced_assign
 from lagsched.core.claims import slot_wants
 from lagsched.core.rendezvous import Assignment, TopicSpec, assign, check_slot_ids
@@ -132,11 +133,10 @@ def _ensure_state_row(conn: Connection, cluster: str) -> None:
     Writers lock this row, so it must exist before the first of them; created inside their
     transactions instead, concurrent first writers deadlock on the insert's gap locks.
     """
-    with conn.cursor() as cur:
+    with transaction(conn) as cur:
         cur.execute("SELECT 1 FROM cluster_assignment_state WHERE cluster = %s", (cluster,))
         if cur.fetchone() is None:
             cur.execute("INSERT IGNORE INTO cluster_assignment_state (cluster) VALUES (%s)", (cluster,))
-    conn.commit()
 
 
 def _read_owners(conn: Connection, cluster: str) -> Assignment:
@@ -167,7 +167,7 @@ def load_stored(conn: Connection, cluster: str, *, lock: bool = False) -> tuple[
         owners = _read_owners(conn, cluster)
         if _read_state(conn, cluster, lock=False)[0] == generation:
             return owners, generation, digest
-        conn.commit()  # a fresh snapshot, should the session run REPEATABLE READ
+        end_reads(conn)  # a fresh snapshot, should the session run REPEATABLE READ
     # Writers keep committing between our reads: read under the lock, which waits them out.
     return load_stored(conn, cluster, lock=True)
 
@@ -232,7 +232,7 @@ def current_assignment(
     try:
         for attempt in range(1, max_attempts + 1):
             stored, generation, stored_digest = load_stored(conn, cluster)
-            conn.commit()
+            end_reads(conn)
             if stored_digest == digest:
                 return OwnershipView(stored, topics, generation, False, held_s, attempt - 1)
             if stored_digest == "":
@@ -246,7 +246,7 @@ def current_assignment(
                 stored, generation, stored_digest = load_stored(conn, cluster, lock=True)
                 locked_at = clock()
                 if stored_digest == digest:
-                    conn.commit()
+                    end_reads(conn)
                     held_s += clock() - locked_at
                     return OwnershipView(stored, topics, generation, False, held_s, attempt)
             fresh = balanced_assign(topics, live_slots, stored if stored.owners else None)
@@ -255,11 +255,11 @@ def current_assignment(
                 locked_at = clock()
                 if now_generation != generation:
                     # Another slot stored meanwhile: start again from what it stored.
-                    conn.rollback()
+                    roll_back(conn)
                     held_s += clock() - locked_at
                     continue
             changed = _store_changes(conn, cluster, stored, fresh, generation=generation + 1, digest=digest)
-            conn.commit()
+            commit(conn)
             held_s += clock() - locked_at
             log.info(
                 "%s: assignment generation %d: %d topics over %d slots, %d topics changed owners; lock held %.3f s",
@@ -272,7 +272,7 @@ def current_assignment(
             )
             return OwnershipView(fresh, topics, generation + 1, True, held_s, attempt)
     except pymysql.MySQLError as exc:
-        conn.rollback()
+        roll_back(conn)
         log.warning("could not store the balanced assignment (%s); using plain HRW for now", exc)
     return OwnershipView(assign(topics, live_slots), topics, -1, False, held_s)
 

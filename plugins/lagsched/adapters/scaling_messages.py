@@ -1,9 +1,10 @@
-"""Scaling messages over Redis pub/sub: the channel, publishing a decision, listening for them.
+"""Scaling messages over Redis pub/sub: publishing a decision, listening for them.
 
 The evaluator (and an override) publishes each applied change of ``linker_workers`` on
-`SCALING_CHANNEL`; running slots listen there and on their cluster's slot events channel
-(`lagsched.adapters.slots.SlotRegistry.events_channel`) to rebalance at once instead of at their
-next batch boundary. A message is JSON (docs/lag.md); missing one costs only that wait.
+`SCALING_CHANNEL` (named in `lagsched.adapters.redis_store`); running slots listen there and on
+their cluster's slot events channel (`lagsched.adapters.slots.SlotRegistry.events_channel`) to
+rebalance at once instead of at their next batch boundary. A message is JSON (docs/lag.md);
+missing one costs only that wait.
 """
 
 from __future__ import annotations
@@ -17,16 +18,19 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from lagsched.adapters.redis_store import SCALING_CHANNEL, subscriber
+
 if TYPE_CHECKING:
+    import redis
+    import redis.client
+
     from lagsched.core.decisions import DecisionRow
     from lagsched.core.evaluator import Decision
 
+# SCALING_CHANNEL lives in redis_store; still importable from here (the spark jobs import it so).
 __all__ = ["SCALING_CHANNEL", "ScalingListener", "ScalingMessage", "publish_decision"]
 
 log = logging.getLogger(__name__)
-
-SCALING_CHANNEL = "lagsched:scaling"
-"""The pub/sub channel scaling decisions are announced on (see docs/lag.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +82,7 @@ class ScalingMessage:
         )
 
 
-def publish_decision(client: Any, message: ScalingMessage) -> int:
+def publish_decision(client: redis.Redis, message: ScalingMessage) -> int:
     """Publish one decision's message on `SCALING_CHANNEL`; returns how many subscribers got it."""
     return int(client.publish(SCALING_CHANNEL, message.to_json()))
 
@@ -92,12 +96,12 @@ class ScalingListener:
     effect within one batch interval.
     """
 
-    def __init__(self, client: Any, channels: Sequence[str], cluster: str, wake: threading.Event) -> None:
+    def __init__(self, client: redis.Redis, channels: Sequence[str], cluster: str, wake: threading.Event) -> None:
         self._cluster = cluster
-        self._pubsub = client.pubsub(ignore_subscribe_messages=True)
+        self._pubsub = subscriber(client)
         self._pubsub.subscribe(**dict.fromkeys(channels, self._on_message))
         self._wake = wake
-        self._thread: Any = None
+        self._thread: redis.client.PubSubWorkerThread | None = None
         self._down = False
         self.decisions = 0
 

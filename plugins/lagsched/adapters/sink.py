@@ -31,6 +31,7 @@ from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
 from lagsched.adapters.data_files import HOUR_US, FileSettings, WrittenFile
+from lagsched.adapters.transactions import transaction
 from lagsched.core.errors import LagschedError
 from lagsched.core.lake import RANGES_PROPERTY, TABLE_PROPERTIES, LakeTable, encode_ranges
 
@@ -140,21 +141,20 @@ def ensure_catalog_tables(conn: Any) -> None:
     """
     import pymysql
 
-    with conn.cursor() as cur:
+    with transaction(conn) as cur:
         for ddl in _CATALOG_TABLES:
             cur.execute(ddl)
         cur.execute(
             "SELECT COUNT(*) FROM information_schema.columns"
             " WHERE table_schema = DATABASE() AND table_name = 'iceberg_tables' AND column_name = 'iceberg_type'"
         )
-        (has_type,) = cur.fetchone()
+        (has_type,) = cur.fetchone() or (0,)  # COUNT(*) always has its row
         if not has_type:
             try:
                 cur.execute("ALTER TABLE iceberg_tables ADD COLUMN iceberg_type VARCHAR(5)")
             except pymysql.err.OperationalError as exc:
                 if exc.args[0] != _DUPLICATE_COLUMN:
                     raise
-    conn.commit()
 
 
 def jdbc_url(host: str, port: int, database: str, *, tls: Iterable[tuple[str, str | bool]] = ()) -> str:

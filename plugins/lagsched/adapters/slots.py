@@ -1,6 +1,7 @@
 """Worker slots in Redis: a stable UUID per slot, heartbeats, the live set (seed 000).
 
-Two keys per namespace (default ``lagsched``):
+Two keys per namespace (default ``lagsched``; every name below is built in
+`lagsched.adapters.redis_store`):
 
 * ``<ns>:slots:<cluster>``: a sorted set per Kafka cluster, member = slot id, score = last heartbeat
   (Unix seconds). The source of truth for liveness: a slot is live when its score is within
@@ -40,10 +41,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import redis
 
+from lagsched.adapters.redis_store import (
+    NAMESPACE,
+    slot_events_channel,
+    slot_key,
+    slot_lock_key,
+    slot_racks_key,
+    slots_key,
+)
 from lagsched.core.names import validate_cluster_name
 
 __all__ = [
@@ -114,26 +123,26 @@ class SlotRegistry:
     """
 
     client: redis.Redis
-    namespace: str = "lagsched"
+    namespace: str = NAMESPACE
     cluster: str = field(kw_only=True)
 
     def __post_init__(self) -> None:
         validate_cluster_name(self.cluster)
 
     @classmethod
-    def every_cluster(cls, client: redis.Redis, namespace: str = "lagsched") -> list[SlotRegistry]:
+    def every_cluster(cls, client: redis.Redis, namespace: str = NAMESPACE) -> list[SlotRegistry]:
         """A registry for each cluster that has a live set in Redis, configured still or not."""
-        prefix = f"{namespace}:slots:"
+        prefix = slots_key("", namespace)  # the live sets' common part, the cluster after it
         names = {_text(k)[len(prefix) :] for k in client.scan_iter(match=f"{prefix}*", count=500)}
         return [cls(client, namespace, cluster=n) for n in sorted(names) if _is_cluster_name(n)]
 
     @property
     def set_key(self) -> str:
         """The cluster's live set (``<ns>:slots:<cluster>``)."""
-        return f"{self.namespace}:slots:{self.cluster}"
+        return slots_key(self.cluster, self.namespace)
 
     def _slot_key(self, slot_id: str) -> str:
-        return f"{self.namespace}:slot:{slot_id}"
+        return slot_key(slot_id, self.namespace)
 
     def heartbeat(self, slot_id: str, now: datetime, timeout_s: float) -> None:
         """Announce that ``slot_id`` is alive at ``now``; it stays live for ``timeout_s`` more."""
@@ -178,7 +187,7 @@ class SlotRegistry:
     @property
     def events_channel(self) -> str:
         """The pub/sub channel where slots say they joined (``<ns>:slot_events``)."""
-        return f"{self.namespace}:slot_events"
+        return slot_events_channel(self.namespace)
 
     def announce_joined(self, slot_id: str) -> int:
         """Tell the cluster's running slots that ``slot_id`` is live, so they hand it its share at
@@ -210,7 +219,17 @@ class SlotRegistry:
         dropped = 0
         for i in range(0, len(fields), 500):  # one short script per 500 fields: Redis runs a script alone
             chunk = fields[i : i + 500]
-            dropped += int(self.client.eval(_DROP_GONE, 2, hash_key, self.set_key, f"{self.namespace}:", *chunk))
+            dropped += int(
+                self.client.eval(
+                    _DROP_GONE,
+                    2,
+                    hash_key,
+                    self.set_key,
+                    slot_key("", self.namespace),
+                    slot_lock_key("", self.namespace),
+                    *chunk,
+                )
+            )
         return dropped
 
     def prune(self, now: datetime, older_than_s: float) -> int:
@@ -224,17 +243,18 @@ class SlotRegistry:
         return int(self.client.zremrangebyscore(self.set_key, "-inf", f"({_epoch_s(now) - older_than_s!r}"))
 
 
-# KEYS[2] is the cluster's live set; ARGV[1] is the namespace with its colon; the others are slot
-# ids, fields of KEYS[1]. A slot of another cluster is not in KEYS[2] but, while it runs, has its
-# heartbeat key or its lock, so its entry stays. The slot keys are built in the script, which a
-# single Redis (lagsched's) allows; Redis Cluster would not.
+# KEYS[2] is the cluster's live set; ARGV[1] and ARGV[2] are the common parts of the slots'
+# heartbeat keys and locks (a slot id completes each); the others are slot ids, fields of KEYS[1].
+# A slot of another cluster is not in KEYS[2] but, while it runs, has its heartbeat key or its
+# lock, so its entry stays. The slot keys are built in the script, which a single Redis
+# (lagsched's) allows; Redis Cluster would not.
 _DROP_GONE = """
-local ns = ARGV[1]
+local slot, lock = ARGV[1], ARGV[2]
 local dropped = 0
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   local id = ARGV[i]
   if redis.call('ZSCORE', KEYS[2], id) == false
-     and redis.call('EXISTS', ns .. 'slot:' .. id, ns .. 'slot_lock:' .. id) == 0 then
+     and redis.call('EXISTS', slot .. id, lock .. id) == 0 then
     dropped = dropped + redis.call('HDEL', KEYS[1], id)
   end
 end
@@ -283,10 +303,10 @@ class SlotLock:
     """
 
     client: redis.Redis
-    namespace: str = "lagsched"
+    namespace: str = NAMESPACE
 
     def key(self, slot_id: str) -> str:
-        return f"{self.namespace}:slot_lock:{slot_id}"
+        return slot_lock_key(slot_id, self.namespace)
 
     def acquire(self, slot_id: str, token: str, ttl_s: float) -> str | None:
         """Take (or keep) the slot for ``token``; None on success, else the holder's token."""
@@ -363,9 +383,9 @@ class SlotRacks:
     without a rack is absent. Entries of slots that left are harmless: only live owners are read.
     """
 
-    def __init__(self, client: Any, namespace: str = "lagsched") -> None:
+    def __init__(self, client: redis.Redis, namespace: str = NAMESPACE) -> None:
         self._client = client
-        self._key = f"{namespace}:slot_racks"
+        self._key = slot_racks_key(namespace)
 
     @property
     def key(self) -> str:

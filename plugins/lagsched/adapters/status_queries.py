@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from lagsched.adapters.mysql import epoch_from_db, from_db
-from lagsched.adapters.transactions import transaction
+from lagsched.adapters.transactions import roll_back, transaction
 from lagsched.core.names import validate_cluster_name
 from lagsched.core.status import GapView, PartitionState
 
@@ -43,7 +43,7 @@ def overrides_if_migrated(conn: Connection, cluster: str, now: datetime) -> list
     try:
         return list(active_overrides(conn, cluster, now))
     except pymysql.err.ProgrammingError as exc:
-        conn.rollback()
+        roll_back(conn)
         if exc.args and exc.args[0] == 1146:  # no such table
             return None
         raise

@@ -1,7 +1,10 @@
 """MySQL transactions: the one module that opens, commits, rolls back and retries them.
 
 Every repository module (topics, claims, decisions, overrides, gaps, status queries, worker changes)
-runs its statements through `transaction` or `run_transaction`; none commits by hand. The one retry
+runs its statements through `transaction` or `run_transaction`; none commits by hand. The few units
+of work whose end is decided half-way (ownership's compare-and-write, a migration's steps, a
+compare-and-set an override beat) end it with `commit`, `end_reads` or `roll_back`: no other module
+calls the connection's ``commit()`` or ``rollback()``. The one retry
 policy: a transaction that hit a deadlock (1213, InnoDB rolled it back) or a lock-wait timeout (1205)
 is run again whole, with full-jitter backoff (`lagsched.core.claims.RetryPolicy`), a bounded number
 of times; any other error is raised at once. Running it again is safe: nothing of it was written.
@@ -33,9 +36,12 @@ __all__ = [
     "DEADLOCK",
     "LOCK_WAIT_TIMEOUT",
     "RetriesExhausted",
+    "commit",
     "delete_in_batches",
+    "end_reads",
     "is_transient",
     "retry_transient",
+    "roll_back",
     "rollback_quietly",
     "run_transaction",
     "transaction",
@@ -162,6 +168,30 @@ def delete_in_batches(conn: Connection, sql: str, params: Sequence[Any], batch_r
         deleted += gone
         if gone < batch_rows:
             return deleted
+
+
+def commit(conn: Connection) -> None:
+    """Commit the open transaction, where `transaction` cannot scope it: a unit of work that began
+    in an earlier statement (a row locked, then written only if its compare held) or that keeps a
+    cursor across several commits (a migration's steps). Raises the client's error.
+    """
+    conn.commit()
+
+
+def end_reads(conn: Connection) -> None:
+    """End a transaction that only read (and perhaps locked rows): it wrote nothing, so its commit
+    only releases its locks and starts a fresh snapshot, should the session run REPEATABLE READ
+    (ours run READ COMMITTED, where each statement sees the latest commits anyway).
+    """
+    conn.commit()
+
+
+def roll_back(conn: Connection) -> None:
+    """Undo the open transaction and release its locks, raising a failure: here the rollback is the
+    point (a lost compare-and-set, a statement the caller recovers from), unlike `rollback_quietly`.
+    Inside `transaction`, the work continues in a new transaction, which `transaction` commits.
+    """
+    conn.rollback()
 
 
 def rollback_quietly(conn: Connection) -> None:

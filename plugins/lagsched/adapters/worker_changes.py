@@ -23,7 +23,7 @@ from lagsched.adapters.overrides import (
     link_decision,
 )
 from lagsched.adapters.topics import lock_cluster, set_linker_workers
-from lagsched.adapters.transactions import run_transaction
+from lagsched.adapters.transactions import roll_back, run_transaction
 from lagsched.core.evaluator import Decision
 from lagsched.core.names import validate_cluster_name
 from lagsched.core.overrides import check_duration, override_decision, unknown_topic, validate_override
@@ -59,7 +59,7 @@ def apply_change(
         if not set_linker_workers(cur, topic_id, d.previous_linker_workers, d.linker_workers) or (
             unless_overridden and is_overridden(cur, topic_id, d.at_datetime)
         ):
-            conn.rollback()  # the compare-and-set may have written: the override wins
+            roll_back(conn)  # the compare-and-set may have written: the override wins
             return "conflict", None
         return "applied", insert_decision(cur, cluster=cluster, evaluation_id=evaluation_id, topic_id=topic_id, d=d)
 

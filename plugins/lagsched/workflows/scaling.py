@@ -55,7 +55,8 @@ from lagsched.adapters.decisions import (
 )
 from lagsched.adapters.lag_store import LagRecord, LagStore
 from lagsched.adapters.overrides import OverrideRow, active_overrides
-from lagsched.adapters.scaling_messages import SCALING_CHANNEL, ScalingMessage, publish_decision
+from lagsched.adapters.redis_store import SCALING_CHANNEL
+from lagsched.adapters.scaling_messages import ScalingMessage, publish_decision
 from lagsched.adapters.topics import TopicRow, load_topics
 from lagsched.adapters.worker_changes import apply_change
 from lagsched.core.config import Settings, TopicPolicyConfig, parse_settings, unknown_topic_overrides

@@ -359,8 +359,9 @@ def run(topics: int, partitions: int, runs: int, *, full_windows: bool = False) 
     behind them, and full sample windows and lag histories (`sample_window` of each).
     """
     from lagsched.adapters.kafka_admin import admin_client
-    from lagsched.adapters.lag_store import LagStore, redis_client
+    from lagsched.adapters.lag_store import LagStore
     from lagsched.adapters.mysql import connect
+    from lagsched.adapters.redis_store import PREFIX, redis_client
     from lagsched.connections import kafka_config, mysql_params, redis_params
     from lagsched.core.config import parse_settings
     from lagsched.workflows.lag_monitor import measure
@@ -431,7 +432,7 @@ def run(topics: int, partitions: int, runs: int, *, full_windows: bool = False) 
         breakdown = _breakdown(conn, admin, cluster, store=store, settings=settings, ours=ours)
         print(f"   breakdown: {json.dumps(breakdown)}", flush=True)
     finally:
-        for key in redis.scan_iter(f"lagsched:{cluster}:*", count=5000):
+        for key in redis.scan_iter(f"{PREFIX}{cluster}:*", count=5000):
             redis.delete(key)
         redis.close()
         conn.close()

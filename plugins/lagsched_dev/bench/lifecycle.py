@@ -117,12 +117,12 @@ class JoinWatch(threading.Thread):
 
     def __init__(self, cluster: str) -> None:
         super().__init__(daemon=True, name="bench-joins")
-        from lagsched.adapters.lag_store import redis_client
+        from lagsched.adapters.redis_store import redis_client, subscriber
         from lagsched.adapters.slots import SlotRegistry
         from lagsched.connections import redis_params
 
         client = redis_client(redis_params())
-        self.pubsub = client.pubsub(ignore_subscribe_messages=True)
+        self.pubsub = subscriber(client)
         self.pubsub.subscribe(SlotRegistry(client, cluster=cluster).events_channel)
         self.events: list[tuple[str, str, float]] = []
         self.stop = threading.Event()
@@ -233,7 +233,7 @@ class Bench:
             conn.close()
 
     def running(self, slot: int) -> bool:
-        from lagsched.adapters.lag_store import redis_client
+        from lagsched.adapters.redis_store import redis_client
         from lagsched.adapters.slots import SlotLock
         from lagsched.connections import redis_params
 
@@ -245,7 +245,7 @@ class Bench:
 
     def live(self, slot: int) -> bool:
         """Whether slot ``slot`` heartbeats in the cluster's live set."""
-        from lagsched.adapters.lag_store import redis_client
+        from lagsched.adapters.redis_store import redis_client
         from lagsched.adapters.slots import SlotRegistry
         from lagsched.connections import redis_params
 
