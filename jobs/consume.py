@@ -182,8 +182,8 @@ def _consume(
     stop: threading.Event,
 ) -> int:
     from lagsched.adapters.claims import open_claim_store
-    from lagsched.adapters.lag_store import redis_client
     from lagsched.adapters.mysql import connect
+    from lagsched.adapters.redis_store import redis_client
     from lagsched.adapters.slots import SlotLock, SlotRegistry, holder_is_gone, lock_token
     from lagsched.workflows.slot_keeper import SlotKeeper
 
@@ -260,9 +260,9 @@ def _run_slot(
     from lagsched.adapters import sink
     from lagsched.adapters.claims import open_claim_store
     from lagsched.adapters.kafka_admin import admin_client
-    from lagsched.adapters.lag_store import redis_client
     from lagsched.adapters.range_files import RangeWriter
-    from lagsched.adapters.scaling_messages import SCALING_CHANNEL, ScalingListener
+    from lagsched.adapters.redis_store import SCALING_CHANNEL, redis_client
+    from lagsched.adapters.scaling_messages import ScalingListener
     from lagsched.adapters.slots import SlotRacks, SlotRegistry
     from lagsched.workflows.batch import Batches, OffsetMirror, StatsLines
     from lagsched.workflows.slot import SlotRun, run_slot

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
 from lagsched.adapters import redis_store
-from lagsched.adapters.redis_store import HISTORY_KINDS, redis_client
+from lagsched.adapters.redis_store import HISTORY_KINDS
 from lagsched.core.chunks import chunked
 from lagsched.core.lag import OffsetSample, SampleWindow
 from lagsched.core.names import validate_cluster_name, validate_topic_name
@@ -67,7 +67,6 @@ __all__ = [
     "PackedRecords",
     "PartitionKey",
     "WindowDigest",
-    "redis_client",  # lives in redis_store; still importable from here (the spark jobs import it so)
     "trim_history",
 ]
 

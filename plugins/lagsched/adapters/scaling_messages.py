@@ -27,8 +27,7 @@ if TYPE_CHECKING:
     from lagsched.core.decisions import DecisionRow
     from lagsched.core.evaluator import Decision
 
-# SCALING_CHANNEL lives in redis_store; still importable from here (the spark jobs import it so).
-__all__ = ["SCALING_CHANNEL", "ScalingListener", "ScalingMessage", "publish_decision"]
+__all__ = ["ScalingListener", "ScalingMessage", "publish_decision"]
 
 log = logging.getLogger(__name__)
 

@@ -107,7 +107,7 @@ def cluster_status(
 
     Args:
         mysql: an open lagsched MySQL connection (`lagsched.adapters.mysql.connect`).
-        redis: a ``redis.Redis`` (`lagsched.adapters.lag_store.redis_client`).
+        redis: a ``redis.Redis`` (`lagsched.adapters.redis_store.redis_client`).
         cluster: registry cluster name.
         now: the instant slot liveness and override expiry are judged at.
         slot_timeout_s: a slot silent this long is not live (the evaluator's default).
