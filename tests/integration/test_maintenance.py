@@ -45,9 +45,10 @@ def topics(db: Any, cluster: str, *names: str) -> dict[str, str]:
 def decide(db: Any, cluster: str, topic: str, topic_id: str, when: float, rule: str = "scale_up_rising") -> int:
     """Record one decision of ``topic`` made at ``when``; its id."""
     d = Decision(topic, 1, 2, lag=100, time_lag_s=1.0, slope=1.0, fit_r2=0.9, policy="hevo", rule=rule,
-                 reason=f"test decision at {when}", at=when)  # fmt: skip
+                 reason=f"test decision at {when}", decided_at=when)  # fmt: skip
     with transaction(db) as cur:
-        return insert_decision(cur, cluster=cluster, evaluation_id=f"ev-{uuid.uuid4().hex}", topic_id=topic_id, d=d)
+        row = insert_decision(cur, cluster=cluster, evaluation_id=f"ev-{uuid.uuid4().hex}", topic_id=topic_id, d=d)
+    return row.decision_id
 
 
 def gap(db: Any, topic_id: str, partition: int, start: int, detected_at: float) -> None:

@@ -370,7 +370,7 @@ def test_evaluator_rules_and_bounds(case: Case) -> None:
     assert decision.previous_linker_workers == case.workers
     assert decision.changed == (case.expected_workers != case.workers)
     assert decision.policy == case.policy
-    assert decision.at == now
+    assert decision.decided_at == now
     assert decision.reason
 
 
@@ -381,7 +381,7 @@ def test_decision_records_the_fit_and_reads_as_words() -> None:
     assert d.fit_r2 == pytest.approx(1.0)
     assert d.lag == 24_000
     assert "lag 24000 above max_lag 10000" in d.reason
-    assert d.at_datetime.tzinfo is UTC
+    assert d.decided_at_datetime.tzinfo is UTC
 
 
 def test_evaluation_is_deterministic() -> None:

@@ -1,4 +1,4 @@
-"""The scaling message: one type, built alike from a fresh decision and from its recorded row."""
+"""The scaling message: one type, built from the recorded row of a decision, with the documented wire format."""
 
 from __future__ import annotations
 
@@ -6,34 +6,26 @@ import json
 
 from lagsched.adapters.scaling_messages import ScalingMessage
 from lagsched.core.decisions import DecisionRow
-from lagsched.core.evaluator import Decision
 
 AT = 1_795_000_000.25
 
 
-def decision() -> Decision:
-    return Decision(
-        topic="orders", previous_linker_workers=2, linker_workers=5, lag=250_000, time_lag_s=90.0, slope=12.5,
-        fit_r2=0.97, policy="hevo", rule="scale_up_rising", reason="lag 250000 above max_lag and rising; up by 3",
-        at=AT,
+def row() -> DecisionRow:
+    return DecisionRow(
+        decision_id=41, evaluation_id="run-1", decided_at=AT, topic_id="t-1", cluster="eu", topic="orders",
+        previous_linker_workers=2, linker_workers=5, lag=250_000, time_lag_s=90.0, slope=12.5, fit_r2=0.97,
+        rule="scale_up_rising", policy="hevo", reason="lag 250000 above max_lag and rising; up by 3", announced_at=None,
     )  # fmt: skip
 
 
-def test_a_decision_and_its_recorded_row_publish_the_same_message() -> None:
-    d = decision()
-    row = DecisionRow(
-        decision_id=41, evaluation_id="run-1", decided_at=AT, topic_id="t-1", cluster="eu", topic=d.topic,
-        previous_linker_workers=d.previous_linker_workers, linker_workers=d.linker_workers, lag=d.lag,
-        time_lag_s=d.time_lag_s, slope=d.slope, fit_r2=d.fit_r2, rule=d.rule, policy=d.policy, reason=d.reason,
-        announced_at=None,
-    )  # fmt: skip
-    fresh = ScalingMessage.of_decision("eu", "t-1", d, 41)
-    assert fresh == ScalingMessage.of_row(row)
-    assert fresh.to_json() == ScalingMessage.of_row(row).to_json()
+def test_the_message_carries_the_rows_fields_and_its_time() -> None:
+    message = ScalingMessage.of_row(row())
+    assert (message.cluster, message.topic_id, message.topic, message.decision_id) == ("eu", "t-1", "orders", 41)
+    assert (message.previous_linker_workers, message.linker_workers, message.decided_at) == (2, 5, AT)
 
 
 def test_the_wire_format_is_the_documented_one() -> None:
-    body = json.loads(ScalingMessage.of_decision("eu", "t-1", decision(), 41).to_json())
+    body = json.loads(ScalingMessage.of_row(row()).to_json())
     # docs/lag.md: the counts travel under their own names, the time as ISO 8601 in UTC.
     assert body == {
         "topic_id": "t-1", "topic": "orders", "cluster": "eu", "previous_linker_workers": 2, "linker_workers": 5,

@@ -71,8 +71,8 @@ def last_change_times(conn: Connection, topic_ids: Sequence[str]) -> dict[str, f
     return {str(t): epoch_from_db(at) for t, at in rows if at is not None}
 
 
-def insert_decision(cur: Cursor, *, cluster: str, evaluation_id: str, topic_id: str, d: Decision) -> int:
-    """INSERT one ``scaling_decisions`` row inside the caller's transaction; returns its id.
+def insert_decision(cur: Cursor, *, cluster: str, evaluation_id: str, topic_id: str, d: Decision) -> DecisionRow:
+    """INSERT one ``scaling_decisions`` row inside the caller's transaction; returns the row as written.
 
     Only `lagsched.adapters.worker_changes` calls it, in the transaction that moves the count.
     """
@@ -81,11 +81,16 @@ def insert_decision(cur: Cursor, *, cluster: str, evaluation_id: str, topic_id: 
         " linker_workers, lag_records, time_lag_s, slope, fit_r2, policy, rule, reason)"
         " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         (
-            evaluation_id, to_db(d.at), topic_id, cluster, d.topic, d.previous_linker_workers, d.linker_workers,
-            d.lag, d.time_lag_s, d.slope, d.fit_r2, d.policy, d.rule, d.reason[:1000],
+            evaluation_id, to_db(d.decided_at), topic_id, cluster, d.topic, d.previous_linker_workers,
+            d.linker_workers, d.lag, d.time_lag_s, d.slope, d.fit_r2, d.policy, d.rule, d.reason[:1000],
         ),
     )  # fmt: skip
-    return int(cur.lastrowid)
+    return DecisionRow(
+        decision_id=int(cur.lastrowid), evaluation_id=evaluation_id, decided_at=d.decided_at, topic_id=topic_id,
+        cluster=cluster, topic=d.topic, previous_linker_workers=d.previous_linker_workers,
+        linker_workers=d.linker_workers, lag=d.lag, time_lag_s=d.time_lag_s, slope=d.slope, fit_r2=d.fit_r2,
+        policy=d.policy, rule=d.rule, reason=d.reason[:1000], announced_at=None,
+    )  # fmt: skip
 
 
 def last_decisions(conn: Connection, topic_ids: Sequence[str]) -> dict[str, DecisionRow]:

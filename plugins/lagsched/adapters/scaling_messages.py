@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     import redis.client
 
     from lagsched.core.decisions import DecisionRow
-    from lagsched.core.evaluator import Decision
 
 __all__ = ["ScalingListener", "ScalingMessage", "publish_decision"]
 
@@ -38,7 +37,7 @@ class ScalingMessage:
 
     On the wire (`to_json`, docs/lag.md) the counts keep their names (``previous_linker_workers``,
     ``linker_workers``) and the time is ISO 8601; the evaluator's decisions and recorded rows (an
-    override's, a retried run's) build it the same way, through `of_decision` and `of_row`.
+    override's, a retried run's) build it the same way: from the recorded row (`of_row`), once it is written.
     """
 
     cluster: str
@@ -46,21 +45,16 @@ class ScalingMessage:
     topic: str
     previous_linker_workers: int
     linker_workers: int
-    at: datetime
+    decided_at: float
     reason: str
     rule: str
     policy: str
     decision_id: int | None
 
     @classmethod
-    def of_decision(cls, cluster: str, topic_id: str, d: Decision, decision_id: int | None) -> ScalingMessage:
-        return cls(cluster, topic_id, d.topic, d.previous_linker_workers, d.linker_workers, d.at_datetime, d.reason,
-                   d.rule, d.policy, decision_id)  # fmt: skip
-
-    @classmethod
     def of_row(cls, row: DecisionRow) -> ScalingMessage:
         return cls(row.cluster, row.topic_id, row.topic, row.previous_linker_workers, row.linker_workers,
-                   datetime.fromtimestamp(row.decided_at, tz=UTC), row.reason, row.rule, row.policy,
+                   row.decided_at, row.reason, row.rule, row.policy,
                    row.decision_id)  # fmt: skip
 
     def to_json(self) -> str:
@@ -71,7 +65,7 @@ class ScalingMessage:
                 "cluster": self.cluster,
                 "previous_linker_workers": self.previous_linker_workers,
                 "linker_workers": self.linker_workers,
-                "at": self.at.isoformat(),
+                "at": datetime.fromtimestamp(self.decided_at, tz=UTC).isoformat(),
                 "reason": self.reason,
                 "rule": self.rule,
                 "policy": self.policy,

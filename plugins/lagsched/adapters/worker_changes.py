@@ -24,6 +24,7 @@ from lagsched.adapters.overrides import (
 )
 from lagsched.adapters.topics import lock_cluster, set_linker_workers
 from lagsched.adapters.transactions import roll_back, run_transaction
+from lagsched.core.decisions import DecisionRow
 from lagsched.core.evaluator import Decision
 from lagsched.core.names import validate_cluster_name
 from lagsched.core.overrides import check_duration, override_decision, unknown_topic, validate_override
@@ -42,11 +43,11 @@ Applied = Literal["applied", "conflict", "already_applied"]
 
 def apply_change(
     conn: Connection, *, cluster: str, evaluation_id: str, topic_id: str, d: Decision, unless_overridden: bool = False
-) -> tuple[Applied, int | None]:
+) -> tuple[Applied, DecisionRow | None]:
     """Set the topic's ``linker_workers`` from ``d.previous_linker_workers`` to ``d.linker_workers`` and record why.
 
     One transaction, run again after a deadlock or lock-wait timeout. Returns
-    ``("applied", decision_id)``; ``("conflict", None)`` when the value is no longer
+    ``("applied", the row recorded)``; ``("conflict", None)`` when the value is no longer
     ``d.previous_linker_workers`` (another evaluator got there first: nothing written), or, with
     `unless_overridden`, when a manual override of the topic became active after the decision was
     made (the override wins; checked after the row is locked, so an override committed meanwhile
@@ -55,9 +56,9 @@ def apply_change(
     """
     import pymysql
 
-    def change(cur: Cursor) -> tuple[Applied, int | None]:
+    def change(cur: Cursor) -> tuple[Applied, DecisionRow | None]:
         if not set_linker_workers(cur, topic_id, d.previous_linker_workers, d.linker_workers) or (
-            unless_overridden and is_overridden(cur, topic_id, d.at_datetime)
+            unless_overridden and is_overridden(cur, topic_id, d.decided_at_datetime)
         ):
             roll_back(conn)  # the compare-and-set may have written: the override wins
             return "conflict", None
@@ -151,9 +152,9 @@ def create_override(
             lag=lag,
             time_lag_s=time_lag_s,
         )
-        decision_id = insert_decision(
+        recorded = insert_decision(
             cur, cluster=cluster, evaluation_id=evaluation_id_of(override_id), topic_id=row.topic_id, d=decision
         )
-        return link_decision(cur, override_id, decision_id)
+        return link_decision(cur, override_id, recorded.decision_id)
 
     return run_transaction(conn, record, what=f"override of {cluster}/{topic}")

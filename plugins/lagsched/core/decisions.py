@@ -1,9 +1,10 @@
 """A scaling decision as recorded: the one type of a ``scaling_decisions`` row.
 
-`lagsched.core.evaluator.Decision` is what an evaluation proposes; once
-`lagsched.adapters.worker_changes` has applied it, the row it wrote is a `DecisionRow`, and every
-reader of that table gets this type: the evaluator's retry and cooldown, an override's result, the
-``lagsched:scaling`` message of a retried announcement, the lagsched page and ``lagsched status``.
+`lagsched.core.evaluator.Decision` is what an evaluation proposes (the row's fields an evaluation
+decides, no ids yet); once `lagsched.adapters.worker_changes` has applied it, the row it wrote is a
+`DecisionRow`, and everything after gets this type: the ``lagsched:scaling`` message (always built
+from the row), the evaluator's retry and cooldown, an override's result, the lagsched page and
+``lagsched status``.
 """
 
 from __future__ import annotations

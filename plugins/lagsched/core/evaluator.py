@@ -78,7 +78,7 @@ class Decision:
         policy: policy name that proposed it (``manual`` for an override).
         rule: machine-readable rule that settled it (``scale_up_rising``, ``cooldown``, ...).
         reason: the decision in words, with the numbers.
-        at: evaluation time, seconds since the epoch (UTC).
+        decided_at: evaluation time, seconds since the epoch (UTC): the row's ``decided_at``.
     """
 
     topic: str
@@ -91,7 +91,7 @@ class Decision:
     policy: DecisionPolicy
     rule: str
     reason: str
-    at: float
+    decided_at: float
 
     @property
     def changed(self) -> bool:
@@ -99,9 +99,9 @@ class Decision:
         return self.linker_workers != self.previous_linker_workers
 
     @property
-    def at_datetime(self) -> datetime:
-        """``at`` as an aware UTC datetime (for a ``TIMESTAMP(6)`` column)."""
-        return datetime.fromtimestamp(self.at, tz=UTC)
+    def decided_at_datetime(self) -> datetime:
+        """``decided_at`` as an aware UTC datetime."""
+        return datetime.fromtimestamp(self.decided_at, tz=UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +200,7 @@ def evaluate(
             policy=config.policy,
             rule=rule,
             reason=reason,
-            at=now,
+            decided_at=now,
         )
 
     if pin is not None:

@@ -177,5 +177,5 @@ def override_decision(
         rule="override",
         reason=f"{reason} (override {override_id} by {created_by} for {format_duration(duration_s)}, "
         f"{linker_workers} workers until {until})",
-        at=now.timestamp(),
+        decided_at=now.timestamp(),
     )

@@ -358,7 +358,7 @@ def _snapshot(
 def _apply(
     conn: Any, redis: Any, *, cluster: str, evaluation_id: str, topic: TopicRow, d: Decision, now: float
 ) -> Outcome:
-    status, decision_id = apply_change(
+    status, row = apply_change(
         # An override's own re-pin must not be stopped by that override.
         conn, cluster=cluster, evaluation_id=evaluation_id, topic_id=topic.topic_id, d=d,
         unless_overridden=d.rule != "override",
@@ -369,13 +369,13 @@ def _apply(
             topic.name, d.previous_linker_workers,
         )  # fmt: skip
         return Outcome(topic.topic_id, topic.name, "conflict", d)
-    if status == "already_applied" or decision_id is None:  # the same evaluation id ran twice at once
+    if status == "already_applied" or row is None:  # the same evaluation id ran twice at once
         return Outcome(topic.topic_id, topic.name, "already_applied", d)
     log.info(
         "topic %s: %d -> %d workers (%s): %s", topic.name, d.previous_linker_workers, d.linker_workers, d.rule, d.reason
     )
-    _announce(conn, redis, ScalingMessage.of_decision(cluster, topic.topic_id, d, decision_id), now)
-    return Outcome(topic.topic_id, topic.name, "applied", d, decision_id)
+    _announce(conn, redis, ScalingMessage.of_row(row), now)
+    return Outcome(topic.topic_id, topic.name, "applied", d, row.decision_id)
 
 
 def _announce(conn: Any, redis: Any, message: ScalingMessage, now: float) -> None:
