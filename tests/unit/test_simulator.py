@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -81,9 +82,16 @@ def test_enough_capacity_means_no_lag_and_no_loss() -> None:
     assert f.worker_hours == pytest.approx(6.0)
 
 
+@functools.cache
+def _ramp(every: int) -> dict[str, Run]:
+    """The three policies on the ramp trace, evaluating every ``every`` measurements (simulated once per
+    cadence: the default's run serves two tests)."""
+    return run_grid(["hevo_ramp"], base=TopicPolicyConfig(evaluate_every=every))["hevo_ramp"]
+
+
 @pytest.fixture(scope="module")
 def ramp_runs() -> dict[str, Run]:
-    return run_grid(["hevo_ramp"])["hevo_ramp"]
+    return _ramp(TopicPolicyConfig().evaluate_every)
 
 
 def test_hevo_ramp_lag_stabilises_as_workers_increase(ramp_runs: dict[str, Run]) -> None:
@@ -250,7 +258,7 @@ def test_keda_lag_on_the_ramp_is_not_stable_the_others_are(every: int) -> None:
     # Whatever the evaluation cadence (the DAG's 5 minutes is 5 one-minute measurements), which
     # moves the phase of hevo's cycles in the last third of the run.
     config = TopicPolicyConfig(evaluate_every=every)
-    runs = run_grid(["hevo_ramp"], base=config)["hevo_ramp"]
+    runs = _ramp(every)
     assert {p: is_lag_stable(r, config.max_lag) for p, r in runs.items()} == {
         "hevo": True,
         "keda": False,  # ceil(lag / threshold): its lag grows with its workers
