@@ -266,7 +266,7 @@ def _run_slot(
     from lagsched.adapters.slots import SlotRacks, SlotRegistry
     from lagsched.workflows.batch import Batches, OffsetMirror, StatsLines
     from lagsched.workflows.slot import SlotRun, run_slot
-    from lagsched.workflows.slot_keeper import SlotTakenError, utc_now
+    from lagsched.workflows.slot_keeper import SlotTakenError
 
     slot_id, cluster = settings.slot_id, settings.cluster
     stats_file = open(args.stats_file, "a", encoding="utf-8") if args.stats_file else None  # noqa: SIM115
@@ -292,7 +292,6 @@ def _run_slot(
             writer=writer,
             mirror=OffsetMirror(admin, settings.group),
             stats=stats,
-            wall_clock=utc_now,
         )
         run = SlotRun(
             settings,

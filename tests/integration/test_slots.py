@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from lagsched.adapters.slots import SlotLock, SlotRegistry, new_slot_id, slot_id_for
+from lagsched.core.times import Clock
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 TIMEOUT = 30.0
@@ -141,7 +142,8 @@ def test_the_slot_keeper_heartbeats_on_its_injected_wall_clock(registry: SlotReg
     from lagsched.workflows.slot_keeper import SlotKeeper
 
     s = new_slot_id()
-    keeper = SlotKeeper(registry, open_claim_store(mysql_db), s, heartbeat_s=1.0, lease_s=6.0, wall_clock=lambda: at(7))
+    frozen_at_7 = Clock(now=lambda: at(7), monotonic=time.monotonic)
+    keeper = SlotKeeper(registry, open_claim_store(mysql_db), s, heartbeat_s=1.0, lease_s=6.0, clock=frozen_at_7)
     try:
         keeper.go_live()
         assert registry.last_seen(s) == at(7).timestamp()

@@ -14,13 +14,13 @@ target, and only groups of two or more).
 from __future__ import annotations
 
 import logging
-import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from lagsched.adapters.clock import SYSTEM_CLOCK
 from lagsched.core.lake import LakeTable
 from lagsched.core.names import validate_topic_name
 from lagsched.core.table_care import (
@@ -31,6 +31,7 @@ from lagsched.core.table_care import (
     orphan_cutoff,
     partitions_over,
 )
+from lagsched.core.times import Clock
 
 __all__ = ["FileCensus", "care_for_table", "file_census"]
 
@@ -122,11 +123,11 @@ def _rewrite(spark: Any, system: str, table_arg: str, where: str, target: int, *
     }
 
 
-def _compact(spark: Any, lake: LakeTable, target: int, edge: datetime) -> dict[str, Any]:
+def _compact(spark: Any, lake: LakeTable, target: int, edge: datetime, clock: Clock) -> dict[str, Any]:
     """Bin-pack the closed partitions, then rewrite whole the ones still above `MAX_FILES_PER_TARGET`."""
     table_arg, system = f"{lake.namespace}.{lake.table}", f"{lake.catalog}.system"
     before = file_census(spark, lake, target, edge)
-    started, clock = time.time(), time.monotonic()
+    started, began = clock.now().timestamp(), clock.monotonic()
     done = _rewrite(spark, system, table_arg, f"`timestamp` < TIMESTAMP '{_sql_time(edge)}'", target, whole=False)
     packed = file_census(spark, lake, target, edge)
     left = partitions_over(packed.closed, target)
@@ -134,8 +135,8 @@ def _compact(spark: Any, lake: LakeTable, target: int, edge: datetime) -> dict[s
         where = " OR ".join(_hour_condition(t, h) for t, h in left[i : i + _WHOLE_PER_CALL])
         for key, value in _rewrite(spark, system, table_arg, where, target, whole=True).items():
             done[key] += value
-    seconds = time.monotonic() - clock
-    finished = time.time()
+    seconds = clock.monotonic() - began
+    finished = clock.now().timestamp()
     after = file_census(spark, lake, target, edge) if left else packed
     return {
         "files_before": before.files,
@@ -162,11 +163,12 @@ def care_for_table(
     settings: TableCareSettings,
     now: datetime,
     *,
-    wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    clock: Clock = SYSTEM_CLOCK,
 ) -> dict[str, Any]:
     """Run every step on ``lake``'s table as of ``now``; the figures of each (JSON-ready).
 
-    ``wall_clock`` is the real time, which bounds the orphans' age whatever ``now`` says (`orphan_cutoff`).
+    ``clock`` gives the real time, which bounds the orphans' age whatever ``now`` says (`orphan_cutoff`),
+    and times the compaction.
     A table no slot has written yet (a new cluster, a new deployment's first hourly run) has nothing
     to care for: the result says ``skipped`` and why, and nothing is created.
     """
@@ -178,7 +180,7 @@ def care_for_table(
         log.info("%s does not exist yet (no slot has written to it): nothing to care for", lake.identifier)
         return {**out, "skipped": "the table does not exist yet: no slot has written to it"}
 
-    out["compaction"] = _compact(spark, lake, settings.target_file_bytes, edge)
+    out["compaction"] = _compact(spark, lake, settings.target_file_bytes, edge, clock)
     log.info("compacted %s: %s", lake.identifier, out["compaction"])
     if out["compaction"]["max_files_per_partition_after"] > MAX_FILES_PER_TARGET:
         # Slots committed late records into a closed hour during the run: the next run merges them.
@@ -186,7 +188,7 @@ def care_for_table(
             "%s: a closed partition is still above %s files per target file", lake.identifier, MAX_FILES_PER_TARGET
         )
 
-    clock = time.monotonic()
+    began = clock.monotonic()
     snapshots_before = _count(spark, f"{lake.identifier}.snapshots")
     expire_before = now - timedelta(hours=settings.snapshot_max_age_hours)
     expired = spark.sql(
@@ -200,16 +202,16 @@ def care_for_table(
         "deleted_data_files": int(expired["deleted_data_files_count"]),
         "deleted_manifest_files": int(expired["deleted_manifest_files_count"]),
         "deleted_manifest_lists": int(expired["deleted_manifest_lists_count"]),
-        "seconds": round(time.monotonic() - clock, 3),
+        "seconds": round(clock.monotonic() - began, 3),
     }
     log.info("expired snapshots of %s: %s", lake.identifier, out["expire_snapshots"])
 
-    clock = time.monotonic()
-    out["orphans"] = _delete_orphans(spark, lake, orphan_cutoff(now, wall_clock(), settings.orphan_min_age_hours))
-    out["orphans"]["seconds"] = round(time.monotonic() - clock, 3)
+    began = clock.monotonic()
+    out["orphans"] = _delete_orphans(spark, lake, orphan_cutoff(now, clock.now(), settings.orphan_min_age_hours))
+    out["orphans"]["seconds"] = round(clock.monotonic() - began, 3)
     log.info("orphan files of %s: %s", lake.identifier, out["orphans"])
 
-    clock = time.monotonic()
+    began = clock.monotonic()
     manifests = _count(spark, f"{lake.identifier}.manifests")
     rewrote = manifests > settings.max_manifests
     if rewrote:
@@ -218,7 +220,7 @@ def care_for_table(
         "before": manifests,
         "after": _count(spark, f"{lake.identifier}.manifests") if rewrote else manifests,
         "rewritten": rewrote,
-        "seconds": round(time.monotonic() - clock, 3),
+        "seconds": round(clock.monotonic() - began, 3),
     }
     log.info("manifests of %s: %s", lake.identifier, out["manifests"])
     return out

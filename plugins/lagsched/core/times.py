@@ -1,10 +1,28 @@
-"""Times as the JSON of the page, the routes and ``lagsched status`` show them."""
+"""The clock code is given, and times as the JSON of the page, the routes and ``lagsched status`` show them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
-__all__ = ["iso"]
+__all__ = ["Clock", "iso"]
+
+
+@dataclass(frozen=True, slots=True)
+class Clock:
+    """The one clock a long-lived loop is given, never read around it: ``now`` is the wall time (an aware
+    UTC datetime: heartbeats, the live set, when a batch ended), ``monotonic`` counts seconds that never
+    jump (budgets, intervals, outage bounds). Production passes the machine's
+    (`lagsched.adapters.clock.SYSTEM_CLOCK`); tests pass their own.
+
+    >>> fixed = Clock(now=lambda: datetime(2026, 1, 1, tzinfo=UTC), monotonic=lambda: 5.0)
+    >>> fixed.now().isoformat(), fixed.monotonic()
+    ('2026-01-01T00:00:00+00:00', 5.0)
+    """
+
+    now: Callable[[], datetime]
+    monotonic: Callable[[], float]
 
 
 def iso(at: float | datetime | None) -> str | None:

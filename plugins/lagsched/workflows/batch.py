@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from lagsched.adapters.claims import ClaimStore
+from lagsched.adapters.clock import SYSTEM_CLOCK
 from lagsched.adapters.gaps import RetentionGap, record_gap
 from lagsched.adapters.kafka_admin import MIRROR_BACKOFFS_S, kafka_topic_ids, mirror_group_offsets, read_offsets
 from lagsched.adapters.range_files import RangeWriter
@@ -42,6 +43,7 @@ from lagsched.core.claims import Claim, ClaimLostError
 from lagsched.core.errors import KafkaOffsetsError, LagschedError
 from lagsched.core.offsets import OffsetRange
 from lagsched.core.registry import TopicRow
+from lagsched.core.times import Clock
 from lagsched.workflows.slot_settings import ConsumerSettings
 
 __all__ = ["BatchPlan", "BatchResult", "BatchWrite", "Batches", "OffsetMirror", "StatsLines", "write_batch"]
@@ -184,13 +186,12 @@ class Batches:
         writer: RangeWriter,
         mirror: OffsetMirror,
         stats: StatsLines,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], Any],
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.s = settings
         self.conn, self.store, self.admin = conn, store, admin
         self.sink, self.writer, self.mirror = sink, writer, mirror
-        self.stats, self.clock, self.wall_clock = stats, clock, wall_clock
+        self.stats, self.clock = stats, clock
         #: When the rate cap (``max_rate``) lets the next batch start.
         self.rate_ready_at = float("-inf")
         self._said: set[tuple[str, str | None, str]] = set()  # topic id mismatches already logged
@@ -276,7 +277,7 @@ class Batches:
 
     def run(self, batch: BatchPlan, topics: Mapping[str, TopicRow]) -> BatchResult:
         """Land ``batch`` exactly once (the module doc's five steps)."""
-        t0 = self.clock()
+        t0 = self.clock.monotonic()
         slot = self.s.slot_id
         result = BatchResult()
         reads: list[BatchRead] = []
@@ -302,13 +303,13 @@ class Batches:
                 self._lost(result, exc)
                 continue
             reads.append(BatchRead(name, key[1], plan.batch, plan.read_start, redo=plan.redo))
-        t_read = self.clock()
+        t_read = self.clock.monotonic()
         try:
             wrote = write_batch(self.sink, self.writer, reads, since)  # 3. write, 4. commit
         except SinkConflictError as exc:
             self._conflict(result, exc, started)
             return result
-        t_written = self.clock()
+        t_written = self.clock.monotonic()
         committed: dict[Key, int] = {}
         offsets = 0
         for key, claim in started.items():  # 5. offsets
@@ -320,14 +321,14 @@ class Batches:
                 continue
             committed[(topics[key[0]].name, key[1])] = plan.commit_to
             offsets += plan.records
-        t_committed = self.clock()
+        t_committed = self.clock.monotonic()
         self.rate_ready_at = next_batch_at(t0, offsets, max_rate=self.s.max_rate)
         self.mirror.send(committed)
         # Records are what the table received: a range's offsets also cover transaction markers,
         # aborted records and compacted-away records, none of which is a record of the lake.
         result.landed, result.records = True, wrote.records
         self._count += 1
-        done = self.clock()
+        done = self.clock.monotonic()
         log.info(
             "batch %d: %d records of %d partition(s) in %.2f s (read+write %.2f s, table commit %.2f s, "
             "%d file(s) in snapshot %s, %d range(s) already in the table)",
@@ -348,7 +349,7 @@ class Batches:
             plan_s=round(t_read - t0, 4),
             commit_s=round(t_committed - t_written, 4),
             wall_s=round(done - t0, 4),
-            t_end=self.wall_clock().timestamp(),
+            t_end=self.clock.now().timestamp(),
         )
         return result
 

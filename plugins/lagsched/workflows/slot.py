@@ -25,9 +25,9 @@ Spark batch never lets either lapse; a ``ScalingListener`` wakes the loop when a
 published. The run ends at its time budget, on a stop request (SIGTERM), when idle (if asked), or
 when it lost a claim (a stale holder); it then commits what it wrote, releases its rows and leaves.
 
-Time comes from two injected clocks, never read directly: ``clock`` (monotonic seconds: the budget,
-batch intervals, the renew cadence, outage bounds) and ``wall_clock`` (an aware UTC datetime: the
-heartbeats and the live set). Leases are judged by the database's clock alone (`ClaimStore`).
+Time comes from one injected `lagsched.core.times.Clock`, never read directly: its monotonic seconds
+(the budget, batch intervals, the renew cadence, outage bounds) and its wall time (an aware UTC
+datetime: the heartbeats and the live set). Leases are judged by the database's clock alone (`ClaimStore`).
 """
 
 from __future__ import annotations
@@ -35,14 +35,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 from lagsched.adapters.claims import ClaimStore
+from lagsched.adapters.clock import SYSTEM_CLOCK
 from lagsched.adapters.kafka_admin import leader_racks
 from lagsched.adapters.mysql import reconnect
 from lagsched.adapters.ownership import OwnershipView, current_assignment, wants_for
@@ -55,9 +54,10 @@ from lagsched.core.outage import Outage
 from lagsched.core.rack import RackOwner, rack_targets, spans_racks
 from lagsched.core.registry import TopicRow
 from lagsched.core.rendezvous import fair_share
+from lagsched.core.times import Clock
 from lagsched.workflows.batch import Batches, BatchPlan, StatsLines
 from lagsched.workflows.consume_plan import slots_needed
-from lagsched.workflows.slot_keeper import SlotKeeper, SlotTakenError, ride_through, utc_now
+from lagsched.workflows.slot_keeper import SlotKeeper, SlotTakenError, ride_through
 from lagsched.workflows.slot_settings import ConsumerSettings
 
 __all__ = ["RunOutcome", "SlotRun", "StopReason", "run_slot"]
@@ -102,8 +102,7 @@ class SlotRun:
         stats: StatsLines,
         stop: threading.Event,
         wake: threading.Event,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], datetime] = utc_now,
+        clock: Clock = SYSTEM_CLOCK,
         racks: SlotRacks | None = None,
         announce_joined: bool = False,
     ) -> None:
@@ -115,7 +114,7 @@ class SlotRun:
         self.conn, self.store, self.registry, self.admin = conn, store, registry, admin
         self.batches, self.keeper, self.stop, self.wake = batches, keeper, stop, wake
         self.stats = stats
-        self.clock, self.wall_clock = clock, wall_clock
+        self.clock = clock
         self.outcome = RunOutcome(StopReason.BUDGET)
         # A new slot's first batch goes as soon as it holds rows: a scale-up's slot is waited for,
         # and one early batch an hour is no tiny-file problem. Later ones keep min_interval_s.
@@ -131,7 +130,7 @@ class SlotRun:
     # ------------------------------------------------------------------ the loop
 
     def run(self) -> RunOutcome:
-        deadline = self.clock() + self.s.budget_s
+        deadline = self.clock.monotonic() + self.s.budget_s
         try:
             self._fence_earlier_runs()
             while True:
@@ -139,7 +138,7 @@ class SlotRun:
                 if self.stop.is_set():
                     self.outcome.reason = StopReason.SIGNAL
                     break
-                if self.clock() >= deadline:
+                if self.clock.monotonic() >= deadline:
                     self.outcome.reason = StopReason.BUDGET
                     break
                 done = self._step_riding_through()
@@ -192,7 +191,7 @@ class SlotRun:
         try:
             done = self._step()
         except Exception as exc:
-            wait = ride_through(self._outage, exc, self.clock(), "slot") if self._answered else None
+            wait = ride_through(self._outage, exc, self.clock.monotonic(), "slot") if self._answered else None
             if wait is None:
                 raise
             self._wait(wait.seconds)
@@ -200,7 +199,7 @@ class SlotRun:
                 with contextlib.suppress(Exception):  # still down: the next step fails and waits again
                     reconnect(conn)
             return None
-        if (took := self._outage.recovered(self.clock())) is not None:
+        if (took := self._outage.recovered(self.clock.monotonic())) is not None:
             log.warning("slot: every service answers again after %.1f s; carrying on", took)
         self._answered = True
         return done
@@ -220,7 +219,7 @@ class SlotRun:
                 )  # fmt: skip
                 return StopReason.RESCALED
         self._join()
-        live = self.registry.live_slots(self.wall_clock(), self.s.slot_timeout_s)
+        live = self.registry.live_slots(self.clock.now(), self.s.slot_timeout_s)
         if self.s.slot_id not in live:
             # This slot is running, whatever Redis says (its heartbeat lost to a Redis restart, or
             # not yet written): beat now (which also confirms the lock) and count itself.
@@ -258,14 +257,14 @@ class SlotRun:
         ran = self.batches.run(batch, topics)
         self.outcome.lost_claims += ran.lost
         if ran.landed:
-            self._last_batch = self.clock()
+            self._last_batch = self.clock.monotonic()
             self.outcome.batches += 1
             self.outcome.records += ran.records
         return None
 
     def _due(self, batch: BatchPlan) -> bool:
         """Whether ``batch`` goes now; if not, wait a little (the caller looks again)."""
-        since = self.clock() - self._last_batch
+        since = self.clock.monotonic() - self._last_batch
         if not batch.full and not batch_is_due(
             batch.plans.values(),
             since_last_s=since,
@@ -274,7 +273,7 @@ class SlotRun:
         ):
             self._wait(min(self.s.poll_s, max(0.0, self.s.min_interval_s - since)))
             return False
-        paced = self.batches.rate_ready_at - self.clock()
+        paced = self.batches.rate_ready_at - self.clock.monotonic()
         if paced > 0 and not any(p.redo for p in batch.plans.values()):
             self._wait(min(self.s.poll_s, paced))  # the rate cap: a redo still goes, it fixes state
             return False

@@ -6,19 +6,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
-from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from collections.abc import Sequence
 
 from lagsched.adapters.claims import ClaimStore
+from lagsched.adapters.clock import SYSTEM_CLOCK
 from lagsched.adapters.failures import Kind, classify, short_reason
 from lagsched.adapters.mysql import reconnect
 from lagsched.adapters.slots import SlotLock, SlotRegistry
 from lagsched.core.claims import Claim
 from lagsched.core.errors import LagschedError
 from lagsched.core.outage import Outage, Wait
+from lagsched.core.times import Clock
 
-__all__ = ["RIDE_THROUGH", "SlotKeeper", "SlotTakenError", "ride_through", "utc_now"]
+__all__ = ["RIDE_THROUGH", "SlotKeeper", "SlotTakenError", "ride_through"]
 
 log = logging.getLogger(__name__)
 
@@ -26,11 +26,6 @@ log = logging.getLogger(__name__)
 class SlotTakenError(LagschedError):
     """Another process holds this slot's lock: this one paused past the slot timeout and was
     replaced. It must leave without touching the slot's rows or heartbeat (they are the other's)."""
-
-
-def utc_now() -> datetime:
-    """The wall clock, the default ``wall_clock`` of `SlotKeeper` and the slot (tests inject theirs)."""
-    return datetime.now(UTC)
 
 
 class SlotKeeper:
@@ -57,11 +52,10 @@ class SlotKeeper:
         lock: SlotLock | None = None,
         token: str = "",
         outage_s: float | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], datetime] = utc_now,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._registry, self._store, self._slot = registry, store, slot_id
-        self._clock, self._wall_clock = clock, wall_clock
+        self._clock = clock
         self._heartbeat_s, self._lease_s = heartbeat_s, lease_s
         self._outage = Outage(lease_s if outage_s is None else outage_s)
         self._lock_store, self._token = lock, token
@@ -110,7 +104,7 @@ class SlotKeeper:
         self._keep_lock()
         with self._live_lock:
             if self._live:
-                self._registry.heartbeat(self._slot, self._wall_clock(), self.timeout_s)
+                self._registry.heartbeat(self._slot, self._clock.now(), self.timeout_s)
 
     def _keep_lock(self) -> None:
         if self._lock_store is None:
@@ -171,15 +165,15 @@ class SlotKeeper:
 
     def _run(self) -> None:
         renew_every = self._lease_s / 3
-        last_renew = self._clock()
+        last_renew = self._clock.monotonic()
         while not self._stop.wait(self._heartbeat_s):
             try:
                 self.beat()
-                if self._clock() - last_renew >= renew_every:
+                if self._clock.monotonic() - last_renew >= renew_every:
                     with self._lock:
                         claims = list(self._claims)
                     renewed = self._store.renew(self._slot, claims, self._lease_s) if claims else []
-                    last_renew = self._clock()
+                    last_renew = self._clock.monotonic()
                     if len(renewed) < len(claims):
                         log.warning("slot %s: %d claim(s) could not be renewed", self._slot, len(claims) - len(renewed))
             except SlotTakenError as exc:
@@ -187,14 +181,15 @@ class SlotKeeper:
                 self._error = exc
                 return
             except Exception as exc:  # noqa: BLE001 - ridden through, or handed to the main loop
-                if ride_through(self._outage, exc, self._clock(), f"slot {self._slot[:8]}: heartbeat/renew") is None:
+                what = f"slot {self._slot[:8]}: heartbeat/renew"
+                if ride_through(self._outage, exc, self._clock.monotonic(), what) is None:
                     log.error("slot %s: heartbeat/renew failed: %s", self._slot, exc)
                     self._error = exc
                     return
                 with contextlib.suppress(Exception):  # still down: the next heartbeat tries again
                     reconnect(self._store.conn)
             else:
-                if (took := self._outage.recovered(self._clock())) is not None:
+                if (took := self._outage.recovered(self._clock.monotonic())) is not None:
                     log.warning("slot %s: heartbeat/renew work again after %.1f s", self._slot[:8], took)
 
 
