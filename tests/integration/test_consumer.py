@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from consumer_support import ConsumerHarness, assert_exactly_once, produce, wait_until
+from consumer_support import ConsumerHarness, assert_exactly_once, offsets_by_topic, produce, wait_until
 
 from lagsched.adapters.slots import slot_id_for
 
@@ -36,48 +36,48 @@ def test_sigterm_finishes_the_batch_in_flight_commits_releases_and_exits_0(
     assert redis_client.zscore(f"lagsched:slots:{consumer.cluster}", slot_id_for("w1")) is None  # left the slot set
 
 
-def test_a_topic_recreated_since_the_last_sync_is_not_read_with_the_old_offsets(
+def test_a_topic_recreated_since_the_last_sync_is_not_read_and_a_slot_whose_topics_all_went_away_ends_its_run(
     consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any]
 ) -> None:
+    """Two claims on one slot's run (one Spark start less than a run each): [recreated] a topic
+    deleted and re-created since the last sync is not read with the old offsets, and said so once, not
+    at every batch boundary; [went away] once every topic of the slot is disabled, it ends its run."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    topic = new_topic(1)
-    produce(kafka_config, topic, 100, partitions=1)
-    consumer.register(topic)
-    admin = AdminClient(kafka_config)
-    admin.delete_topics([topic], operation_timeout=30)[topic].result(timeout=30)
-    wait_until(lambda: topic not in admin.list_topics(timeout=10).topics, 60, "the topic's deletion")
-    admin.create_topics([NewTopic(topic, 1, 1)], operation_timeout=30)[topic].result(timeout=30)
-    produce(kafka_config, topic, 10, partitions=1)
-    # Not --exit-when-idle: a partition skipped for a wrong topic id is never "caught up".
-    slot = consumer.run("w1", "--budget-s", "10")
-    text = slot.log.read_text()
-    assert "deleted or re-created; not reading it until the topic sync" in text
-    assert text.count("deleted or re-created") == 1  # said once, not at every batch boundary
-    assert consumer.sink_table().num_rows == 0
-
-
-def test_a_slot_whose_topics_all_went_away_ends_its_run(
-    consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any]
-) -> None:
     from lagsched.adapters.mysql import connect
+
+    recreated = new_topic(1)
+    produce(kafka_config, recreated, 100, partitions=1)
+    recreated_id = consumer.register(recreated)
+    admin = AdminClient(kafka_config)
+    admin.delete_topics([recreated], operation_timeout=30)[recreated].result(timeout=30)
+    wait_until(lambda: recreated not in admin.list_topics(timeout=10).topics, 60, "[recreated] the topic's deletion")
+    admin.create_topics([NewTopic(recreated, 1, 1)], operation_timeout=30)[recreated].result(timeout=30)
+    produce(kafka_config, recreated, 10, partitions=1)
 
     topic = new_topic(1)
     produce(kafka_config, topic, 5_000, partitions=1)
     topic_id = consumer.register(topic)
     slot = consumer.start("w1", "--max-records", "200", "--min-interval-s", "1")
-    wait_until(lambda: len(slot.batches()) >= 1, 240, "the first batch")
+    # [recreated] Several batch boundaries (each plans the recreated topic's row too) before the end.
+    wait_until(lambda: len(slot.batches()) >= 3, 240, "[went away] the first batches")
     conn = connect(consumer.mysql)
     with conn.cursor() as cur:
-        cur.execute("UPDATE topics SET enabled = FALSE WHERE topic_id = %s", (topic_id,))
+        cur.execute("UPDATE topics SET enabled = FALSE WHERE topic_id IN (%s, %s)", (topic_id, recreated_id))
     conn.commit()
     conn.close()
-    assert slot.wait(120) == 0, slot.tail()
+    assert slot.wait(120) == 0, f"[went away] {slot.tail()}"
+    text = slot.log.read_text()
+    assert "deleted or re-created; not reading it until the topic sync" in text, f"[recreated] {slot.tail()}"
+    assert text.count("deleted or re-created") == 1, "[recreated] said more than once, at every batch boundary?"
+    table = consumer.sink_table()
+    assert recreated not in offsets_by_topic(table), "[recreated] records of the re-created topic landed"
+
     stopped = [json.loads(line) for line in slot.stats.read_text().splitlines()][-1]
-    assert stopped["reason"] == "rescaled"
+    assert stopped["reason"] == "rescaled", f"[went away] {stopped}"
     committed = consumer.committed(topic_id)[0] or 0
-    assert_exactly_once(consumer.sink_table(), topic, {0: committed})
-    assert consumer.holders(topic_id) == {0: None}
+    assert_exactly_once(table, topic, {0: committed})
+    assert consumer.holders(topic_id) == {0: None}, "[went away] the row is still held"
 
 
 def test_a_rate_capped_slot_reads_at_its_cap_no_faster_and_lands_every_record_once(

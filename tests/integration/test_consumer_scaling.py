@@ -63,9 +63,12 @@ def assert_exited_ok(slots: list[Slot], timeout: float) -> None:
 # ------------------------------------------------------------------------- 3 slots, 3 topics
 
 
-def test_three_slots_consume_three_topics_exactly_once(
-    consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any]
+def test_three_slots_consume_three_topics_exactly_once_and_the_mirrored_group_lag_equals_lagscheds_own(
+    consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any], redis_client: Any
 ) -> None:
+    """[three slots] Three slots consume three topics exactly once; then, on the same run's 4-partition
+    topic, [mirrored group] the consumer group the slots mirror their offsets into reports the same lag
+    as lagsched's own measurement (one run of slots for both claims)."""
     # 1, 4 and 12 partitions, 100,000 records in all (about 6,000 per partition, 4,000 on the lone
     # one); each topic's record numbers start at its own multiple of 12, so a record written under
     # the wrong topic would not pass the content check.
@@ -92,6 +95,54 @@ def test_three_slots_consume_three_topics_exactly_once(
         assert consumer.committed(ids[n]) == latest
     working = [s.name for s in slots if sum(b["records"] for b in s.batches()) > 0]
     print(f"slots that consumed records: {working}; batches: {[len(s.batches()) for s in slots]}")
+
+    # [mirrored group] The 4-partition topic, consumed to 6,000 a partition (asserted above).
+    check_mirrored_group_lag(consumer, kafka_config, redis_client, topics[4], committed=layout[4][1] // 4)
+
+
+def check_mirrored_group_lag(
+    consumer: ConsumerHarness, kafka_config: dict[str, Any], redis_client: Any, topic: str, *, committed: int
+) -> None:
+    """After a run that committed ``committed`` records of each of ``topic``'s 4 partitions: more
+    records, a different number per partition; Kafka's own consumer-group tool and lagsched's lag
+    monitor agree on each partition's (committed, latest, lag)."""
+    import time
+
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+
+    from lagsched.adapters.lag_store import LagStore
+    from lagsched.adapters.mysql import connect
+    from lagsched.core.config import parse_settings
+    from lagsched.workflows.lag_monitor import measure
+    from lagsched_dev.kafka_tools import consumer_groups_describe
+
+    # More records after the run, a different number per partition (none on partition 0).
+    extra = {0: 0, 1: 7, 2: 30, 3: 111}
+    producer = Producer({**kafka_config, "acks": "all", "enable.idempotence": True})
+    for p, n in extra.items():
+        for i in range(n):
+            producer.produce(topic, key=f"x{p}-{i}".encode(), value=b"x", partition=p)
+    assert producer.flush(60) == 0
+
+    rows = [r for r in consumer_groups_describe(kafka_config["bootstrap.servers"], f"lagsched.{consumer.cluster}")
+            if r.topic == topic]  # fmt: skip
+    tool = {r.partition: (r.current_offset, r.log_end_offset, r.lag) for r in rows}
+
+    conn = connect(consumer.mysql)
+    try:
+        settings = parse_settings({})
+        store = LagStore(redis_client, consumer.cluster, max_samples=settings.sample_window,
+                         max_age_s=settings.sample_ttl_s)  # fmt: skip
+        summary = measure(consumer.cluster, mysql=conn, admin=AdminClient(kafka_config), store=store,
+                          settings=settings, now=time.time())  # fmt: skip
+    finally:
+        conn.close()
+    own = {p.partition: (p.committed, p.latest, p.lag) for p in summary.topic(topic).partition_lags}
+    print(f"kafka-consumer-groups: {tool}; lagsched: {own}")
+    assert tool == own == {p: (committed, committed + n, n) for p, n in extra.items()}, (
+        f"[mirrored group] kafka-consumer-groups {tool}, lagsched {own}"
+    )
 
 
 # ------------------------------------------------------------------------------ rescale mid-run
@@ -225,56 +276,6 @@ def test_raising_linker_workers_spreads_partitions_within_a_batch_interval_and_n
     table = consumer.sink_table()
     assert_exactly_once(table, topic, latest)
     assert check_content(table, topic, start=0, partitions=None) == produced
-
-
-# ----------------------------------------------------------------------- the mirrored group
-
-
-def test_mirrored_consumer_group_lag_equals_lagscheds_own_lag(
-    consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any], redis_client: Any
-) -> None:
-    import time
-
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient
-
-    from lagsched.adapters.lag_store import LagStore
-    from lagsched.adapters.mysql import connect
-    from lagsched.core.config import parse_settings
-    from lagsched.workflows.lag_monitor import measure
-    from lagsched_dev.kafka_tools import consumer_groups_describe
-
-    topic = new_topic(4)
-    produce(kafka_config, topic, 2_000, partitions=4)
-    topic_id = consumer.register(topic)
-    consumer.run("w1", "--exit-when-idle", "--max-records", "300")
-    committed = consumer.committed(topic_id)
-    assert committed == {p: 500 for p in range(4)}
-
-    # More records after the run, a different number per partition (none on partition 0).
-    extra = {0: 0, 1: 7, 2: 30, 3: 111}
-    producer = Producer({**kafka_config, "acks": "all", "enable.idempotence": True})
-    for p, n in extra.items():
-        for i in range(n):
-            producer.produce(topic, key=f"x{p}-{i}".encode(), value=b"x", partition=p)
-    assert producer.flush(60) == 0
-
-    rows = [r for r in consumer_groups_describe(kafka_config["bootstrap.servers"], f"lagsched.{consumer.cluster}")
-            if r.topic == topic]  # fmt: skip
-    tool = {r.partition: (r.current_offset, r.log_end_offset, r.lag) for r in rows}
-
-    conn = connect(consumer.mysql)
-    try:
-        settings = parse_settings({})
-        store = LagStore(redis_client, consumer.cluster, max_samples=settings.sample_window,
-                         max_age_s=settings.sample_ttl_s)  # fmt: skip
-        summary = measure(consumer.cluster, mysql=conn, admin=AdminClient(kafka_config), store=store,
-                          settings=settings, now=time.time())  # fmt: skip
-    finally:
-        conn.close()
-    own = {p.partition: (p.committed, p.latest, p.lag) for p in summary.topic(topic).partition_lags}
-    print(f"kafka-consumer-groups: {tool}; lagsched: {own}")
-    assert tool == own == {p: (500, 500 + n, n) for p, n in extra.items()}
 
 
 # ----------------------------------------------------------------------------- retention gap

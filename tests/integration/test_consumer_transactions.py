@@ -68,9 +68,14 @@ def stats_records(slot: Any) -> int:
     return sum(int(b["records"]) for b in slot.batches())
 
 
-def test_only_committed_records_land_and_an_open_transaction_holds_only_its_partition(
+def test_only_committed_records_land_an_open_transaction_holds_only_its_partition_and_compaction_survivors_land_once(
     consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any]
 ) -> None:
+    """Two claims on one slot's runs (one Spark start less than a run each): [transactions] only
+    committed records land and an open transaction holds up only its own partition; [compacted] a
+    compacted transactional topic, read by the same first run, lands its survivors once."""
+    # [compacted] written first: the log cleaner compacts it while the other topics are written.
+    compact_topic = write_compacted_topic(new_topic, kafka_config)
     a, b = new_topic(PARTITIONS), new_topic(PARTITIONS)
     producer = transactional_producer(kafka_config)
     committed: dict[str, set[int]] = {a: set(), b: set()}
@@ -108,12 +113,15 @@ def test_only_committed_records_land_and_an_open_transaction_holds_only_its_part
     assert before[0].latest < before[0].high_watermark  # type: ignore[operator]
     assert all(before[p].latest == before[p].high_watermark for p in (1, 2))
 
+    compacted_expected = await_compaction(compact_topic, kafka_config)
     ta, tb = consumer.register(a, linker_workers=1), consumer.register(b, linker_workers=1)
+    consumer.register(compact_topic, linker_workers=1)
     started = time.monotonic()
     slot = consumer.run("slot-tx", "--exit-when-idle", "--max-records", "250", timeout=300)
     took = time.monotonic() - started
 
     table = consumer.sink_table()
+    compact_rows = check_compacted_topic_landed(table, compact_topic, compacted_expected)
     got_a, got_b = ids_of(table, a), ids_of(table, b)
     assert sorted(got_b) == sorted(committed[b]), "b: not exactly its committed records"
     assert sorted(got_a) == sorted(committed[a] | (set(late) - behind_open)), (
@@ -130,7 +138,8 @@ def test_only_committed_records_land_and_an_open_transaction_holds_only_its_part
     assert all(o < before[0].latest for p, o in seen[a] if p == 0)
     # Records, not offsets: every transaction left a commit or abort marker on each partition, an
     # offset without a record, and the aborted records are offsets that are not records of the lake.
-    assert stats_records(slot) == len(got_a) + len(got_b) == 1_800 + 200
+    assert len(got_a) + len(got_b) == 1_800 + 200
+    assert stats_records(slot) == len(got_a) + len(got_b) + compact_rows  # the compacted topic's survivors too
     print(f"first run: {took:.1f} s, {len(slot.batches())} batch(es), {stats_records(slot)} records")
 
     # The open transaction commits: partition 0 reads on, through its records and the ones behind it.
@@ -143,14 +152,15 @@ def test_only_committed_records_land_and_an_open_transaction_holds_only_its_part
     assert sorted(ids_of(table, b)) == sorted(committed[b])
     ends_a = {o.partition: o.high_watermark for o in read_offsets(admin, {a: PARTITIONS})[a]}
     assert consumer.committed(ta) == ends_a
-    assert stats_records(again) - 2_000 == len(behind_open) + len(open_ids)  # the stats file is appended to
+    # The stats file is appended to; the compacted topic had nothing new.
+    assert stats_records(again) - 2_000 - compact_rows == len(behind_open) + len(open_ids)
+    assert check_compacted_topic_landed(consumer.sink_table(), compact_topic, compacted_expected) == compact_rows
 
 
-def test_a_compacted_transactional_topic_lands_the_survivors_once(
-    consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any]
-) -> None:
-    """Compaction leaves offset holes (overwritten keys removed) beside the transactions' markers
-    and aborted records; the slot skips all of them and lands each surviving committed record once."""
+def write_compacted_topic(new_topic: Callable[..., str], kafka_config: dict[str, Any]) -> str:
+    """[compacted] Compaction leaves offset holes (overwritten keys removed) beside the transactions'
+    markers and aborted records; the slot must skip all of them and land each surviving committed
+    record once. This writes such a topic: 6 transactions over 20 keys, the fifth aborted."""
     topic = new_topic(
         1,
         config={
@@ -179,18 +189,25 @@ def test_a_compacted_transactional_topic_lands_the_survivors_once(
         write(r, commit=r != 4)  # the last round commits, the one before it aborts
     # Plain records after the transactions: they roll the last transactional segment.
     produce({**kafka_config}, topic, 5, start=0, partitions=1)
+    return topic
+
+
+def await_compaction(topic: str, kafka_config: dict[str, Any]) -> list[tuple[int, bytes, bytes]]:
+    """[compacted] Wait for the cleaner; returns what a read-committed reader sees, which must land."""
 
     def compacted() -> bool:
         # Every overwritten value (rounds 0-3) and every aborted one (round 4) is gone from the log.
         values = {m.value() for m in _read_all(kafka_config, topic, "read_uncommitted")}
         return not values & {f"r{r}".encode() for r in range(5)}
 
-    wait_until(compacted, 120, "the log cleaner to compact the topic", poll=2)
+    wait_until(compacted, 120, "[compacted] the log cleaner to compact the topic", poll=2)
     expected = _read_committed(kafka_config, topic)
-    assert _offsets_missing(kafka_config, topic) >= 100  # holes: 100 records removed, markers
-    consumer.register(topic, linker_workers=1)
-    consumer.run("slot-compact", "--exit-when-idle", timeout=300)
-    table = consumer.sink_table()
+    assert _offsets_missing(kafka_config, topic) >= 100, "[compacted]"  # holes: 100 records removed, markers
+    return expected
+
+
+def check_compacted_topic_landed(table: Any, topic: str, expected: list[tuple[int, bytes, bytes]]) -> int:
+    """[compacted] Exactly the surviving committed records of ``topic`` are in ``table``; returns how many."""
     rows = [
         (o, k, v)
         for t, o, k, v in zip(
@@ -202,8 +219,9 @@ def test_a_compacted_transactional_topic_lands_the_survivors_once(
         )
         if t == topic
     ]
-    assert sorted(rows) == sorted(expected)
-    assert not any(v == b"r4" for _o, _k, v in rows), "an aborted record landed"
+    assert sorted(rows) == sorted(expected), "[compacted] not exactly the surviving committed records"
+    assert not any(v == b"r4" for _o, _k, v in rows), "[compacted] an aborted record landed"
+    return len(rows)
 
 
 def _read_committed(kafka_config: dict[str, Any], topic: str) -> list[tuple[int, bytes, bytes]]:

@@ -39,45 +39,17 @@ def set_workers(consumer: ConsumerHarness, topic_id: str, workers: int) -> None:
         conn.close()
 
 
-def test_a_second_start_of_a_running_slot_leaves_at_once_and_touches_nothing(
+def test_a_frozen_slot_is_replaced_and_a_second_start_of_its_successor_leaves_at_once_and_touches_nothing(
     consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any]
 ) -> None:
-    topic = new_topic(2)
-    produce(kafka_config, topic, 40_000, partitions=2)
-    topic_id = consumer.register(topic)
-    first = consumer.start("w1", "--max-records", "1000", "--min-interval-s", "0.5")
-    wait_until(lambda: len(first.batches()) >= 2, 240, "the first slot's batches")
-    before = claim_state(consumer, topic_id)
-    assert {h for h, _, _ in before.values()} != {None}, before
-
-    second = consumer.start("w1")
-    assert second.wait(120) == 0, second.tail()
-    assert "already runs in another process" in second.log.read_text(), second.tail()
-    duplicate = [e for e in events(second) if e.get("event") == "duplicate"]
-    assert len(duplicate) == 1 and duplicate[0]["holder"].split(":")[0], duplicate
-    # The first slot's rows kept their holder and epoch (offsets only ever move forward), and it
-    # carries on consuming.
-    after = claim_state(consumer, topic_id)
-    assert {p: s[:2] for p, s in after.items()} == {p: s[:2] for p, s in before.items()}
-    assert first.proc.poll() is None, first.tail()
-    done = len(first.batches())
-    wait_until(lambda: len(first.batches()) > done, 120, "a batch of the first slot after the second start")
-
-    first.terminate()
-    assert first.wait(120) == 0, first.tail()
-    committed = consumer.committed(topic_id)
-    produced = latest_offsets(kafka_config, topic, 2)
-    assert_exactly_once(consumer.sink_table(), topic, {p: committed[p] or 0 for p in produced})
-
-
-def test_a_slot_frozen_past_its_timeout_is_replaced_and_leaves_its_successor_alone(
-    consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any]
-) -> None:
+    """Two claims about two processes of one slot id, on one run (three Spark starts, not four):
+    [frozen] a slot frozen past its timeout is replaced, and leaves its successor alone when it wakes;
+    [second start] a second start of the running successor leaves at once and touches nothing."""
     topic = new_topic(2)
     produce(kafka_config, topic, 30_000, partitions=2)
     topic_id = consumer.register(topic)
     old = consumer.start("w1", "--max-records", "500", "--min-interval-s", "0.5")
-    wait_until(lambda: len(old.batches()) >= 1, 240, "the first process's first batch")
+    wait_until(lambda: len(old.batches()) >= 1, 240, "[frozen] the first process's first batch")
     old.signal(signal.SIGSTOP)  # the whole process group: Spark's JVM and the Python driver
     try:
         time.sleep(5)  # past the slot timeout (3 heartbeats of 1 s): its lock has run out
@@ -85,21 +57,45 @@ def test_a_slot_frozen_past_its_timeout_is_replaced_and_leaves_its_successor_alo
         stats = consumer.workdir / "w1-successor.stats"
         new = consumer.start("w1", "--max-records", "500", "--min-interval-s", "0.5", "--stats-file", str(stats))
         new = dataclasses.replace(new, stats=stats)
-        wait_until(lambda: len(new.batches()) >= 1, 240, "the new process's first batch")
+        wait_until(lambda: len(new.batches()) >= 1, 240, "[frozen] the new process's first batch")
     finally:
         old.signal(signal.SIGCONT)
     # The old process wakes, finds the slot taken and leaves with 3, without releasing the
     # rows or the heartbeat that are its successor's now.
-    assert old.wait(120) == 3, old.tail()
-    assert "run by another process" in old.log.read_text(), old.tail()
-    assert new.proc.poll() is None, new.tail()
-    wait_until(lambda: all(h is not None for h, _, _ in claim_state(consumer, topic_id).values()), 60, "the rows held")
+    assert old.wait(120) == 3, f"[frozen] the old process: {old.tail()}"
+    assert "run by another process" in old.log.read_text(), f"[frozen] {old.tail()}"
+    assert new.proc.poll() is None, f"[frozen] the new process exited: {new.tail()}"
+    wait_until(
+        lambda: all(h is not None for h, _, _ in claim_state(consumer, topic_id).values()), 60, "[frozen] the rows held"
+    )
+
+    # [second start] The successor is the running slot now; a second start of it leaves at once.
+    wait_until(lambda: len(new.batches()) >= 2, 240, "[second start] the running slot's batches")
+    before = claim_state(consumer, topic_id)
+    assert {h for h, _, _ in before.values()} != {None}, f"[second start] {before}"
+    second_stats = consumer.workdir / "w1-second.stats"
+    second = consumer.start("w1", "--stats-file", str(second_stats))
+    second = dataclasses.replace(second, stats=second_stats)
+    assert second.wait(120) == 0, f"[second start] {second.tail()}"
+    assert "already runs in another process" in second.log.read_text(), f"[second start] {second.tail()}"
+    duplicate = [e for e in events(second) if e.get("event") == "duplicate"]
+    assert len(duplicate) == 1 and duplicate[0]["holder"].split(":")[0], f"[second start] {duplicate}"
+    # The running slot's rows kept their holder and epoch (offsets only ever move forward), and it
+    # carries on consuming.
+    after = claim_state(consumer, topic_id)
+    assert {p: s[:2] for p, s in after.items()} == {p: s[:2] for p, s in before.items()}, "[second start]"
+    assert new.proc.poll() is None, f"[second start] the running slot exited: {new.tail()}"
+    done = len(new.batches())
+    wait_until(
+        lambda: len(new.batches()) > done, 120, "[second start] a batch of the running slot after the second start"
+    )
+
     produce(kafka_config, topic, 10_000, start=30_000, partitions=2)
     latest = latest_offsets(kafka_config, topic, 2)
-    wait_until(lambda: consumer.committed(topic_id) == latest, 180, "the new process consuming to the end")
-    assert new.proc.poll() is None, new.tail()
+    wait_until(lambda: consumer.committed(topic_id) == latest, 180, "[frozen] the new process consuming to the end")
+    assert new.proc.poll() is None, f"[frozen] {new.tail()}"
     new.terminate()
-    assert new.wait(120) == 0, new.tail()
+    assert new.wait(120) == 0, f"[frozen, second start] the running slot's graceful stop: {new.tail()}"
     assert_exactly_once(consumer.sink_table(), topic, latest)
 
 
