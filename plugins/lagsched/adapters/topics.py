@@ -140,15 +140,19 @@ def _unpack_partitions(topic_id: str, count: int, packed: str | bytes | None) ->
             f"topic {topic_id}: its {count} partition rows did not fit the packed text ({len(text):,} bytes)"
         )
     rows = []
+    # A claim or renewal gives all its rows one expiry, so a topic's rows share a few: each is parsed once.
+    leases: dict[str, datetime | None] = {"-": None}
     for item in items:
         pid, committed, holder, lease = item.split(" ")
+        if lease not in leases:
+            leases[lease] = datetime.fromisoformat(lease)
         rows.append(
             PartitionRow(
                 topic_id,
                 int(pid),
                 committed_offset=None if committed == "-" else int(committed),
                 claimed_by=None if holder == "-" else bytes.fromhex(holder).decode(),
-                lease_expires_at=None if lease == "-" else datetime.fromisoformat(lease),
+                lease_expires_at=leases[lease],
             )
         )
     return tuple(rows)
