@@ -17,8 +17,12 @@ Clock: every lease is judged by the database's clock (``CURRENT_TIMESTAMP(6)``, 
 never a worker's. Workers run on many hosts; one clock that every compare-and-set reads inside the
 statement it guards means clock skew between hosts cannot make two slots think they both hold a row.
 A claim reads the database's ``now`` once and derives the new expiry from it with the pure
-``lease_expiry`` (so the arithmetic is unit-tested and the returned claim, a ``PartitionRow``, carries
-the exact value written); the guards of commit, renew and release use ``CURRENT_TIMESTAMP(6)`` in the statement.
+``lease_expiry`` (so the arithmetic is unit-tested and the returned claim carries the exact value
+written); the guards of commit, renew and release use ``CURRENT_TIMESTAMP(6)`` in the statement.
+
+Rows: every row this module reads or returns is a `lagsched.core.claims.PartitionRow`. A claim (a row
+the slot holds) loads ``committed_offset``, ``claimed_by`` (the slot), ``claim_epoch`` and
+``lease_expires_at``; the row a lost claim is judged by adds ``last_picked_at``.
 
 Retries: one budget per call (``RetryPolicy.max_attempts``), spent by lock-wait timeouts (1205),
 deadlocks (1213) and, for a claim, by rounds that lost every race they ran; full-jitter backoff
@@ -206,7 +210,7 @@ class _Pass:
 
 
 class ClaimStore:
-    """PartitionRow, renew, commit, rebalance and release rows of ``topic_partitions`` for worker slots.
+    """Claim, renew, commit, rebalance and release rows of ``topic_partitions`` for worker slots.
 
     One store wraps one connection and is not thread-safe (pymysql connections are not); give every
     worker process or thread its own. Close it (``close()``, or use it as a context manager).
@@ -345,7 +349,7 @@ class ClaimStore:
         *,
         targets: Mapping[str, Collection[int]] | None = None,
     ) -> ClaimResult:
-        """PartitionRow rows so the slot holds ``wants[topic]`` rows of each topic (its fair share).
+        """Claim rows so the slot holds ``wants[topic]`` rows of each topic (its fair share).
 
         Takes, per topic, ``wants[topic]`` minus the rows the slot already holds, from rows that
         are unclaimed or whose lease ran out, oldest ``last_picked_at`` first (never-picked rows
