@@ -245,12 +245,12 @@ class Stack:
 
     def committed(self) -> dict[tuple[str, int], int | None]:
         """Each demo partition's committed offset (None: never committed)."""
-        from lagsched.adapters.status_queries import partition_states
+        from lagsched.adapters.status_queries import partition_lines
 
         mysql, _ = self._clients()
         return {
-            (p.topic, p.partition_id): p.committed_offset
-            for p in partition_states(mysql, DEMO_CLUSTER)
+            (p.topic, p.row.partition_id): p.row.committed_offset
+            for p in partition_lines(mysql, DEMO_CLUSTER)
             if p.topic in self.topics
         }
 

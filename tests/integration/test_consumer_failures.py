@@ -25,6 +25,7 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,8 @@ from consumer_support import (
     value_of,
     wait_until,
 )
+
+from lagsched.core.claims import PartitionRow
 
 log = logging.getLogger(__name__)
 
@@ -109,38 +112,33 @@ class SteadyProducer(threading.Thread):
         return self.count
 
 
-@dataclass(frozen=True)
-class Row:
-    """One ``topic_partitions`` row as the test sees it."""
-
-    committed: int | None
-    pending: tuple[int, int] | None
-    holder: str | None
-    epoch: int
-    live: bool
-
-
-def table_rows(consumer: ConsumerHarness, topic_id: str) -> dict[int, Row]:
-    from lagsched.adapters.mysql import connect
+def table_rows(consumer: ConsumerHarness, topic_id: str) -> tuple[datetime, dict[int, PartitionRow]]:
+    """The topic's rows by partition (offset, pending batch, claim columns), and the database's time
+    of the read, which judges the leases (``row.holder_at(now)``)."""
+    from lagsched.adapters.mysql import connect, from_db
 
     conn = connect(consumer.mysql)
     try:
         with conn.cursor() as cur:
             cur.execute(
                 "SELECT partition_id, committed_offset, pending_start, pending_end, claimed_by, claim_epoch,"
-                " COALESCE(lease_expires_at > CURRENT_TIMESTAMP(6), 0)"
-                " FROM topic_partitions WHERE topic_id = %s",
+                " lease_expires_at, CURRENT_TIMESTAMP(6) FROM topic_partitions WHERE topic_id = %s",
                 (topic_id,),
             )
-            return {
-                int(p): Row(
-                    None if c is None else int(c),
-                    None if e is None else (int(s), int(e)),
-                    None if h is None else str(h),
-                    int(ep),
-                    bool(live),
+            rows = cur.fetchall()
+            now = from_db(rows[0][-1]) if rows else datetime.fromtimestamp(0, UTC)  # no row: nothing to judge
+            return now, {
+                int(p): PartitionRow(
+                    topic_id,
+                    int(p),
+                    committed_offset=None if c is None else int(c),
+                    pending_start=None if s is None else int(s),
+                    pending_end=None if e is None else int(e),
+                    claimed_by=None if h is None else str(h),
+                    claim_epoch=int(ep),
+                    lease_expires_at=None if lease is None else from_db(lease),
                 )
-                for p, c, s, e, h, ep, live in cur.fetchall()
+                for p, c, s, e, h, ep, lease, _ in rows
             }
     finally:
         conn.close()
@@ -214,7 +212,13 @@ def metadata_location(consumer: ConsumerHarness) -> str | None:
 
 
 def pending_of(consumer: ConsumerHarness, topic_id: str) -> dict[int, tuple[int, int]]:
-    return {p: r.pending for p, r in table_rows(consumer, topic_id).items() if r.pending is not None}
+    return {p: r.pending for p, r in table_rows(consumer, topic_id)[1].items() if r.pending is not None}
+
+
+def live_holders(consumer: ConsumerHarness, topic_id: str) -> dict[int, str]:
+    """Partition -> the slot holding it under a live lease (by the database's clock)."""
+    now, rows = table_rows(consumer, topic_id)
+    return {p: h for p, r in rows.items() if (h := r.holder_at(now)) is not None}
 
 
 def in_table(consumer: ConsumerHarness, topic: str, pending: dict[int, tuple[int, int]]) -> int:
@@ -223,7 +227,7 @@ def in_table(consumer: ConsumerHarness, topic: str, pending: dict[int, tuple[int
     return sum(1 for p, (s, e) in pending.items() if held[(p, s, e)])
 
 
-def check_nothing_committed_ahead(table: Any, topic: str, rows: dict[int, Row]) -> None:
+def check_nothing_committed_ahead(table: Any, topic: str, rows: dict[int, PartitionRow]) -> None:
     """No duplicate in the sink, and every offset below each committed offset is in it."""
     seen = offsets_by_topic(table).get(topic, [])
     dupes = [k for k, n in Counter(seen).items() if n > 1]
@@ -232,14 +236,15 @@ def check_nothing_committed_ahead(table: Any, topic: str, rows: dict[int, Row]) 
     for p, o in seen:
         by_partition[p].add(o)
     for p, row in rows.items():
-        if row.committed is None:
+        committed = row.committed_offset
+        if committed is None:
             continue
         have = by_partition[p]
-        assert row.committed <= max(have, default=-1) + 1, (
-            f"partition {p}: committed offset {row.committed} is ahead of the sink (max {max(have, default=None)})"
+        assert committed <= max(have, default=-1) + 1, (
+            f"partition {p}: committed offset {committed} is ahead of the sink (max {max(have, default=None)})"
         )
-        missing = [o for o in range(row.committed) if o not in have]
-        assert not missing, f"partition {p}: committed {row.committed} but offsets {missing[:5]}... are not in the sink"
+        missing = [o for o in range(committed) if o not in have]
+        assert not missing, f"partition {p}: committed {committed} but offsets {missing[:5]}... are not in the sink"
 
 
 def check_records(table: Any, topic: str) -> None:
@@ -365,7 +370,7 @@ def test_sigkill_at_chosen_points_while_records_arrive_leaves_each_record_once(
                     time.sleep(rng.uniform(0.0, 3.0))
             slot.kill()
             after = time.monotonic() - t0
-            rows = table_rows(consumer, topic_id)
+            _, rows = table_rows(consumer, topic_id)
             pending = {p: r.pending for p, r in rows.items() if r.pending is not None}
             where, placed = judge_kill(consumer, topic, pending, batch_count(stats) - batches_before)
             kill = Kill(mode, lease, round(after, 1), batch_count(stats) - batches_before, pending, placed, where)
@@ -383,8 +388,8 @@ def test_sigkill_at_chosen_points_while_records_arrive_leaves_each_record_once(
     table = read_sink(consumer)
     assert_exactly_once(table, topic, latest)
     check_records(table, topic)
-    rows = table_rows(consumer, topic_id)
-    assert {p: r.committed for p, r in rows.items()} == latest
+    _, rows = table_rows(consumer, topic_id)
+    assert {p: r.committed_offset for p, r in rows.items()} == latest
     assert all(r.pending is None for r in rows.values())
     assert table.num_rows == produced
     # The snapshots' recorded ranges: no range twice, and together every committed offset once.
@@ -502,7 +507,8 @@ def freeze_with_recorded_batch(
     (its data files appearing). Returns the recorded ranges."""
 
     def recorded() -> dict[int, tuple[int, int]]:
-        held = {p: r for p, r in table_rows(consumer, topic_id).items() if r.holder == slot_id and r.live}
+        now, rows = table_rows(consumer, topic_id)
+        held = {p: r for p, r in rows.items() if r.holder_at(now) == slot_id}
         if not held or any(r.pending is None for r in held.values()):
             return {}
         return {p: r.pending for p, r in held.items() if r.pending is not None}
@@ -539,15 +545,13 @@ def test_stale_holder_resumed_after_its_rows_moved_has_its_commit_refused_and_ex
     batches_before_stop = batch_count(a_stats)
 
     # Past its lease (and three heartbeats) A is dead to the others.
-    expired_s = wait_until(
-        lambda: not any(r.live for r in table_rows(consumer, topic_id).values()), 60, "A's leases to run out"
-    )
+    expired_s = wait_until(lambda: not live_holders(consumer, topic_id), 60, "A's leases to run out")
     b = consumer.start("b", "--exit-when-idle", "--max-records", "250")
     t_b = time.monotonic()
 
     def b_is_past_stale() -> bool:
-        rows = table_rows(consumer, topic_id)
-        return all((rows[p].committed or 0) > end for p, (_, end) in stale.items())
+        _, rows = table_rows(consumer, topic_id)
+        return all((rows[p].committed_offset or 0) > end for p, (_, end) in stale.items())
 
     wait_running(b, b_is_past_stale, 300, "B to consume past A's recorded batch", poll=0.2)
     b_past_s = time.monotonic() - t_b
@@ -564,11 +568,11 @@ def test_stale_holder_resumed_after_its_rows_moved_has_its_commit_refused_and_ex
     assert code_b == 0, f"B exited {code_b}:\n{b.tail()}"
 
     latest = latest_offsets(kafka_config, topic, PARTITIONS)
-    rows = table_rows(consumer, topic_id)
+    _, rows = table_rows(consumer, topic_id)
     table = read_sink(consumer)
     assert_exactly_once(table, topic, latest)
     check_records(table, topic)
-    assert {p: r.committed for p, r in rows.items()} == latest
+    assert {p: r.committed_offset for p, r in rows.items()} == latest
     # A committed nothing after it was stopped; each stale range is in exactly one snapshot, B's.
     late = [r for r in stats_rows(a_stats) if r.get("event") == "batch"][batches_before_stop:]
     assert late == [], late
@@ -618,11 +622,7 @@ def test_two_holders_redoing_one_recorded_range_commit_it_once_and_the_stale_hol
     t_stop = time.monotonic()
     batches_before_stop = batch_count(a_stats)
     # Past its lease (and three heartbeats) A is dead to the others.
-    expired_s = wait_until(
-        lambda: not any(r.live for r in table_rows(consumer, topic_id).values()),
-        60,
-        "[stale holder] A's leases to run out",
-    )
+    expired_s = wait_until(lambda: not live_holders(consumer, topic_id), 60, "[stale holder] A's leases to run out")
 
     files_before = local_data_files(consumer)
     y = consumer.start("y", "--max-records", "250")
@@ -633,17 +633,13 @@ def test_two_holders_redoing_one_recorded_range_commit_it_once_and_the_stale_hol
         consumer, y, slot_y, topic, topic_id, writing=lambda: local_data_files(consumer) > files_before
     )
     assert redo == recorded, f"[two holders] Y's first batch is not A's recorded range: {redo} != {recorded}"
-    wait_until(
-        lambda: not any(r.live for r in table_rows(consumer, topic_id).values()),
-        60,
-        "[two holders] Y's leases to run out",
-    )
+    wait_until(lambda: not live_holders(consumer, topic_id), 60, "[two holders] Y's leases to run out")
     z = consumer.start("z", "--exit-when-idle", "--max-records", "250")
     t_z = time.monotonic()
     assert z.wait(300) == 0, f"[two holders, stale holder] Z: {z.tail()}"
     z_done_s = time.monotonic() - t_z
-    rows = table_rows(consumer, topic_id)
-    assert all((rows[p].committed or 0) > end for p, (_, end) in recorded.items()), (
+    _, rows = table_rows(consumer, topic_id)
+    assert all((rows[p].committed_offset or 0) > end for p, (_, end) in recorded.items()), (
         f"[stale holder] Z did not consume past A's recorded batch {recorded}: {rows}"
     )
 
@@ -665,11 +661,11 @@ def test_two_holders_redoing_one_recorded_range_commit_it_once_and_the_stale_hol
     assert "were committed by another holder" in y_log, f"[two holders] {y.tail()}"
 
     latest = latest_offsets(kafka_config, topic, PARTITIONS)
-    rows = table_rows(consumer, topic_id)
+    _, rows = table_rows(consumer, topic_id)
     table = read_sink(consumer)
     assert_exactly_once(table, topic, latest)
     check_records(table, topic)
-    assert {p: r.committed for p, r in rows.items()} == latest, "[stale holder]"
+    assert {p: r.committed_offset for p, r in rows.items()} == latest, "[stale holder]"
     # A committed nothing after it was stopped; each recorded range is in exactly one snapshot, Z's.
     late = [r for r in stats_rows(a_stats) if r.get("event") == "batch"][batches_before_stop:]
     assert late == [], f"[stale holder] {late}"

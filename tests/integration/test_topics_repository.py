@@ -67,15 +67,26 @@ def test_topics_with_partitions_reads_offsets_and_live_holders_only(db: Any) -> 
         )
     db.commit()
 
-    read = load_topics_with_partitions(db, "c1")
+    now, read = load_topics_with_partitions(db, "c1")
 
     assert [t.name for t, _ in read] == ["bare", "orders"]  # by name; disabled and other clusters left out
     assert read[0][1] == ()
     parts = read[1][1]
     assert [p.partition_id for p in parts] == list(range(12))  # partition order, 10 after 9
     assert [p.committed_offset for p in parts] == [p * 1000 if p % 2 == 0 else None for p in range(12)]
-    assert {p.partition_id: p.holder for p in parts if p.holder} == {1: "slot a,b c-é", 10: "slot a,b c-é"}
+    assert {p.partition_id: p.holder_at(now) for p in parts if p.holder_at(now)} == {
+        1: "slot a,b c-é",
+        10: "slot a,b c-é",
+    }
+    # The columns as they are: the expired holder is still named, its lease judged by the database's now.
+    named = {p.partition_id: p.claimed_by for p in parts if p.claimed_by}
+    assert named == {1: "slot a,b c-é", 2: "gone", 10: "slot a,b c-é"}
+    expired = parts[2].lease_expires_at
+    assert expired is not None and expired.tzinfo is not None and expired < now
+    assert parts[1].lease_expires_at is not None and parts[1].lease_expires_at > now
     assert all(p.topic_id == busy for p in parts)
+    now_empty, none = load_topics_with_partitions(db, "c9")  # no topic: the time still comes
+    assert none == [] and now_empty.tzinfo is not None and now_empty >= now
 
 
 def test_topics_with_partitions_refuses_a_packed_text_cut_short(db: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,15 +9,15 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from lagsched.core.claims import (
-    Claim,
     ClaimLostError,
     ClaimResult,
     ClaimStatus,
     LockMode,
+    PartitionRow,
     RetryPolicy,
-    RowState,
     StaleReason,
     claim_status,
+    claim_terms,
     is_lease_live,
     is_renew_due,
     judge_claim,
@@ -116,8 +116,15 @@ def test_rows_to_claim_refuses_negatives() -> None:
         rows_to_claim(-1, 0)
 
 
-def held(*keys: tuple[str, int]) -> list[Claim]:
-    return [Claim(t, p, None, 1, T0) for t, p in keys]
+def claim(topic_id: str, partition_id: int, offset: int | None, epoch: int, lease: datetime) -> PartitionRow:
+    """A row slot ``me`` holds, as the claim store returns it."""
+    return PartitionRow(
+        topic_id, partition_id, committed_offset=offset, claimed_by="me", claim_epoch=epoch, lease_expires_at=lease
+    )
+
+
+def held(*keys: tuple[str, int]) -> list[PartitionRow]:
+    return [claim(t, p, None, 1, T0) for t, p in keys]
 
 
 @pytest.mark.parametrize(
@@ -167,9 +174,9 @@ def test_claim_status_tells_nothing_free_from_contention(
 
 
 def test_claim_result_flags_new_rows_by_epoch() -> None:
-    old = Claim("t", 0, 7, 1, T0)
-    again = Claim("t", 0, 7, 2, T0)
-    other = Claim("t", 1, None, 1, T0)
+    old = claim("t", 0, 7, 1, T0)
+    again = claim("t", 0, 7, 2, T0)
+    other = claim("t", 1, None, 1, T0)
     result = ClaimResult(claims=(again, other), new=(again,), short={"t": 1}, status=ClaimStatus.CONTENDED)
     assert result.is_new(again) and not result.is_new(old) and not result.is_new(other)
     assert result.contended
@@ -179,54 +186,65 @@ def test_claim_result_flags_new_rows_by_epoch() -> None:
 # ----------------------------------------------------------------- why a claim was lost
 
 L = T0 + timedelta(seconds=30)  # the lease the slot knows of
-MINE = Claim("t", 0, 100, 3, L)
+MINE = claim("t", 0, 100, 3, L)
 
 
 def at(s: float) -> datetime:
     return T0 + timedelta(seconds=s)
 
 
+def state(
+    holder: str | None, epoch: int, lease: datetime | None, picked: datetime | None, now: datetime
+) -> tuple[PartitionRow, datetime]:
+    """MINE's row as the table has it (claim columns and ``last_picked_at``), and the database's time then."""
+    row = PartitionRow(
+        "t", 0, committed_offset=100, claimed_by=holder, claim_epoch=epoch, lease_expires_at=lease,
+        last_picked_at=picked,
+    )  # fmt: skip
+    return row, now
+
+
 @pytest.mark.parametrize(
     ("row", "reason", "holder", "detail"),
     [
-        (RowState("me", 3, L, at(0), at(10)), None, None, None),
-        (RowState("me", 3, L, at(0), at(30)), StaleReason.LEASE_EXPIRED, "me", "its lease ran out at"),
-        (RowState(None, 3, None, at(0), at(10)), StaleReason.RELEASED, None, "this slot released it at epoch 3"),
+        (state("me", 3, L, at(0), at(10)), None, None, None),
+        (state("me", 3, L, at(0), at(30)), StaleReason.LEASE_EXPIRED, "me", "its lease ran out at"),
+        (state(None, 3, None, at(0), at(10)), StaleReason.RELEASED, None, "this slot released it at epoch 3"),
         (
-            RowState("b", 4, at(70), at(40), at(41)),
+            state("b", 4, at(70), at(40), at(41)),
             StaleReason.TAKEN_OVER,
             "b",
             "slot b claimed it under epoch 4 at 2026-11-01 12:00:40.000000+00:00, after the lease of epoch 3 ran out",
         ),
         (
-            RowState("b", 4, at(50), at(20), at(21)),
+            state("b", 4, at(50), at(20), at(21)),
             StaleReason.TAKEN_OVER,
             "b",
             "before the lease of epoch 3 ran out at 2026-11-01 12:00:30.000000+00:00, so it had been released",
         ),
         (
-            RowState(None, 4, None, at(40), at(41)),
+            state(None, 4, None, at(40), at(41)),
             StaleReason.TAKEN_OVER,
             None,
             "a slot claimed it under epoch 4 at 2026-11-01 12:00:40.000000+00:00, after the lease of epoch 3 ran "
             "out at 2026-11-01 12:00:30.000000+00:00, and that claim was released since",
         ),
-        (RowState("me", 4, at(70), at(40), at(41)), StaleReason.TAKEN_OVER, "me", "this slot claimed it under epoch 4"),
-        (RowState("b", 4, at(45), at(40), at(50)), StaleReason.TAKEN_OVER, "b", "whose lease ran out too"),
+        (state("me", 4, at(70), at(40), at(41)), StaleReason.TAKEN_OVER, "me", "this slot claimed it under epoch 4"),
+        (state("b", 4, at(45), at(40), at(50)), StaleReason.TAKEN_OVER, "b", "whose lease ran out too"),
         (
-            RowState("c", 6, at(99), at(90), at(91)),
+            state("c", 6, at(99), at(90), at(91)),
             StaleReason.TAKEN_OVER,
             "c",
             "it was claimed 3 times since epoch 3; the latest, epoch 6, by slot c at",
         ),
-        (RowState("me", 2, L, at(0), at(10)), StaleReason.UNKNOWN_EPOCH, "me", "epoch 3 was never issued"),
+        (state("me", 2, L, at(0), at(10)), StaleReason.UNKNOWN_EPOCH, "me", "epoch 3 was never issued"),
         (None, StaleReason.NO_SUCH_ROW, None, "does not exist"),
     ],
 )
 def test_judge_claim_says_what_happened(
-    row: RowState | None, reason: StaleReason | None, holder: str | None, detail: str | None
+    row: tuple[PartitionRow, datetime] | None, reason: StaleReason | None, holder: str | None, detail: str | None
 ) -> None:
-    verdict = judge_claim("me", MINE, row)
+    verdict = judge_claim("me", MINE, *(row or (None, T0)))
     if reason is None:
         assert verdict is None
         return
@@ -234,6 +252,37 @@ def test_judge_claim_says_what_happened(
     assert (verdict.reason, verdict.holder) == (reason, holder)
     assert detail is not None and detail in verdict.detail
     assert "released" not in verdict.detail or reason is not StaleReason.LEASE_EXPIRED
+
+
+def test_a_row_read_without_its_epoch_or_lease_is_no_claim() -> None:
+    status_row = PartitionRow("t", 0, committed_offset=100, claimed_by="me", lease_expires_at=L)  # no epoch loaded
+    with pytest.raises(ValueError, match="no claim_epoch or lease_expires_at"):
+        claim_terms(status_row)
+    with pytest.raises(ValueError, match="no claim_epoch or lease_expires_at"):
+        judge_claim("me", status_row, *state("me", 3, L, at(0), at(10)))
+    with pytest.raises(ValueError, match="without its claim_epoch"):
+        judge_claim("me", MINE, PartitionRow("t", 0, claimed_by="me", lease_expires_at=L), at(10))
+    assert claim_terms(MINE) == (3, L)
+
+
+@pytest.mark.parametrize(
+    ("holder", "lease", "now", "expected"),
+    [
+        ("me", L, at(29.999999), "me"),
+        ("me", L, at(30), None),  # a lease is live strictly before its expiry
+        ("me", None, at(0), None),
+        (None, L, at(0), None),  # a hand edit: a lease without a holder holds nothing
+    ],
+)
+def test_holder_at_names_the_holder_only_while_its_lease_is_live(
+    holder: str | None, lease: datetime | None, now: datetime, expected: str | None
+) -> None:
+    assert PartitionRow("t", 0, claimed_by=holder, lease_expires_at=lease).holder_at(now) == expected
+
+
+def test_pending_is_the_recorded_batch() -> None:
+    assert PartitionRow("t", 0, pending_start=5, pending_end=9).pending == (5, 9)
+    assert PartitionRow("t", 0).pending is None
 
 
 def test_claim_lost_error_is_the_one_stale_claim_error() -> None:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lagsched.core.claims import Claim, rows_to_release
+from lagsched.core.claims import PartitionRow, rows_to_release
 from lagsched.core.rack import (
     RackOwner,
     RackPartitioner,
@@ -179,7 +179,7 @@ def test_targets_keep_fair_shares_and_prefer_the_own_rack(
 
 def test_rows_outside_the_target_are_handed_over_before_the_excess() -> None:
     t = datetime(2026, 1, 1, tzinfo=UTC)
-    held = [Claim("t", p, None, 1, t) for p in range(6)]
+    held = [PartitionRow("t", p, claimed_by="s", claim_epoch=1, lease_expires_at=t) for p in range(6)]
     # share 3, target {1, 3, 5, 7}: 0, 2, 4 go (not in the target); 1, 3, 5 stay (within the share)
     assert [c.partition_id for c in rows_to_release({"t": 3}, held, {"t": {1, 3, 5, 7}})] == [0, 2, 4]
     # share 2: the highest target row goes as excess

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import math
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -10,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from lagsched.core.claims import PartitionRow
 from lagsched.core.decisions import EXAMPLE, DecisionRow
 from lagsched.core.lag import OffsetSample
 from lagsched.core.status import (
     MeasuredOffsets,
     Metric,
-    PartitionState,
+    PartitionLine,
     TopicView,
     escape_label_value,
     find_anomalies,
@@ -136,14 +138,41 @@ def topic(name: str, *, partitions: int = 2, lost: int = 0, measured: float | No
     return TopicView("id-" + name, name, partitions, 0, lost, 0.0, 0.0, 0.0, measured, 1, ())
 
 
+def line(
+    topic: str, partition_id: int, committed: int | None, holder: str | None, lease: datetime | None, live: bool
+) -> PartitionLine:
+    row = PartitionRow(
+        "id-" + topic, partition_id, committed_offset=committed, claimed_by=holder, lease_expires_at=lease
+    )
+    return PartitionLine(topic, row, live)
+
+
+def test_a_partition_line_as_json_keeps_its_keys() -> None:
+    """The page and ``lagsched status --json`` read these keys: the line is the row plus its topic's name."""
+    lease = datetime(2026, 11, 1, 12, 0, 30, 250000, tzinfo=UTC)
+    row = PartitionRow(
+        "id-c", 3, committed_offset=120, claimed_by="slot-a", claim_epoch=7, lease_expires_at=lease,
+        pending_start=120, pending_end=180,
+    )  # fmt: skip
+    assert json.dumps(PartitionLine("c", row, live=True).as_dict()) == (
+        '{"topic": "c", "partition": 3, "committed_offset": 120,'
+        ' "lease_expires_at": "2026-11-01T12:00:30.250000+00:00", "live": true, "pending": [120, 180]}'
+    )
+    free = PartitionLine("c", PartitionRow("id-c", 0), live=False)
+    assert json.dumps(free.as_dict()) == (
+        '{"topic": "c", "partition": 0, "committed_offset": null, "lease_expires_at": null, "live": false,'
+        ' "pending": null}'
+    )
+
+
 def test_anomalies_each_kind() -> None:
     topics = [topic("a", lost=7), topic("b", measured=None), topic("c")]
     measured = {("c", 0): MeasuredOffsets(10.0, 120, 100), ("c", 1): MeasuredOffsets(10.0, 50, 60)}
     lease = datetime.fromtimestamp(1000.0, tz=UTC)
     claims = [
-        PartitionState("c", 1, 50, "slot-live", lease, True),
-        PartitionState("c", 0, 120, "slot-dead", lease, True),
-        PartitionState("a", 1, None, "slot-dead", lease, False),  # lease over: the row is free, nothing to flag
+        line("c", 1, 50, "slot-live", lease, True),
+        line("c", 0, 120, "slot-dead", lease, True),
+        line("a", 1, None, "slot-dead", lease, False),  # lease over: the row is free, nothing to flag
     ]
     found = [(a.kind, a.topic, a.partition) for a in find_anomalies(topics, measured, claims, ["slot-live"])]
     assert found == [

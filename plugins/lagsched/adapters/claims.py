@@ -17,8 +17,12 @@ Clock: every lease is judged by the database's clock (``CURRENT_TIMESTAMP(6)``, 
 never a worker's. Workers run on many hosts; one clock that every compare-and-set reads inside the
 statement it guards means clock skew between hosts cannot make two slots think they both hold a row.
 A claim reads the database's ``now`` once and derives the new expiry from it with the pure
-``lease_expiry`` (so the arithmetic is unit-tested and the returned ``Claim`` carries the exact value
+``lease_expiry`` (so the arithmetic is unit-tested and the returned claim carries the exact value
 written); the guards of commit, renew and release use ``CURRENT_TIMESTAMP(6)`` in the statement.
+
+Rows: every row this module reads or returns is a `lagsched.core.claims.PartitionRow`. A claim (a row
+the slot holds) loads ``committed_offset``, ``claimed_by`` (the slot), ``claim_epoch`` and
+``lease_expires_at``; the row a lost claim is judged by adds ``last_picked_at``.
 
 Retries: one budget per call (``RetryPolicy.max_attempts``), spent by lock-wait timeouts (1205),
 deadlocks (1213) and, for a claim, by rounds that lost every race they ran; full-jitter backoff
@@ -59,13 +63,13 @@ from lagsched.adapters.transactions import (
 )
 from lagsched.connections import MySQLParams
 from lagsched.core.claims import (
-    Claim,
     ClaimResult,
     LockMode,
+    PartitionRow,
     RetryPolicy,
-    RowState,
     check_lease_s,
     claim_status,
+    claim_terms,
     judge_claim,
     lease_expiry,
     lost_claim,
@@ -158,6 +162,21 @@ def _offset(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
+def _held(  # noqa: PLR0917 - private, the columns in the order the reads select them
+    slot_id: str, topic_id: Any, partition_id: Any, offset: Any, epoch: Any, lease: datetime
+) -> PartitionRow:
+    """A row ``slot_id`` holds, from the columns the store's reads of held rows load (not
+    ``last_picked_at``, not the pending batch: those stay ``None``)."""
+    return PartitionRow(
+        str(topic_id),
+        int(partition_id),
+        committed_offset=_offset(offset),
+        claimed_by=slot_id,
+        claim_epoch=int(epoch),
+        lease_expires_at=lease,
+    )
+
+
 def _check_id(kind: str, value: str) -> None:
     if not value or len(value) > _MAX_ID_LEN:
         raise ValueError(f"{kind}={value!r}; must be 1 to {_MAX_ID_LEN} characters (a UUID)")
@@ -184,7 +203,7 @@ def server_lock_mode(conn: Connection, setting: str = "auto") -> LockMode:
 class _Pass:
     """One claim pass: what the slot held after it, and the races it ran."""
 
-    holding: list[Claim]
+    holding: list[PartitionRow]
     won: int
     lost: int
 
@@ -305,18 +324,18 @@ class ClaimStore:
         return from_db(row[0])
 
     @staticmethod
-    def _holding(cur: Cursor, slot_id: str) -> list[Claim]:
+    def _holding(cur: Cursor, slot_id: str) -> list[PartitionRow]:
         """Rows the slot holds now (the database's clock), by key."""
         cur.execute(_HOLDING, (slot_id,))
-        return [Claim(str(t), int(p), _offset(o), int(e), from_db(x)) for t, p, o, e, x in cur.fetchall()]
+        return [_held(slot_id, t, p, o, e, from_db(x)) for t, p, o, e, x in cur.fetchall()]
 
     @staticmethod
-    def _now_and_holding(cur: Cursor, slot_id: str) -> tuple[datetime, list[Claim]]:
+    def _now_and_holding(cur: Cursor, slot_id: str) -> tuple[datetime, list[PartitionRow]]:
         """The database's current time, and the rows the slot holds then."""
         cur.execute(_NOW_AND_HOLDING, (slot_id,))
         rows = cur.fetchall()
         now = from_db(rows[0][0])
-        holding = [Claim(str(t), int(p), _offset(o), int(e), from_db(x)) for _, t, p, o, e, x in rows if t is not None]
+        holding = [_held(slot_id, t, p, o, e, from_db(x)) for _, t, p, o, e, x in rows if t is not None]
         return now, sorted(holding, key=lambda c: c.key)
 
     # ------------------------------------------------------------------ claim
@@ -353,7 +372,7 @@ class ClaimStore:
         _check_wants(wants)
         only = {t: sorted(set(ps)) for t, ps in (targets or {}).items()}
         check_lease_s(lease_s)
-        won: list[Claim] = []  # every row this call claimed, recorded as soon as it is committed
+        won: list[PartitionRow] = []  # every row this call claimed, recorded as soon as it is committed
         last: list[_Pass | None] = [None]
 
         def attempt() -> bool:
@@ -409,12 +428,12 @@ class ClaimStore:
         slot_id: str,
         wants: Mapping[str, int],
         lease_s: float,
-        won: list[Claim],
+        won: list[PartitionRow],
         only: Mapping[str, Sequence[int]],
     ) -> _Pass:
         if self.mode is LockMode.OPTIMISTIC:
             return self._optimistic_pass(slot_id, wants, lease_s, won, only)
-        got: list[Claim] = []
+        got: list[PartitionRow] = []
         done = self._transaction(lambda cur: self._locked_pass(cur, slot_id, wants, lease_s, got, only))
         won.extend(got)  # only now are they committed
         return done
@@ -425,7 +444,7 @@ class ClaimStore:
         slot_id: str,
         wants: Mapping[str, int],
         lease_s: float,
-        got: list[Claim],
+        got: list[PartitionRow],
         only: Mapping[str, Sequence[int]],
     ) -> _Pass:
         """One transaction: pick and lock the oldest claimable rows, claim them."""
@@ -454,7 +473,7 @@ class ClaimStore:
                 (slot_id, to_db(expires), to_db(now), topic_id, *(p for p, _, _ in rows)),
             )
             # The rows are locked by this transaction, so the epoch read is the one incremented.
-            got.extend(Claim(topic_id, p, off, epoch + 1, expires) for p, off, epoch in rows)
+            got.extend(_held(slot_id, topic_id, p, off, epoch + 1, expires) for p, off, epoch in rows)
         self.cas_conflicts += lost
         return _Pass(sorted(holding + got, key=lambda c: c.key), len(got), lost)
 
@@ -506,7 +525,7 @@ class ClaimStore:
         slot_id: str,
         wants: Mapping[str, int],
         lease_s: float,
-        won: list[Claim],
+        won: list[PartitionRow],
         only: Mapping[str, Sequence[int]],
     ) -> _Pass:
         """Read candidates unlocked, then compare-and-set each on its epoch, one commit per row.
@@ -518,7 +537,7 @@ class ClaimStore:
 
         now, holding = self._transaction(partial(self._now_and_holding, slot_id=slot_id))
         expires = lease_expiry(now, lease_s)
-        got: list[Claim] = []
+        got: list[PartitionRow] = []
         lost = conflicts = 0
         for topic_id, n in shortfall(wants, holding).items():
             target = only.get(topic_id)
@@ -533,7 +552,7 @@ class ClaimStore:
             for p, off, epoch in candidates:
                 if taken == n:
                     break
-                c = Claim(topic_id, int(p), _offset(off), int(epoch) + 1, expires)
+                c = _held(slot_id, topic_id, p, off, int(epoch) + 1, expires)
                 if self._transaction(partial(self._cas, slot_id=slot_id, claim=c, now=now)):
                     won.append(c)
                     got.append(c)
@@ -552,19 +571,12 @@ class ClaimStore:
         return list(cur.fetchall())
 
     @staticmethod
-    def _cas(cur: Cursor, *, slot_id: str, claim: Claim, now: datetime) -> bool:
+    def _cas(cur: Cursor, *, slot_id: str, claim: PartitionRow, now: datetime) -> bool:
         """Make ``claim`` (the row at its next epoch) true, if the row is still at the epoch before."""
+        epoch, lease = claim_terms(claim)
         cur.execute(
             _SET_CLAIMED + f" WHERE topic_id = %s AND partition_id = %s AND claim_epoch = %s AND {_CLAIMABLE}",
-            (
-                slot_id,
-                to_db(claim.lease_expires_at),
-                to_db(now),
-                claim.topic_id,
-                claim.partition_id,
-                claim.claim_epoch - 1,
-                to_db(now),
-            ),
+            (slot_id, to_db(lease), to_db(now), claim.topic_id, claim.partition_id, epoch - 1, to_db(now)),
         )
         return cur.rowcount == 1
 
@@ -591,14 +603,14 @@ class ClaimStore:
 
     # ------------------------------------------------------------------ held rows
 
-    def held(self, slot_id: str) -> list[Claim]:
+    def held(self, slot_id: str) -> list[PartitionRow]:
         """Rows the slot holds now (live lease), e.g. for a restarted worker with a stable slot id."""
         _check_id("slot_id", slot_id)
         return self._run("held", lambda cur: self._holding(cur, slot_id))
 
     # ------------------------------------------------------------------ renew, commit, release
 
-    def renew(self, slot_id: str, claims: Iterable[Claim], lease_s: float) -> list[Claim]:
+    def renew(self, slot_id: str, claims: Iterable[PartitionRow], lease_s: float) -> list[PartitionRow]:
         """Extend the leases of rows the slot still holds.
 
         Returns:
@@ -613,7 +625,7 @@ class ClaimStore:
         if not todo:
             return []
 
-        def op(cur: Cursor) -> list[Claim]:
+        def op(cur: Cursor) -> list[PartitionRow]:
             now = self._db_now(cur)
             expires = lease_expiry(now, lease_s)
             for c in todo:
@@ -630,9 +642,8 @@ class ClaimStore:
                 " FROM topic_partitions WHERE claimed_by = %s AND lease_expires_at = %s",
                 (slot_id, to_db(expires)),
             )
-            fresh = {
-                ((str(t), int(p)), int(e)): Claim(str(t), int(p), _offset(o), int(e), from_db(x))
-                for t, p, o, e, x in cur.fetchall()
+            fresh: dict[tuple[tuple[str, int], int | None], PartitionRow] = {
+                ((str(t), int(p)), int(e)): _held(slot_id, t, p, o, e, from_db(x)) for t, p, o, e, x in cur.fetchall()
             }
             renewed = [fresh[(c.key, c.claim_epoch)] for c in todo if (c.key, c.claim_epoch) in fresh]
             for c in todo:
@@ -642,7 +653,7 @@ class ClaimStore:
 
         return self._run("renew", op)
 
-    def commit_offset(self, slot_id: str, claim: Claim, offset: int) -> Claim:
+    def commit_offset(self, slot_id: str, claim: PartitionRow, offset: int) -> PartitionRow:
         """Store ``offset`` as the next offset to consume, only while the slot still holds the row.
 
         Returns:
@@ -657,34 +668,35 @@ class ClaimStore:
         _check_id("topic_id", claim.topic_id)
         if offset < 0:
             raise ValueError(f"offset={offset}; Kafka offsets are >= 0")
-        topic_id, partition_id, epoch = claim.topic_id, claim.partition_id, claim.claim_epoch
+        topic_id, partition_id = claim.topic_id, claim.partition_id
+        epoch, lease = claim_terms(claim)
 
-        def op(cur: Cursor) -> Claim:
+        def op(cur: Cursor) -> PartitionRow:
             # Fast path, the usual case: the caller presents the lease the table has (the claim as
             # last returned by claim, renew or commit), so on success that lease is the current one
             # and nothing needs reading back.
             cur.execute(
                 _COMMIT + " AND lease_expires_at = %s AND lease_expires_at > CURRENT_TIMESTAMP(6)",
-                (offset, topic_id, partition_id, slot_id, epoch, to_db(claim.lease_expires_at)),
+                (offset, topic_id, partition_id, slot_id, epoch, to_db(lease)),
             )
             if cur.rowcount == 1:
                 return dataclasses.replace(claim, committed_offset=offset)
             # Otherwise lock the row and decide: held under an older copy of its lease, the same
             # offset again (rowcount counts changed rows), or lost.
-            state, committed = self._row_state(cur, topic_id, partition_id)
-            verdict = judge_claim(slot_id, claim, state)
-            if verdict is None and state is not None and state.lease_expires_at is not None:
+            row, now = self._locked_row(cur, topic_id, partition_id)
+            verdict = judge_claim(slot_id, claim, row, now)
+            if verdict is None and row is not None and row.lease_expires_at is not None:
                 cur.execute(
                     _COMMIT + " AND lease_expires_at > CURRENT_TIMESTAMP(6)",
                     (offset, topic_id, partition_id, slot_id, epoch),
                 )
-                if committed == offset:  # rowcount counts changed rows: nothing changed, still held
-                    return Claim(topic_id, partition_id, offset, epoch, state.lease_expires_at)
+                if row.committed_offset == offset:  # rowcount counts changed rows: nothing changed, still held
+                    return _held(slot_id, topic_id, partition_id, offset, epoch, row.lease_expires_at)
                 if cur.rowcount == 1:
-                    return Claim(topic_id, partition_id, offset, epoch, state.lease_expires_at)
+                    return _held(slot_id, topic_id, partition_id, offset, epoch, row.lease_expires_at)
                 # The lease ran out between the read and the write: judge the row again.
-                state, _ = self._row_state(cur, topic_id, partition_id)
-                verdict = judge_claim(slot_id, claim, state)
+                row, now = self._locked_row(cur, topic_id, partition_id)
+                verdict = judge_claim(slot_id, claim, row, now)
             if verdict is None:
                 raise RuntimeError(f"commit to {topic_id}[{partition_id}] matched no row although it is held")
             raise lost_claim(
@@ -697,7 +709,7 @@ class ClaimStore:
 
         return self._run("commit_offset", op)
 
-    def begin_batch(self, slot_id: str, claim: Claim, start: int, end: int) -> Claim:
+    def begin_batch(self, slot_id: str, claim: PartitionRow, start: int, end: int) -> PartitionRow:
         """Record the batch ``[start, end)`` under the claim's epoch, before any of it is written.
 
         The exactly-once step (docs/consumer.md): a holder that dies between its write and its
@@ -716,11 +728,12 @@ class ClaimStore:
         _check_id("topic_id", claim.topic_id)
         if not 0 <= start < end:
             raise ValueError(f"batch [{start}, {end}) must satisfy 0 <= start < end")
-        topic_id, partition_id, epoch = claim.topic_id, claim.partition_id, claim.claim_epoch
+        topic_id, partition_id = claim.topic_id, claim.partition_id
+        epoch, _ = claim_terms(claim)
 
-        def op(cur: Cursor) -> Claim:
-            state, committed = self._row_state(cur, topic_id, partition_id)
-            verdict = judge_claim(slot_id, claim, state)
+        def op(cur: Cursor) -> PartitionRow:
+            row, now = self._locked_row(cur, topic_id, partition_id)
+            verdict = judge_claim(slot_id, claim, row, now)
             if verdict is not None:
                 raise lost_claim(
                     slot_id,
@@ -728,7 +741,8 @@ class ClaimStore:
                     verdict,
                     f"The batch [{start}, {end}) was not started; stop consuming this partition.",
                 )
-            assert state is not None and state.lease_expires_at is not None  # held, so judged live
+            assert row is not None and row.lease_expires_at is not None  # held, so judged live
+            committed = row.committed_offset
             if committed != claim.committed_offset:
                 # Batches must follow the committed offset the caller planned from; a holder cannot
                 # have moved it behind its own back, so this is a bug, not a race.
@@ -755,7 +769,7 @@ class ClaimStore:
                 " WHERE topic_id = %s AND partition_id = %s AND claimed_by = %s AND claim_epoch = %s",
                 (start, end, topic_id, partition_id, slot_id, epoch),
             )
-            return Claim(topic_id, partition_id, claim.committed_offset, epoch, state.lease_expires_at)
+            return _held(slot_id, topic_id, partition_id, claim.committed_offset, epoch, row.lease_expires_at)
 
         return self._run("begin_batch", op)
 
@@ -777,28 +791,31 @@ class ClaimStore:
 
         return self._run("pending", op)
 
-    @staticmethod
-    def _row_state(cur: Cursor, topic_id: str, partition_id: int) -> tuple[RowState | None, int | None]:
-        """The row, locked, with the database's time, and its committed offset (``None`` if no row)."""
+    @classmethod
+    def _locked_row(cls, cur: Cursor, topic_id: str, partition_id: int) -> tuple[PartitionRow | None, datetime]:
+        """The row (``None`` if there is none), locked, with its claim columns, ``last_picked_at`` and
+        committed offset, and the database's time it was read at."""
         cur.execute(
             "SELECT claimed_by, claim_epoch, lease_expires_at, last_picked_at, committed_offset,"
             " CURRENT_TIMESTAMP(6) FROM topic_partitions WHERE topic_id = %s AND partition_id = %s FOR UPDATE",
             (topic_id, partition_id),
         )
-        row = cur.fetchone()
-        if row is None:
-            return None, None
-        holder, epoch, lease, picked, committed, now = row
-        state = RowState(
-            None if holder is None else str(holder),
-            int(epoch),
-            _maybe_from_db(lease),
-            _maybe_from_db(picked),
-            from_db(now),
+        found = cur.fetchone()
+        if found is None:
+            return None, cls._db_now(cur)
+        holder, epoch, lease, picked, committed, now = found
+        row = PartitionRow(
+            topic_id,
+            partition_id,
+            committed_offset=_offset(committed),
+            claimed_by=None if holder is None else str(holder),
+            claim_epoch=int(epoch),
+            lease_expires_at=_maybe_from_db(lease),
+            last_picked_at=_maybe_from_db(picked),
         )
-        return state, _offset(committed)
+        return row, from_db(now)
 
-    def release(self, slot_id: str, claims: Iterable[Claim]) -> list[Claim]:
+    def release(self, slot_id: str, claims: Iterable[PartitionRow]) -> list[PartitionRow]:
         """Give rows back (Hevo's "disown"): clear holder and lease, keep offset and epoch.
 
         Only rows the slot still holds with the same epoch are released, lease live or not (an
@@ -808,12 +825,12 @@ class ClaimStore:
             The claims actually released; the others had already been taken over or released.
         """
         _check_id("slot_id", slot_id)
-        todo: Sequence[Claim] = sorted(claims, key=lambda c: (c.key, c.claim_epoch))
+        todo: Sequence[PartitionRow] = sorted(claims, key=lambda c: (c.key, c.claim_epoch))
         return self._run("release", lambda cur: self._release(cur, slot_id, todo))
 
     @staticmethod
-    def _release(cur: Cursor, slot_id: str, todo: Sequence[Claim]) -> list[Claim]:
-        released: list[Claim] = []
+    def _release(cur: Cursor, slot_id: str, todo: Sequence[PartitionRow]) -> list[PartitionRow]:
+        released: list[PartitionRow] = []
         for c in todo:  # in key order, the order every waiting transaction locks rows in
             # Setting claimed_by to NULL always changes the row, so rowcount is exact here.
             cur.execute(_RELEASE, (c.topic_id, c.partition_id, slot_id, c.claim_epoch))
@@ -823,7 +840,7 @@ class ClaimStore:
 
     def rebalance(
         self, slot_id: str, wants: Mapping[str, int], *, targets: Mapping[str, Collection[int]] | None = None
-    ) -> list[Claim]:
+    ) -> list[PartitionRow]:
         """Hand over, now, the rows the slot holds above its share (``rows_to_release``).
 
         Call it at a batch boundary, after committing: the rows go back with their committed
@@ -837,7 +854,7 @@ class ClaimStore:
         _check_id("slot_id", slot_id)
         _check_wants(wants)
 
-        def op(cur: Cursor) -> list[Claim]:
+        def op(cur: Cursor) -> list[PartitionRow]:
             give = rows_to_release(wants, self._holding(cur, slot_id), targets)
             return self._release(cur, slot_id, give)
 

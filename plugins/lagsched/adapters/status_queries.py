@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from lagsched.adapters.mysql import epoch_from_db, from_db
 from lagsched.adapters.transactions import roll_back, transaction
+from lagsched.core.claims import PartitionRow
 from lagsched.core.names import validate_cluster_name
-from lagsched.core.status import GapView, PartitionState
+from lagsched.core.status import GapView, PartitionLine
 
 if TYPE_CHECKING:
     import pymysql
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "clusters",
     "overrides_if_migrated",
-    "partition_states",
+    "partition_lines",
     "retention_gaps",
 ]
 
@@ -56,30 +57,32 @@ def clusters(conn: Connection) -> list[str]:
         return [str(r[0]) for r in cur.fetchall()]
 
 
-def partition_states(conn: Connection, cluster: str) -> list[PartitionState]:
-    """Every partition row of the cluster's enabled topics, by topic name then partition (one query)."""
+def partition_lines(conn: Connection, cluster: str) -> list[PartitionLine]:
+    """The line of every partition row of the cluster's enabled topics, by topic name then partition
+    (one query; each lease judged by the database's time of that query)."""
     with transaction(conn) as cur:
         cur.execute(
-            "SELECT t.name, p.partition_id, p.committed_offset, p.claimed_by, p.lease_expires_at,"
-            " p.lease_expires_at > CURRENT_TIMESTAMP(6), p.pending_start, p.pending_end"
+            "SELECT t.name, p.topic_id, p.partition_id, p.committed_offset, p.claimed_by, p.lease_expires_at,"
+            " p.pending_start, p.pending_end, CURRENT_TIMESTAMP(6)"
             " FROM topics AS t JOIN topic_partitions AS p ON p.topic_id = t.topic_id"
             " WHERE t.cluster = %s AND t.enabled AND p.partition_id < t.partition_count"
             " ORDER BY t.name, p.partition_id",
             (validate_cluster_name(cluster),),
         )
         rows = cur.fetchall()
-    return [
-        PartitionState(
-            topic=str(name),
-            partition_id=int(pid),
+    lines = []
+    for name, topic_id, pid, committed, holder, lease, start, end, now in rows:
+        row = PartitionRow(
+            str(topic_id),
+            int(pid),
             committed_offset=None if committed is None else int(committed),
-            holder=None if holder is None else str(holder),
+            claimed_by=None if holder is None else str(holder),
             lease_expires_at=None if lease is None else from_db(lease),
-            live=bool(live) and holder is not None,
-            pending=None if start is None or end is None else (int(start), int(end)),
+            pending_start=None if start is None else int(start),
+            pending_end=None if end is None else int(end),
         )
-        for name, pid, committed, holder, lease, live, start, end in rows
-    ]
+        lines.append(PartitionLine(str(name), row, live=row.holder_at(from_db(now)) is not None))
+    return lines
 
 
 def retention_gaps(conn: Connection, cluster: str, *, limit: int = 100) -> list[GapView]:

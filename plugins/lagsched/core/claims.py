@@ -3,6 +3,9 @@
 The claim table (``topic_partitions``) is a queue of topic-partitions that worker slots take rows
 from (Hevo, seed 003). What is decided here, so it can be tested without MySQL:
 
+* **The row** (``PartitionRow``): one ``topic_partitions`` row, the one type every reader of the
+  table uses (a claim a slot holds is one); ``claim_terms`` is what a row presented as a claim
+  must carry.
 * **Lock mode** (``select_lock_mode``): ``SELECT ... FOR UPDATE SKIP LOCKED`` where the server has
   it (MariaDB >= 10.6, MySQL >= 8.0.1), else an optimistic compare-and-set on ``claim_epoch``.
   ``for_update`` (plain ``FOR UPDATE``, Hevo's MySQL 5.7 query) is kept as a baseline and can be
@@ -28,7 +31,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -38,18 +41,18 @@ from lagsched.core.rendezvous import Assignment, TopicSpec, fair_share
 __all__ = [
     "DEFAULT_LEASE_S",
     "LOCK_MODE_SETTINGS",
-    "Claim",
     "ClaimLostError",
     "ClaimResult",
     "ClaimStatus",
     "LockMode",
+    "PartitionRow",
     "RetryPolicy",
-    "RowState",
     "ServerVersion",
     "StaleReason",
     "Staleness",
     "check_lease_s",
     "claim_status",
+    "claim_terms",
     "held_counts",
     "is_lease_live",
     "is_renew_due",
@@ -265,27 +268,86 @@ def is_renew_due(expires_at: datetime, now: datetime, lease_s: float, fraction: 
 
 
 @dataclass(frozen=True, slots=True)
-class Claim:
-    """One row a slot holds.
+class PartitionRow:
+    """One ``topic_partitions`` row: the one type of that row wherever it is read, with the table's
+    column names. A row a slot holds (a *claim*) is one of these, as is the row the claim protocol
+    judges a lost claim by, the lag monitor's and the status page's.
+
+    A read fills the columns it loads; the others stay ``None`` (each reader says which it loads).
+    What is not a column travels beside the row, never in it: the database's ``now`` of a read (a
+    lease is live by that clock alone: ``holder_at``), a topic's name from a join.
 
     Attributes:
         topic_id: registry UUID of the topic.
         partition_id: Kafka partition number.
         committed_offset: next offset to consume, ``None`` before the first commit.
-        claim_epoch: fencing token the claim set; every commit must present it.
-        lease_expires_at: when the claim lapses unless renewed (UTC, database clock).
+        claimed_by: the slot named as holder, ``None`` when unclaimed or released. Its lease may
+            have run out: a dead lease means the row is free (``holder_at``).
+        claim_epoch: fencing token, bumped by every claim; every commit must present the one its
+            claim set. ``None`` when not loaded (the status and lag monitor reads).
+        lease_expires_at: when the claim lapses unless renewed (UTC, database clock); ``None`` when
+            unclaimed or released, or not loaded.
+        last_picked_at: when the latest claim (the one that set ``claim_epoch``) was made; ``None``
+            when never picked, or not loaded (a claim's reads leave it out).
+        pending_start, pending_end: the batch ``[start, end)`` recorded (``begin_batch``) and not yet
+            committed; ``None`` when there is none, or not loaded (only the status read loads them).
     """
 
     topic_id: str
     partition_id: int
-    committed_offset: int | None
-    claim_epoch: int
-    lease_expires_at: datetime
+    _: KW_ONLY
+    committed_offset: int | None = None
+    claimed_by: str | None = None
+    claim_epoch: int | None = None
+    lease_expires_at: datetime | None = None
+    last_picked_at: datetime | None = None
+    pending_start: int | None = None
+    pending_end: int | None = None
 
     @property
     def key(self) -> tuple[str, int]:
         """The row's primary key."""
         return (self.topic_id, self.partition_id)
+
+    @property
+    def pending(self) -> tuple[int, int] | None:
+        """The recorded batch ``(pending_start, pending_end)``, or ``None``."""
+        if self.pending_start is None or self.pending_end is None:
+            return None
+        return (self.pending_start, self.pending_end)
+
+    def holder_at(self, now: datetime) -> str | None:
+        """The slot holding the row at ``now`` (the database's time of the read): ``claimed_by``
+        while its lease is live, else ``None`` (a dead slot is no holder).
+
+        >>> from datetime import timezone
+        >>> t = datetime(2026, 1, 1, tzinfo=timezone.utc)
+        >>> row = PartitionRow("t", 0, claimed_by="s1", lease_expires_at=t + timedelta(seconds=30))
+        >>> row.holder_at(t), row.holder_at(t + timedelta(seconds=30))
+        ('s1', None)
+        """
+        if self.claimed_by is None or not is_lease_live(self.lease_expires_at, now):
+            return None
+        return self.claimed_by
+
+
+def claim_terms(claim: PartitionRow) -> tuple[int, datetime]:
+    """The epoch and lease a row presented as a claim carries (what fences its writes).
+
+    A row read without them (the status or lag monitor reads) is no claim: refused, so that it can
+    never be taken for one.
+
+    >>> from datetime import timezone
+    >>> t = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    >>> claim_terms(PartitionRow("t", 0, claimed_by="s1", claim_epoch=3, lease_expires_at=t))[0]
+    3
+    """
+    if claim.claim_epoch is None or claim.lease_expires_at is None:
+        raise ValueError(
+            f"{claim.topic_id}[{claim.partition_id}] has no claim_epoch or lease_expires_at; present the "
+            "claim as the claim store last returned it"
+        )
+    return claim.claim_epoch, claim.lease_expires_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,7 +388,7 @@ class RetryPolicy:
         return [self.backoff_s(a, rng) for a in range(1, self.max_attempts)]
 
 
-def held_counts(claims: Sequence[Claim]) -> Mapping[str, int]:
+def held_counts(claims: Sequence[PartitionRow]) -> Mapping[str, int]:
     """Rows held per topic."""
     counts: dict[str, int] = {}
     for c in claims:
@@ -334,12 +396,10 @@ def held_counts(claims: Sequence[Claim]) -> Mapping[str, int]:
     return counts
 
 
-def shortfall(wants: Mapping[str, int], held: Sequence[Claim]) -> dict[str, int]:
+def shortfall(wants: Mapping[str, int], held: Sequence[PartitionRow]) -> dict[str, int]:
     """Rows still missing per wanted topic; topics with nothing missing are absent.
 
-    >>> from datetime import timezone
-    >>> t = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    >>> shortfall({"a": 3, "b": 1, "c": 0}, [Claim("a", 0, None, 1, t), Claim("b", 0, None, 1, t)])
+    >>> shortfall({"a": 3, "b": 1, "c": 0}, [PartitionRow("a", 0), PartitionRow("b", 0)])
     {'a': 2}
     """
     counts = held_counts(held)
@@ -351,8 +411,8 @@ def shortfall(wants: Mapping[str, int], held: Sequence[Claim]) -> dict[str, int]
 
 
 def rows_to_release(
-    wants: Mapping[str, int], held: Sequence[Claim], targets: Mapping[str, Collection[int]] | None = None
-) -> list[Claim]:
+    wants: Mapping[str, int], held: Sequence[PartitionRow], targets: Mapping[str, Collection[int]] | None = None
+) -> list[PartitionRow]:
     """The rows a slot should hand over now: per topic, those held beyond ``wants[topic]``.
 
     A topic absent from ``wants`` (the slot no longer owns it) is handed over whole. Within a topic
@@ -363,9 +423,7 @@ def rows_to_release(
     rows outside the slot's target are handed over too (their target owner claims them), and the
     excess above the share is taken from the rest. Topics not listed follow the plain rule.
 
-    >>> from datetime import timezone
-    >>> t = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    >>> held = [Claim("a", p, None, 1, t) for p in (3, 0, 2, 1)] + [Claim("b", 0, None, 1, t)]
+    >>> held = [PartitionRow("a", p) for p in (3, 0, 2, 1)] + [PartitionRow("b", 0)]
     >>> [c.key for c in rows_to_release({"a": 2}, held)]
     [('a', 2), ('a', 3), ('b', 0)]
     >>> [c.key for c in rows_to_release({"a": 2, "b": 1}, held, {"a": {1, 3}})]
@@ -374,10 +432,10 @@ def rows_to_release(
     for topic_id, n in wants.items():
         if n < 0:
             raise ValueError(f"wants[{topic_id!r}]={n}; must be >= 0")
-    by_topic: dict[str, list[Claim]] = {}
+    by_topic: dict[str, list[PartitionRow]] = {}
     for c in held:
         by_topic.setdefault(c.topic_id, []).append(c)
-    give: list[Claim] = []
+    give: list[PartitionRow] = []
     for topic_id, rows in by_topic.items():
         rows.sort(key=lambda c: c.partition_id)
         target = targets.get(topic_id) if targets is not None else None
@@ -441,9 +499,9 @@ class ClaimResult:
             is too short for the database's latency.
     """
 
-    claims: tuple[Claim, ...]
-    new: tuple[Claim, ...] = ()
-    lapsed: tuple[Claim, ...] = ()
+    claims: tuple[PartitionRow, ...]
+    new: tuple[PartitionRow, ...] = ()
+    lapsed: tuple[PartitionRow, ...] = ()
     short: Mapping[str, int] = field(default_factory=dict)
     status: ClaimStatus = ClaimStatus.COMPLETE
 
@@ -452,7 +510,7 @@ class ClaimResult:
         """Short because of contention (claim again soon), not because nothing is free."""
         return self.status is ClaimStatus.CONTENDED
 
-    def is_new(self, claim: Claim) -> bool:
+    def is_new(self, claim: PartitionRow) -> bool:
         """Whether this call claimed ``claim`` (same row and epoch)."""
         return claim in self.new
 
@@ -482,25 +540,6 @@ class StaleReason(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class RowState:
-    """A claim row as the table shows it, read together with the database's ``now``.
-
-    Attributes:
-        claimed_by: holder, ``None`` when unclaimed or released.
-        claim_epoch: the latest epoch issued for the row.
-        lease_expires_at: the holder's lease, ``None`` when released.
-        last_picked_at: when the latest claim (the one that set ``claim_epoch``) was made.
-        now: the database's time when the row was read.
-    """
-
-    claimed_by: str | None
-    claim_epoch: int
-    lease_expires_at: datetime | None
-    last_picked_at: datetime | None
-    now: datetime
-
-
-@dataclass(frozen=True, slots=True)
 class Staleness:
     """Why a claim is no longer held: a ``StaleReason``, a sentence, and who holds the row now."""
 
@@ -510,15 +549,16 @@ class Staleness:
     current_epoch: int | None = None
 
 
-def lost_claim(slot_id: str, claim: Claim, verdict: Staleness, consequence: str) -> ClaimLostError:
+def lost_claim(slot_id: str, claim: PartitionRow, verdict: Staleness, consequence: str) -> ClaimLostError:
     """The ``ClaimLostError`` for ``claim`` judged lost, its message ending with ``consequence``."""
+    epoch, _ = claim_terms(claim)
     return ClaimLostError(
-        f"slot {slot_id} lost the claim on {claim.topic_id}[{claim.partition_id}] (epoch {claim.claim_epoch}): "
+        f"slot {slot_id} lost the claim on {claim.topic_id}[{claim.partition_id}] (epoch {epoch}): "
         f"{verdict.detail}. {consequence}",
         reason=verdict.reason,
         topic_id=claim.topic_id,
         partition_id=claim.partition_id,
-        epoch=claim.claim_epoch,
+        epoch=epoch,
         holder=verdict.holder,
         current_epoch=verdict.current_epoch,
     )
@@ -528,8 +568,11 @@ def _ts(value: datetime | None) -> str:
     return "never" if value is None else value.isoformat(sep=" ", timespec="microseconds")
 
 
-def judge_claim(slot_id: str, claim: Claim, row: RowState | None) -> Staleness | None:
-    """``None`` if the slot still holds ``claim`` at ``row.now``, else what happened to it.
+def judge_claim(slot_id: str, claim: PartitionRow, row: PartitionRow | None, now: datetime) -> Staleness | None:
+    """``None`` if the slot still holds ``claim`` at ``now``, else what happened to it.
+
+    ``row`` is the row as the table has it now (its claim columns and ``last_picked_at`` loaded),
+    ``None`` if there is none; ``now`` is the database's time it was read at.
 
     Only what the row proves is said. The table keeps the latest claim's holder, epoch and time
     (``last_picked_at``) but not how an earlier claim ended; a claim takes only a free or expired
@@ -537,19 +580,25 @@ def judge_claim(slot_id: str, claim: Claim, row: RowState | None) -> Staleness |
 
     >>> from datetime import timezone
     >>> t = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    >>> mine = Claim("t", 0, 500, 3, t + timedelta(seconds=30))
+    >>> mine = PartitionRow("t", 0, committed_offset=500, claimed_by="a", claim_epoch=3,
+    ...                     lease_expires_at=t + timedelta(seconds=30))
     >>> later = t + timedelta(seconds=45)
-    >>> b_row = RowState("b", 4, later + timedelta(seconds=30), later, later)
-    >>> judge_claim("a", mine, b_row).detail  # doctest: +ELLIPSIS
+    >>> b_row = PartitionRow("t", 0, claimed_by="b", claim_epoch=4, lease_expires_at=later + timedelta(seconds=30),
+    ...                      last_picked_at=later)
+    >>> judge_claim("a", mine, b_row, later).detail  # doctest: +ELLIPSIS
     'slot b claimed it under epoch 4 at 2026-01-01 00:00:45..., after the lease of epoch 3 ran out at ...'
-    >>> judge_claim("a", mine, RowState(None, 4, None, later, later)).reason
+    >>> judge_claim("a", mine, PartitionRow("t", 0, claim_epoch=4, last_picked_at=later), later).reason
     <StaleReason.TAKEN_OVER: 'taken_over'>
     """
-    e = claim.claim_epoch
+    e, lease = claim_terms(claim)
     if row is None:
         return Staleness(StaleReason.NO_SUCH_ROW, "the row does not exist")
+    if row.claim_epoch is None:
+        raise ValueError(
+            f"{row.topic_id}[{row.partition_id}] was read without its claim_epoch; it cannot judge a claim"
+        )
     n, holder = row.claim_epoch, row.claimed_by
-    live = row.lease_expires_at is not None and row.now < row.lease_expires_at
+    live = row.lease_expires_at is not None and now < row.lease_expires_at
     if e > n:
         return Staleness(
             StaleReason.UNKNOWN_EPOCH, f"epoch {e} was never issued for the row (its latest is {n})", holder, n
@@ -560,7 +609,7 @@ def judge_claim(slot_id: str, claim: Claim, row: RowState | None) -> Staleness |
                 return None
             return Staleness(
                 StaleReason.LEASE_EXPIRED,
-                f"its lease ran out at {_ts(row.lease_expires_at)} (database time {_ts(row.now)}) "
+                f"its lease ran out at {_ts(row.lease_expires_at)} (database time {_ts(now)}) "
                 "and nobody has claimed it since",
                 holder,
                 n,
@@ -579,9 +628,9 @@ def judge_claim(slot_id: str, claim: Claim, row: RowState | None) -> Staleness |
     if n == e + 1 and picked is not None:
         # Epoch n's claim is the latest one, so last_picked_at is its time.
         how = (
-            f"after the lease of epoch {e} ran out at {_ts(claim.lease_expires_at)}"
-            if picked >= claim.lease_expires_at
-            else f"before the lease of epoch {e} ran out at {_ts(claim.lease_expires_at)}, so it had been released"
+            f"after the lease of epoch {e} ran out at {_ts(lease)}"
+            if picked >= lease
+            else f"before the lease of epoch {e} ran out at {_ts(lease)}, so it had been released"
         )
         detail = f"{who} claimed it under epoch {n} at {_ts(picked)}, {how}"
     else:

@@ -14,9 +14,9 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
+from lagsched.core.claims import PartitionRow
 from lagsched.core.decisions import DecisionRow
 from lagsched.core.lag import OffsetSample, estimate_time_lag, is_old_open_transaction
 from lagsched.core.times import iso
@@ -30,7 +30,7 @@ __all__ = [
     "MeasuredOffsets",
     "Metric",
     "PartitionFigures",
-    "PartitionState",
+    "PartitionLine",
     "SlotView",
     "TopicView",
     "WorkersStep",
@@ -60,38 +60,33 @@ def topic_state(state: str | None) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class PartitionState:
-    """One ``topic_partitions`` row of an enabled topic with its claim columns: the one shape of that
-    row that status, the page and the command line read (`lagsched.core.claims.Claim` is the row a
-    slot holds, with its fencing epoch; the lag monitor reads a narrower `PartitionRow`).
+class PartitionLine:
+    """One partition's line of the status (the page, ``lagsched status``): its ``topic_partitions``
+    row, with what is not a column of it beside it.
 
     Attributes:
-        topic: topic name.
-        partition_id: partition number.
-        committed_offset: the next offset to consume as stored by the pipeline; None before the first commit.
-        holder: the slot named in ``claimed_by`` (its lease may have run out: see ``live``).
-        lease_expires_at: when the holder's lease runs out (UTC), None when unclaimed.
-        live: the lease was live at read time, by the database's clock (a dead lease means the row is free).
-        pending: the batch ``[start, end)`` recorded but not yet committed, if any.
+        topic: the topic's name (from the join with ``topics``).
+        row: the row; the status read loads ``committed_offset``, ``claimed_by`` (the slot named,
+            whose lease may have run out: see ``live``), ``lease_expires_at`` and the pending batch,
+            not ``claim_epoch`` or ``last_picked_at``.
+        live: the row was held when read: a holder whose lease was live by the database's clock
+            (`lagsched.core.claims.PartitionRow.holder_at`). A dead lease means the row is free.
     """
 
     topic: str
-    partition_id: int
-    committed_offset: int | None
-    holder: str | None
-    lease_expires_at: datetime | None
+    row: PartitionRow
     live: bool
-    pending: tuple[int, int] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """The row as the JSON routes and ``lagsched status --json`` give it (under its holder)."""
+        """The line as the JSON routes and ``lagsched status --json`` give it (under its holder)."""
+        pending = self.row.pending
         return {
             "topic": self.topic,
-            "partition": self.partition_id,
-            "committed_offset": self.committed_offset,
-            "lease_expires_at": iso(self.lease_expires_at),
+            "partition": self.row.partition_id,
+            "committed_offset": self.row.committed_offset,
+            "lease_expires_at": iso(self.row.lease_expires_at),
             "live": self.live,
-            "pending": None if self.pending is None else list(self.pending),
+            "pending": None if pending is None else list(pending),
         }
 
 
@@ -111,7 +106,7 @@ class SlotView:
     name: str | None
     last_seen: float | None
     live: bool
-    claims: tuple[PartitionState, ...] = ()
+    claims: tuple[PartitionLine, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -449,7 +444,7 @@ class HistoryPoint:
 def find_anomalies(
     topics: Sequence[TopicView],
     measured: Mapping[tuple[str, int], MeasuredOffsets],
-    partitions: Iterable[PartitionState],
+    partitions: Iterable[PartitionLine],
     live_slots: Iterable[str],
 ) -> list[Anomaly]:
     """What the status read model flags, in a fixed order (topic, then kind).
@@ -467,9 +462,9 @@ def find_anomalies(
     """
     out: list[Anomaly] = []
     live = set(live_slots)
-    blocked: dict[str, list[PartitionState]] = {}
+    blocked: dict[str, list[PartitionLine]] = {}
     for c in partitions:
-        if c.live and c.holder is not None and c.holder not in live:
+        if c.live and c.row.claimed_by is not None and c.row.claimed_by not in live:
             blocked.setdefault(c.topic, []).append(c)
     for t in sorted(topics, key=lambda t: t.name):
         if t.measured_at is None:
@@ -500,14 +495,14 @@ def find_anomalies(
                         m.at,
                     )
                 )
-        for c in sorted(blocked.get(t.name, []), key=lambda c: c.partition_id):
+        for c in sorted(blocked.get(t.name, []), key=lambda c: c.row.partition_id):
             out.append(
                 Anomaly(
                     "holder_not_live",
                     t.name,
-                    c.partition_id,
-                    f"held by slot {c.holder}, whose heartbeat stopped; free when its lease ends at "
-                    f"{iso(c.lease_expires_at)}",
+                    c.row.partition_id,
+                    f"held by slot {c.row.claimed_by}, whose heartbeat stopped; free when its lease ends at "
+                    f"{iso(c.row.lease_expires_at)}",
                 )
             )
     return out

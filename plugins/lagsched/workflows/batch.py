@@ -39,7 +39,7 @@ from lagsched.adapters.kafka_admin import MIRROR_BACKOFFS_S, kafka_topic_ids, mi
 from lagsched.adapters.range_files import RangeWriter
 from lagsched.adapters.sink import BatchRead, IcebergSink, SinkConflictError
 from lagsched.core.batches import OffsetAheadError, PartitionPlan, fair_shares, next_batch_at, plan_partition
-from lagsched.core.claims import Claim, ClaimLostError
+from lagsched.core.claims import ClaimLostError, PartitionRow
 from lagsched.core.errors import KafkaOffsetsError, LagschedError
 from lagsched.core.offsets import OffsetRange
 from lagsched.core.registry import TopicRow
@@ -58,7 +58,7 @@ class BatchPlan:
     """What the next batch reads from each held partition (``plans``), with the claims it holds."""
 
     plans: dict[Key, PartitionPlan]
-    claims: dict[Key, Claim]
+    claims: dict[Key, PartitionRow]
     #: Held partitions not planned because something is wrong with them (never "caught up").
     skipped: int = 0
     #: The rate cap cut the reads short: the batch is as large as the cap lets it be, so it is due
@@ -199,7 +199,7 @@ class Batches:
 
     # ------------------------------------------------------------------ planning
 
-    def plan(self, held: Sequence[Claim], topics: Mapping[str, TopicRow]) -> BatchPlan:
+    def plan(self, held: Sequence[PartitionRow], topics: Mapping[str, TopicRow]) -> BatchPlan:
         """The next batch of the ``held`` rows, from their stored offsets and Kafka's offsets now."""
         if not held:
             return BatchPlan({}, {})
@@ -281,7 +281,7 @@ class Batches:
         slot = self.s.slot_id
         result = BatchResult()
         reads: list[BatchRead] = []
-        started: dict[Key, Claim] = {}
+        started: dict[Key, PartitionRow] = {}
         since = self.sink.mark()  # 1. before any range is recorded (docs/lake.md, "Exactly once")
         for key, plan in sorted(batch.plans.items()):  # 2. record
             claim = batch.claims[key]
@@ -353,7 +353,7 @@ class Batches:
         )
         return result
 
-    def _conflict(self, result: BatchResult, exc: SinkConflictError, started: Mapping[Key, Claim]) -> None:
+    def _conflict(self, result: BatchResult, exc: SinkConflictError, started: Mapping[Key, PartitionRow]) -> None:
         """The table refused the batch: another holder committed its ranges. Rows this slot no longer
         holds are lost claims (it was stale); rows it still holds are redone at the next boundary."""
         held = {c.key for c in self.store.held(self.s.slot_id)}

@@ -292,13 +292,14 @@ class _Registered:
 
 
 def _load_registered(conn: Any, cluster: str) -> dict[str, _Registered]:
+    now, registered = load_topics_with_partitions(conn, cluster)  # now: the database's, judging the leases
     return {
         t.name: _Registered(
             t,
             {p.partition_id: p.committed_offset for p in partitions},
-            {p.partition_id: p.holder for p in partitions if p.holder is not None},
+            {p.partition_id: holder for p in partitions if (holder := p.holder_at(now)) is not None},
         )
-        for t, partitions in load_topics_with_partitions(conn, cluster)
+        for t, partitions in registered
     }
 
 

@@ -182,7 +182,7 @@ def apply_retention(mysql: Any, retention: RetentionSettings, now: float) -> dic
 def _offsets_report(
     conn: Any, admin: OffsetsAdmin, cluster: str, timeout_s: float
 ) -> tuple[list[str], dict[str, dict[str, int]], dict[str, int], dict[str, dict[str, dict[str, int]]]]:
-    registered = load_topics_with_partitions(conn, cluster)
+    _, registered = load_topics_with_partitions(conn, cluster)
     topics = [t for t, _ in registered]
     partitions = {t.topic_id: parts for t, parts in registered}
     skipped = lost_records(conn, [t.topic_id for t in topics])

@@ -48,7 +48,7 @@ from lagsched.adapters.ownership import OwnershipView, current_assignment, wants
 from lagsched.adapters.slots import SlotRacks, SlotRegistry
 from lagsched.adapters.topics import load_topics
 from lagsched.core.batches import batch_is_due
-from lagsched.core.claims import Claim
+from lagsched.core.claims import PartitionRow
 from lagsched.core.errors import KafkaOffsetsError
 from lagsched.core.outage import Outage
 from lagsched.core.rack import RackOwner, rack_targets, spans_racks
@@ -367,7 +367,7 @@ class SlotRun:
             log.warning("could not release the slot's rows (%s); their leases run out in %.0f s", exc, self.s.lease_s)
 
 
-def _keys(claims: Sequence[Claim], topics: Mapping[str, TopicRow]) -> str:
+def _keys(claims: Sequence[PartitionRow], topics: Mapping[str, TopicRow]) -> str:
     names = [f"{topics[c.topic_id].name if c.topic_id in topics else c.topic_id}[{c.partition_id}]" for c in claims]
     return ", ".join(names)
 

@@ -13,7 +13,7 @@ from lagsched.adapters.clock import SYSTEM_CLOCK
 from lagsched.adapters.failures import Kind, classify, short_reason
 from lagsched.adapters.mysql import reconnect
 from lagsched.adapters.slots import SlotLock, SlotRegistry
-from lagsched.core.claims import Claim
+from lagsched.core.claims import PartitionRow
 from lagsched.core.errors import LagschedError
 from lagsched.core.outage import Outage, Wait
 from lagsched.core.times import Clock
@@ -59,7 +59,7 @@ class SlotKeeper:
         self._heartbeat_s, self._lease_s = heartbeat_s, lease_s
         self._outage = Outage(lease_s if outage_s is None else outage_s)
         self._lock_store, self._token = lock, token
-        self._claims: list[Claim] = []
+        self._claims: list[PartitionRow] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._live = False
@@ -137,7 +137,7 @@ class SlotKeeper:
             return False
         return True
 
-    def hold(self, claims: Sequence[Claim]) -> None:
+    def hold(self, claims: Sequence[PartitionRow]) -> None:
         """The rows to keep renewing (what the last claim or commit returned)."""
         with self._lock:
             self._claims = list(claims)

@@ -29,7 +29,7 @@ from lagsched.adapters.slots import SlotRegistry, slot_id_for
 from lagsched.adapters.status_queries import (
     clusters,
     overrides_if_migrated,
-    partition_states,
+    partition_lines,
     retention_gaps,
 )
 from lagsched.adapters.topics import TopicRow, load_topics
@@ -40,7 +40,7 @@ from lagsched.core.status import (
     MeasuredOffsets,
     Metric,
     PartitionFigures,
-    PartitionState,
+    PartitionLine,
     SlotView,
     TopicView,
     find_anomalies,
@@ -116,7 +116,7 @@ def cluster_status(
     """
     validate_cluster_name(cluster)
     topics = load_topics(mysql, cluster)
-    parts = partition_states(mysql, cluster)
+    parts = partition_lines(mysql, cluster)
     decisions = recent_decisions(mysql, cluster, limit=decisions_limit)
     gaps = retention_gaps(mysql, cluster, limit=gaps_limit)
     overrides, note = _override_dicts(mysql, cluster, now)
@@ -124,17 +124,18 @@ def cluster_status(
     store = LagStore(redis, cluster)
     names = [t.name for t in topics]
     records = store.read_lag_records(names)
-    measured = _measured(store, [(p.topic, p.partition_id) for p in parts])
+    measured = _measured(store, [(p.topic, p.row.partition_id) for p in parts])
 
     registry = SlotRegistry(redis, cluster=cluster)
     live = registry.live_slots(datetime.fromtimestamp(now, tz=UTC), slot_timeout_s)
-    claims_by_slot: dict[str, list[PartitionState]] = {}
+    claims_by_slot: dict[str, list[PartitionLine]] = {}
     owners: dict[str, set[str]] = {}
     for p in parts:
-        if p.holder is None or not p.live:
+        holder = p.row.claimed_by
+        if holder is None or not p.live:
             continue  # a row whose lease ran out is free: its last holder holds nothing
-        claims_by_slot.setdefault(p.holder, []).append(p)
-        owners.setdefault(p.topic, set()).add(p.holder)
+        claims_by_slot.setdefault(holder, []).append(p)
+        owners.setdefault(p.topic, set()).add(holder)
     slot_names = _slot_names(cluster)
     slots = tuple(
         SlotView(s, slot_names.get(s), registry.last_seen(s), s in live, tuple(claims_by_slot.get(s, ())))

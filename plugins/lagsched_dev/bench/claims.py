@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from lagsched.connections import MySQLParams
+from lagsched.core.claims import claim_terms
 from lagsched_dev.bench import cpu
 
 __all__ = [
@@ -246,7 +247,8 @@ def claimer_loop(spec: ClaimerSpec, ready: Any, go: EventType) -> None:
             log.write("call", t0, t1, len(result.new), str(result.status))
             # A lapsed row was claimed too (it took an epoch) but is no longer held.
             for c in (*result.new, *result.lapsed):
-                log.write("claim", c.topic_id, c.partition_id, c.claim_epoch, t0, t1, c.lease_expires_at.timestamp())
+                epoch, lease = claim_terms(c)
+                log.write("claim", c.topic_id, c.partition_id, epoch, t0, t1, lease.timestamp())
             held = result.claims  # everything it holds now: no merging
             if spec.stall_prob and rng.random() < spec.stall_prob:
                 time.sleep(spec.stall_s)
@@ -255,7 +257,7 @@ def claimer_loop(spec: ClaimerSpec, ready: Any, go: EventType) -> None:
                 ok = True
                 for _ in range(spec.commits):
                     seq += 1
-                    offset = c.claim_epoch * OFFSET_EPOCH + seq % OFFSET_EPOCH
+                    offset = claim_terms(c)[0] * OFFSET_EPOCH + seq % OFFSET_EPOCH
                     t0 = time.time()
                     try:
                         c = store.commit_offset(spec.slot_id, c, offset)  # noqa: PLW2901 - the fresh claim
@@ -273,9 +275,8 @@ def claimer_loop(spec: ClaimerSpec, ready: Any, go: EventType) -> None:
                 renewed = store.renew(spec.slot_id, held, spec.lease_s)
                 t1 = time.time()
                 for c in renewed:
-                    log.write(
-                        "renew", c.topic_id, c.partition_id, c.claim_epoch, t0, t1, c.lease_expires_at.timestamp()
-                    )
+                    epoch, lease = claim_terms(c)
+                    log.write("renew", c.topic_id, c.partition_id, epoch, t0, t1, lease.timestamp())
                 held = renewed
                 continue
             t0 = time.time()
