@@ -130,10 +130,13 @@ class DueSchedule:
         self._last = self.start
         self._buckets = {lt.topic: TokenBucket(burst=max(1.0, lt.peak * self.burst_s)) for lt in self.loads}
 
-    def due(self, now: float) -> dict[str, int]:
-        """Records to send now per topic (topics with none are left out)."""
-        elapsed0, elapsed1 = self._last - self.start, now - self.start
-        self._last = max(self._last, now)
+    def due(self, t_s: float) -> dict[str, int]:
+        """Records to send at ``t_s`` (a reading of the clock ``start`` is on, seconds) per topic.
+
+        Topics with none are left out.
+        """
+        elapsed0, elapsed1 = self._last - self.start, t_s - self.start
+        self._last = max(self._last, t_s)
         out: dict[str, int] = {}
         for lt in self.loads:
             bucket = self._buckets[lt.topic]
@@ -143,9 +146,9 @@ class DueSchedule:
                 out[lt.topic] = n
         return out
 
-    def rates(self, now: float) -> dict[str, float]:
-        """Each topic's target rate at ``now``, records/s."""
-        return {lt.topic: lt.rate_at(now - self.start) for lt in self.loads}
+    def rates(self, t_s: float) -> dict[str, float]:
+        """Each topic's target rate at ``t_s``, records/s."""
+        return {lt.topic: lt.rate_at(t_s - self.start) for lt in self.loads}
 
     @property
     def dropped(self) -> dict[str, float]:

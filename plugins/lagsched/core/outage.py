@@ -5,18 +5,19 @@ first failed call costs a Spark start, a re-claim and an Airflow retry for a bli
 slot waits instead, with backoff, for up to a bound (``--outage-s``, the lease by default: past
 it, its rows may have failed over to other slots anyway) and then exits naming the service and
 the bound. `Outage` is that bookkeeping, with no clock and no I/O of its own: the caller passes
-the time and the service a failed call was about, and logs what `failed` and `recovered` report
-as changes, so the log says once per state change what happens rather than once per retry.
+the time (monotonic seconds, `Clock.monotonic`, never wall time) and the service a failed call
+was about, and logs what `failed` and `recovered` report as changes, so the log says once per
+state change what happens rather than once per retry.
 
 Example:
     >>> o = Outage(bound_s=30)
-    >>> o.failed("mysql", now=100.0)
+    >>> o.failed("mysql", monotonic_s=100.0)
     Wait(seconds=0.5, changed=True, elapsed_s=0.0)
-    >>> o.failed("mysql", now=100.5)
+    >>> o.failed("mysql", monotonic_s=100.5)
     Wait(seconds=1.0, changed=False, elapsed_s=0.5)
-    >>> o.recovered(now=102.0)
+    >>> o.recovered(monotonic_s=102.0)
     2.0
-    >>> o.failed("redis", now=200.0).changed, o.failed("redis", now=231.0)
+    >>> o.failed("redis", monotonic_s=200.0).changed, o.failed("redis", monotonic_s=231.0)
     (True, None)
 """
 
@@ -71,31 +72,31 @@ class Outage:
     def active(self) -> bool:
         return self.since is not None
 
-    def elapsed_s(self, now: float) -> float:
-        """How long the current outage has lasted at ``now`` (0 when none)."""
-        return 0.0 if self.since is None else max(0.0, now - self.since)
+    def elapsed_s(self, monotonic_s: float) -> float:
+        """How long the current outage has lasted at ``monotonic_s`` (0 when none)."""
+        return 0.0 if self.since is None else max(0.0, monotonic_s - self.since)
 
-    def failed(self, service: str, now: float) -> Wait | None:
-        """A call to ``service`` failed at ``now``: how long to wait, or None once past the bound.
+    def failed(self, service: str, monotonic_s: float) -> Wait | None:
+        """A call to ``service`` failed at ``monotonic_s``: how long to wait, or None once past the bound.
 
         The outage counts from its first failure, whichever service fails later in it: a slot
         waiting on MySQL and then on Kafka has been stuck for the whole time.
         """
         changed = self.since is None or service != self.service
         if self.since is None:
-            self.since, self.attempts = now, 0
+            self.since, self.attempts = monotonic_s, 0
         self.service = service
-        elapsed = self.elapsed_s(now)
+        elapsed = self.elapsed_s(monotonic_s)
         if elapsed >= self.bound_s:
             return None
         wait = self.backoff_s[min(self.attempts, len(self.backoff_s) - 1)]
         self.attempts += 1
         return Wait(min(wait, self.bound_s - elapsed), changed, elapsed)
 
-    def recovered(self, now: float) -> float | None:
-        """A call succeeded at ``now``: the outage's length if one was under way (log it), else None."""
+    def recovered(self, monotonic_s: float) -> float | None:
+        """A call succeeded at ``monotonic_s``: the outage's length if one was under way (log it), else None."""
         if self.since is None:
             return None
-        took = self.elapsed_s(now)
+        took = self.elapsed_s(monotonic_s)
         self.since, self.service, self.attempts = None, None, 0
         return took

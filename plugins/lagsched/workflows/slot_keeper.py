@@ -197,7 +197,7 @@ class SlotKeeper:
 RIDE_THROUGH = frozenset({Kind.UNREACHABLE, Kind.BUSY})
 
 
-def ride_through(outage: Outage, exc: BaseException, now: float, who: str) -> Wait | None:
+def ride_through(outage: Outage, exc: BaseException, monotonic_s: float, who: str) -> Wait | None:
     """How long to wait before trying again after ``exc``, or None to give up on it.
 
     Waited out: a Kafka, MySQL or Redis client error that says the service is unreachable or busy
@@ -208,11 +208,11 @@ def ride_through(outage: Outage, exc: BaseException, now: float, who: str) -> Wa
     verdict = classify(exc)
     if verdict is None or verdict.kind not in RIDE_THROUGH:
         return None
-    wait = outage.failed(verdict.service, now)
+    wait = outage.failed(verdict.service, monotonic_s)
     if wait is None:
         log.error(
             "%s: %s unreachable for %.0f s, past the outage bound of %.0f s (--outage-s): giving up (%s)",
-            who, verdict.service, outage.elapsed_s(now), outage.bound_s, short_reason(exc),
+            who, verdict.service, outage.elapsed_s(monotonic_s), outage.bound_s, short_reason(exc),
         )  # fmt: skip
     elif wait.changed:
         log.warning(
