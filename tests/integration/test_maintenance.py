@@ -81,7 +81,7 @@ def gap_starts(db: Any) -> set[tuple[str, int, int]]:
 
 
 def run(db: Any, redis: Any, now: float, retention: RetentionSettings | None = None) -> Any:
-    return maintain((), mysql=db, redis=redis, admins={}, now=now, retention=retention or RetentionSettings())
+    return maintain((), mysql=db, redis=redis, admins={}, now=at(now), retention=retention or RetentionSettings())
 
 
 def test_old_history_goes_and_what_the_evaluator_and_the_page_read_stays(

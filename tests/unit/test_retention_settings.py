@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from lagsched.core.errors import ConfigError
@@ -25,10 +27,13 @@ def test_fields_are_read_and_kept() -> None:
 
 def test_cutoffs_are_per_table() -> None:
     s = RetentionSettings(decisions_days=1, gaps_days=2, overrides_days=3)
-    assert s.cutoffs(now=10 * DAY_S) == {
-        "scaling_decisions": 9 * DAY_S,
-        "retention_gaps": 8 * DAY_S,
-        "scaling_overrides": 7 * DAY_S,
+    def at(t: float) -> datetime:
+        return datetime.fromtimestamp(t, tz=UTC)
+
+    assert s.cutoffs(now=at(10 * DAY_S)) == {
+        "scaling_decisions": at(9 * DAY_S),
+        "retention_gaps": at(8 * DAY_S),
+        "scaling_overrides": at(7 * DAY_S),
     }
 
 

@@ -8,6 +8,7 @@ happen.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from lagsched.adapters.mysql import epoch_from_db, to_db
@@ -140,8 +141,10 @@ def recent_decisions(
     return [_row(r) for r in rows]
 
 
-def delete_old_decisions(conn: Connection, before: float, *, batch_rows: int = 5000, keep: Collection[int] = ()) -> int:
-    """Delete the decisions made before ``before`` (epoch seconds); returns how many went.
+def delete_old_decisions(
+    conn: Connection, before: datetime, *, batch_rows: int = 5000, keep: Collection[int] = ()
+) -> int:
+    """Delete the decisions made before ``before`` (aware); returns how many went.
 
     Kept whatever their age: each topic's newest decision, by id (`last_decisions`, whose rule the
     evaluator reads) and by time (`last_change_times`, its cooldown), and the ids in ``keep``

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING
 
+from lagsched.adapters.mysql import to_db
 from lagsched.adapters.transactions import delete_in_batches, transaction
 
 if TYPE_CHECKING:
@@ -70,15 +71,14 @@ def lost_records(conn: Connection, topic_ids: Iterable[str]) -> dict[str, dict[i
     return out
 
 
-def delete_old_gaps(conn: Connection, before: float, *, batch_rows: int = 5000) -> int:
-    """Delete the gaps detected before ``before`` (epoch seconds); returns how many went.
+def delete_old_gaps(conn: Connection, before: datetime, *, batch_rows: int = 5000) -> int:
+    """Delete the gaps detected before ``before`` (aware); returns how many went.
 
     In batches of at most ``batch_rows`` rows (`delete_in_batches`), so slots recording new gaps
     meanwhile wait at most one short batch. `lost_records` then counts the gaps of the retained
     period only.
     """
-    # Sessions run in UTC and pymysql writes a datetime without its zone: hand it UTC wall time.
-    cutoff = datetime.fromtimestamp(before, tz=UTC).replace(tzinfo=None)
+    cutoff = to_db(before)
     return delete_in_batches(
         conn,
         "DELETE FROM retention_gaps WHERE detected_at < %s ORDER BY topic_id, partition_id, from_offset LIMIT %s",

@@ -29,6 +29,7 @@ import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from lagsched.connections import KAFKA_CONN_ID, MYSQL_CONN_ID, REDIS_CONN_ID
@@ -388,7 +389,7 @@ def run_maintenance(
     clusters: Sequence[Mapping[str, Any]],
     *,
     slot_horizon_s: float = 3600.0,
-    now: float | None = None,
+    now: datetime | None = None,
     raw_retention: str | bytes | Mapping[str, Any] | None = None,
     mysql_conn_id: str = MYSQL_CONN_ID,
     redis_conn_id: str = REDIS_CONN_ID,
@@ -421,7 +422,7 @@ def run_maintenance(
             mysql=mysql,
             redis=redis,
             admins=admins,
-            now=time.time() if now is None else now,
+            now=datetime.now(tz=UTC) if now is None else now,
             slot_horizon_s=slot_horizon_s,
             retention=retention,
         )

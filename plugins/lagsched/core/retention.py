@@ -21,8 +21,9 @@ Example:
     >>> s = parse_retention(None)
     >>> (s.decisions_days, s.batch_rows)
     (30.0, 5000)
-    >>> s.cutoffs(now=100 * 86400.0)["retention_gaps"] / 86400
-    70.0
+    >>> from datetime import UTC
+    >>> s.cutoffs(now=datetime(2026, 4, 10, tzinfo=UTC))["retention_gaps"].isoformat()
+    '2026-03-11T00:00:00+00:00'
     >>> parse_retention('{"gaps_days": 0}')
     Traceback (most recent call last):
     ...
@@ -33,6 +34,7 @@ equal to 1 (allowed: a finite number of days from 1 to 3,650)
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import Field
@@ -64,12 +66,12 @@ class RetentionSettings(VariableModel):
     # Below 100 a backlog takes many round trips; above 100,000 one DELETE holds its locks for seconds.
     batch_rows: int = Field(default=5000, ge=100, le=100_000)
 
-    def cutoffs(self, now: float) -> dict[str, float]:
-        """Table -> the time (epoch seconds) before which its rows may go, at ``now``."""
+    def cutoffs(self, now: datetime) -> dict[str, datetime]:
+        """Table -> the time before which its rows may go, at ``now`` (aware UTC, as is each cutoff)."""
         return {
-            "scaling_decisions": now - self.decisions_days * DAY_S,
-            "retention_gaps": now - self.gaps_days * DAY_S,
-            "scaling_overrides": now - self.overrides_days * DAY_S,
+            "scaling_decisions": now - timedelta(days=self.decisions_days),
+            "retention_gaps": now - timedelta(days=self.gaps_days),
+            "scaling_overrides": now - timedelta(days=self.overrides_days),
         }
 
     def as_dict(self) -> dict[str, Any]:

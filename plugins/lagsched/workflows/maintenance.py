@@ -38,13 +38,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from lagsched.adapters.decisions import delete_old_decisions
 from lagsched.adapters.gaps import delete_old_gaps, lost_records
 from lagsched.adapters.kafka_admin import OffsetsAdmin, list_partitions, read_offsets
 from lagsched.adapters.lag_store import trim_history
+from lagsched.adapters.mysql import aware_utc
 from lagsched.adapters.overrides import active_overrides, delete_ended_overrides
 from lagsched.adapters.slots import SlotRacks, SlotRegistry
 from lagsched.adapters.topics import load_topics_with_partitions
@@ -97,7 +98,7 @@ class ClusterReport:
 class MaintenanceReport:
     """The result of one `maintain` call (JSON via `as_dict`, readable via `table`)."""
 
-    at: float
+    at: datetime
     slots_pruned: int
     clusters: tuple[ClusterReport, ...]
     #: table -> rows deleted by retention (`apply_retention`).
@@ -108,7 +109,7 @@ class MaintenanceReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "at": datetime.fromtimestamp(self.at, tz=UTC).isoformat(),
+            "at": self.at.isoformat(),
             "slots_pruned": self.slots_pruned,
             "slot_entries_deleted": self.slot_entries_deleted,
             "rows_deleted": dict(self.rows_deleted),
@@ -124,7 +125,7 @@ class MaintenanceReport:
             "scaling_overrides": r.overrides_days,
         }
         lines = [
-            f"maintenance at {datetime.fromtimestamp(self.at, tz=UTC):%Y-%m-%d %H:%M:%S} UTC: "
+            f"maintenance at {self.at:%Y-%m-%d %H:%M:%S} UTC: "
             f"{self.slots_pruned} dead slot(s) pruned, {self.slot_entries_deleted} entry(ies) of dead slots deleted",
             "retention: "
             + ", ".join(
@@ -152,20 +153,16 @@ class MaintenanceReport:
         return "\n".join(lines)
 
 
-def apply_retention(mysql: Any, retention: RetentionSettings, now: float) -> dict[str, int]:
-    """Delete the history `retention` no longer keeps at ``now``; returns table -> rows deleted.
+def apply_retention(mysql: Any, retention: RetentionSettings, now: datetime) -> dict[str, int]:
+    """Delete the history `retention` no longer keeps at ``now`` (aware); returns table -> rows deleted.
 
     Ended overrides go first; the decisions that applied overrides still active are kept
     whatever their age (an active override's row names the decision that applied it).
     """
-    cutoffs = retention.cutoffs(now)
+    at = aware_utc(now)
+    cutoffs = retention.cutoffs(at)
     batch = retention.batch_rows
-    at = datetime.fromtimestamp(now, tz=UTC)
-    deleted = {
-        "scaling_overrides": delete_ended_overrides(
-            mysql, datetime.fromtimestamp(cutoffs["scaling_overrides"], tz=UTC), batch_rows=batch
-        ),
-    }
+    deleted = {"scaling_overrides": delete_ended_overrides(mysql, cutoffs["scaling_overrides"], batch_rows=batch)}
     pinned = [o.decision_id for o in active_overrides(mysql, None, at) if o.decision_id is not None]
     deleted["scaling_decisions"] = delete_old_decisions(
         mysql, cutoffs["scaling_decisions"], batch_rows=batch, keep=pinned
@@ -174,7 +171,7 @@ def apply_retention(mysql: Any, retention: RetentionSettings, now: float) -> dic
     for table, n in deleted.items():
         log.info(
             "retention: %s lost %d row(s) (cutoff %s UTC)",
-            table, n, f"{datetime.fromtimestamp(cutoffs[table], tz=UTC):%Y-%m-%d %H:%M:%S}",
+            table, n, f"{cutoffs[table]:%Y-%m-%d %H:%M:%S}",
         )  # fmt: skip
     return deleted
 
@@ -215,7 +212,7 @@ def maintain(
     mysql: Any,
     redis: Any,
     admins: Mapping[str, OffsetsAdmin],
-    now: float,
+    now: datetime,
     slot_horizon_s: float = 3600.0,
     timeout_s: float = 10.0,
     retention: RetentionSettings = DEFAULT_RETENTION,
@@ -227,14 +224,14 @@ def maintain(
         mysql: an open lagsched MySQL connection.
         redis: a ``redis.Redis`` client on lagsched's Redis DB.
         admins: cluster name -> Admin client of its broker.
-        now: seconds since the epoch (UTC).
+        now: the time of the run, timezone-aware (a naive datetime is refused).
         slot_horizon_s: slots silent longer than this are dropped from the live set (at least 60).
         timeout_s: broker request timeout.
         retention: how long history is kept (`lagsched.core.retention`; default 30 days each).
     """
     if slot_horizon_s < 60:
         raise ValueError(f"slot_horizon_s={slot_horizon_s}: use at least 60 s, far above any slot timeout")
-    at = datetime.fromtimestamp(now, tz=UTC)
+    at = aware_utc(now)
     # Every cluster with slots in Redis: one taken out of lagsched_clusters still has its set pruned.
     registries = SlotRegistry.every_cluster(redis)
     pruned = sum(registry.prune(at, slot_horizon_s) for registry in registries)
@@ -244,7 +241,7 @@ def maintain(
     leftovers = sum(registry.drop_leftovers(SlotRacks(redis, registry.namespace).key) for registry in registries)
     if leftovers:
         log.info("deleted %d rack entry(ies) of dead slots", leftovers)
-    rows_deleted = apply_retention(mysql, retention, now)
+    rows_deleted = apply_retention(mysql, retention, at)
     reports = []
     for c in clusters:
         enabled, losses, lost, anomalies = _offsets_report(mysql, admins[c.name], c.name, timeout_s)
@@ -257,4 +254,4 @@ def maintain(
                 anomalies=anomalies,
             )
         )
-    return MaintenanceReport(now, pruned, tuple(reports), rows_deleted, leftovers, retention)
+    return MaintenanceReport(at, pruned, tuple(reports), rows_deleted, leftovers, retention)
