@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -22,6 +23,11 @@ from lagsched.workflows.lag_monitor import measure
 from lagsched.workflows.status import cluster_status, metrics
 
 T0 = 1_790_000_000.0  # injected clock: a fixed instant, so every expected figure is exact
+
+
+def at(t: float) -> datetime:
+    """Epoch seconds as the aware datetime the workflows take."""
+    return datetime.fromtimestamp(t, tz=UTC)
 
 
 class CountingAdmin:
@@ -407,7 +413,7 @@ def test_a_pipeline_with_lag_and_no_commit_is_stalled_with_live_holders_and_stop
 
     # The evaluator holds it: more workers would not help (lag 170 alone would not scale anyway,
     # so the rule, not the policy, is what holds it).
-    evaluation = evaluate_cluster(cluster, settings, mysql=db, redis=redis_client, evaluation_id="e1", now=T0 + 240)
+    evaluation = evaluate_cluster(cluster, settings, mysql=db, redis=redis_client, evaluation_id="e1", now=at(T0 + 240))
     held = {o.topic: o for o in evaluation.outcomes}[topic]
     assert held.status == "held" and held.decision is not None
     assert (held.decision.rule, held.decision.reason) == ("stuck", f"pipeline stalled: {stalled.pipeline.reason}")

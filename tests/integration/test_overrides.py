@@ -119,9 +119,7 @@ def test_the_evaluator_holds_an_overridden_topic_and_decides_normally_after_expi
     during = NOW + timedelta(minutes=30)
     quiet_history(redis_client, cluster, during.timestamp())
 
-    held = evaluate_cluster(
-        cluster, SETTINGS, mysql=db, redis=redis_client, evaluation_id="during", now=during.timestamp()
-    )
+    held = evaluate_cluster(cluster, SETTINGS, mysql=db, redis=redis_client, evaluation_id="during", now=during)
 
     (outcome,) = held.outcomes
     assert outcome.status == "held" and outcome.decision is not None
@@ -134,9 +132,7 @@ def test_the_evaluator_holds_an_overridden_topic_and_decides_normally_after_expi
     after = NOW + timedelta(minutes=61)
     quiet_history(redis_client, cluster, after.timestamp())
     assert active_overrides(db, cluster, after) == []
-    done = evaluate_cluster(
-        cluster, SETTINGS, mysql=db, redis=redis_client, evaluation_id="after", now=after.timestamp()
-    )
+    done = evaluate_cluster(cluster, SETTINGS, mysql=db, redis=redis_client, evaluation_id="after", now=after)
 
     (outcome,) = done.outcomes
     assert outcome.status == "applied" and outcome.decision is not None
@@ -157,7 +153,9 @@ def test_an_override_sets_a_drifted_count_back(db: Any, redis_client: Any, clust
     at = (NOW + timedelta(minutes=5)).timestamp()
     quiet_history(redis_client, cluster, at)
 
-    summary = evaluate_cluster(cluster, SETTINGS, mysql=db, redis=redis_client, evaluation_id="e", now=at)
+    summary = evaluate_cluster(
+        cluster, SETTINGS, mysql=db, redis=redis_client, evaluation_id="e", now=NOW + timedelta(minutes=5)
+    )
 
     assert summary.outcomes[0].status == "applied"
     assert workers_of(db, topic_id) == 8
@@ -273,7 +271,7 @@ def test_an_evaluation_decided_before_an_override_does_not_undo_it(db: Any, redi
     override(db, redis_client, cluster, linker_workers=2)
     row = TopicRow(topic_id, cluster, "orders", None, 12, 3_600_000, 2, None, None, True)
 
-    outcome = _apply(db, redis_client, cluster=cluster, evaluation_id="late", topic=row, d=decided, now=at)
+    outcome = _apply(db, redis_client, cluster=cluster, evaluation_id="late", topic=row, d=decided, now=NOW)
 
     assert outcome.status == "conflict"
     assert workers_of(db, topic_id) == 2

@@ -6,7 +6,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -20,6 +20,13 @@ from lagsched.core.registry import TopicRow
 from lagsched.workflows.scaling import _apply, effective_config, evaluate_cluster
 
 NOW = 1_790_000_000.0
+
+
+def at(t: float) -> datetime:
+    """Epoch seconds as the aware datetime the workflows take."""
+    return datetime.fromtimestamp(t, tz=UTC)
+
+
 SETTINGS = {"defaults": {"evaluate_every": 1, "cooldown_s": 0}}
 
 
@@ -131,7 +138,7 @@ def test_change_is_applied_recorded_and_announced(db: Any, redis_client: Any, cl
     rising_history(redis_client, cluster, "orders")
 
     summary = evaluate_cluster(
-        cluster, json.dumps(SETTINGS), mysql=db, redis=redis_client, evaluation_id="run-1", now=NOW
+        cluster, json.dumps(SETTINGS), mysql=db, redis=redis_client, evaluation_id="run-1", now=at(NOW)
     )
 
     by_topic = {o.topic: o for o in summary.outcomes}
@@ -175,14 +182,14 @@ def test_retry_does_not_double_apply(db: Any, redis_client: Any, cluster: str, s
     topic_id = add_topic(db, cluster, "orders")
     rising_history(redis_client, cluster, "orders")
     raw = json.dumps(SETTINGS)
-    first = evaluate_cluster(cluster, raw, mysql=db, redis=redis_client, evaluation_id="run-1", now=NOW)
+    first = evaluate_cluster(cluster, raw, mysql=db, redis=redis_client, evaluation_id="run-1", now=at(NOW))
     assert [o.status for o in first.outcomes] == ["applied"]
     assert len(messages(subscriber)) == 1
 
     # A retry of the same run (same evaluation id), even with the evaluation mark lost and no
     # cooldown: it finds its own decision and applies nothing.
     redis_client.delete(LagStore(redis_client, cluster).evaluated_key("orders"))
-    retry = evaluate_cluster(cluster, raw, mysql=db, redis=redis_client, evaluation_id="run-1", now=NOW + 1)
+    retry = evaluate_cluster(cluster, raw, mysql=db, redis=redis_client, evaluation_id="run-1", now=at(NOW + 1))
     assert [o.status for o in retry.outcomes] == ["already_applied"]
     assert workers_of(db, topic_id) == 6
     assert len(decisions(db, topic_id)) == 1
@@ -192,14 +199,14 @@ def test_retry_does_not_double_apply(db: Any, redis_client: Any, cluster: str, s
     with db.cursor() as cur:
         cur.execute("UPDATE scaling_decisions SET announced_at = NULL WHERE topic_id = %s", (topic_id,))
     db.commit()
-    evaluate_cluster(cluster, raw, mysql=db, redis=redis_client, evaluation_id="run-1", now=NOW + 2)
+    evaluate_cluster(cluster, raw, mysql=db, redis=redis_client, evaluation_id="run-1", now=at(NOW + 2))
     (again,) = messages(subscriber)
     assert (again["previous_linker_workers"], again["linker_workers"]) == (2, 6)
     assert decisions(db, topic_id)[0]["announced_at"] is not None
     assert workers_of(db, topic_id) == 6
 
     # The next run with no new measurement is not due; nothing moves either.
-    nxt = evaluate_cluster(cluster, raw, mysql=db, redis=redis_client, evaluation_id="run-2", now=NOW + 60)
+    nxt = evaluate_cluster(cluster, raw, mysql=db, redis=redis_client, evaluation_id="run-2", now=at(NOW + 60))
     assert [o.status for o in nxt.outcomes] == ["not_due"]
     assert workers_of(db, topic_id) == 6
 
@@ -208,7 +215,7 @@ def test_guarded_update_loses_to_a_concurrent_change(db: Any, redis_client: Any,
     topic_id = add_topic(db, cluster, "orders", workers=3)  # another evaluator already moved 2 -> 3
     stale = Decision("orders", 2, 6, 250_000, 60.0, 166.7, 1.0, "hevo", "scale_up_rising", "test", NOW)
     topic = TopicRow(topic_id, cluster, "orders", None, 12, 3_600_000, 2, None, None, True)
-    outcome = _apply(db, redis_client, cluster=cluster, evaluation_id="run-x", topic=topic, d=stale, now=NOW)
+    outcome = _apply(db, redis_client, cluster=cluster, evaluation_id="run-x", topic=topic, d=stale, now=at(NOW))
     assert outcome.status == "conflict"
     assert workers_of(db, topic_id) == 3
     assert decisions(db, topic_id) == []
@@ -218,7 +225,7 @@ def test_cooldown_and_live_slots_bound_the_change(db: Any, redis_client: Any, cl
     topic_id = add_topic(db, cluster, "orders")
     rising_history(redis_client, cluster, "orders")
     capped = evaluate_cluster(
-        cluster, json.dumps(SETTINGS), mysql=db, redis=redis_client, evaluation_id="r1", now=NOW, live_slots=3
+        cluster, json.dumps(SETTINGS), mysql=db, redis=redis_client, evaluation_id="r1", now=at(NOW), live_slots=3
     )
     assert capped.outcomes[0].decision is not None
     assert (capped.outcomes[0].decision.linker_workers, workers_of(db, topic_id)) == (3, 3)
@@ -228,7 +235,7 @@ def test_cooldown_and_live_slots_bound_the_change(db: Any, redis_client: Any, cl
     held = evaluate_cluster(
         cluster, json.dumps({"defaults": {"evaluate_every": 1, "scale_up_cooldown_s": 600}}), mysql=db,
         redis=redis_client,
-        evaluation_id="r2", now=NOW + 300,
+        evaluation_id="r2", now=at(NOW + 300),
     )  # fmt: skip
     assert held.outcomes[0].decision is not None
     assert (held.outcomes[0].status, held.outcomes[0].decision.rule) == ("held", "cooldown")
@@ -238,7 +245,9 @@ def test_cooldown_and_live_slots_bound_the_change(db: Any, redis_client: Any, cl
 def test_stale_history_is_not_acted_on(db: Any, redis_client: Any, cluster: str) -> None:
     topic_id = add_topic(db, cluster, "orders")
     rising_history(redis_client, cluster, "orders", end=NOW - 3600)  # the monitor stopped an hour ago
-    summary = evaluate_cluster(cluster, json.dumps(SETTINGS), mysql=db, redis=redis_client, evaluation_id="r", now=NOW)
+    summary = evaluate_cluster(
+        cluster, json.dumps(SETTINGS), mysql=db, redis=redis_client, evaluation_id="r", now=at(NOW)
+    )
     assert summary.outcomes[0].decision is not None
     assert (summary.outcomes[0].status, summary.outcomes[0].decision.rule) == ("held", "insufficient_samples")
     assert workers_of(db, topic_id) == 2
@@ -251,7 +260,7 @@ def test_malformed_variable_fails_naming_the_field_and_changes_nothing(
     rising_history(redis_client, cluster, "orders")
     bad = json.dumps({"defaults": {"evaluate_every": 1, "cooldown_s": 0, "policy": "magic"}})
     with pytest.raises(ConfigError) as err:
-        evaluate_cluster(cluster, bad, mysql=db, redis=redis_client, evaluation_id="run-bad", now=NOW)
+        evaluate_cluster(cluster, bad, mysql=db, redis=redis_client, evaluation_id="run-bad", now=at(NOW))
     assert err.value.field == "defaults.policy"
     assert err.value.value == "magic"
     assert "defaults.policy = 'magic'" in str(err.value) and "'hevo', 'keda' or 'capacity'" in str(err.value)
@@ -263,10 +272,10 @@ def test_malformed_variable_fails_naming_the_field_and_changes_nothing(
     with pytest.raises(ConfigError, match=r"topics\.orders\.max_workers"):
         evaluate_cluster(
             cluster, '{"topics": {"orders": {"min_workers": 9, "max_workers": 4}}}', mysql=db, redis=redis_client,
-            evaluation_id="run-bad-2", now=NOW,
+            evaluation_id="run-bad-2", now=at(NOW),
         )  # fmt: skip
     with pytest.raises(ConfigError, match="not valid JSON"):
-        evaluate_cluster(cluster, "{oops", mysql=db, redis=redis_client, evaluation_id="run-bad-3", now=NOW)
+        evaluate_cluster(cluster, "{oops", mysql=db, redis=redis_client, evaluation_id="run-bad-3", now=at(NOW))
     assert workers_of(db, topic_id) == 2
 
 
@@ -285,12 +294,12 @@ def test_a_run_that_fails_part_way_changes_every_topic_or_its_retry_finishes(
     raw = json.dumps(SETTINGS)
     with pytest.raises(ConnectionError):
         evaluate_cluster(
-            cluster, raw, mysql=db, redis=redis_client, evaluation_id="run-1", now=NOW,
+            cluster, raw, mysql=db, redis=redis_client, evaluation_id="run-1", now=at(NOW),
             store=BrokenMarks(redis_client, cluster),
         )  # fmt: skip
     # Before, the first topic's change was applied and the second topic never evaluated.
     assert {n: workers_of(db, t) for n, t in ids.items()} == {"alpha": 6, "beta": 6}
-    retry = evaluate_cluster(cluster, raw, mysql=db, redis=redis_client, evaluation_id="run-1", now=NOW + 1)
+    retry = evaluate_cluster(cluster, raw, mysql=db, redis=redis_client, evaluation_id="run-1", now=at(NOW + 1))
     assert [o.status for o in retry.outcomes] == ["already_applied", "already_applied"]
     assert {n: len(decisions(db, t)) for n, t in ids.items()} == {"alpha": 1, "beta": 1}
     assert sorted(m["topic"] for m in messages(subscriber)) == ["alpha", "beta"]
@@ -314,7 +323,7 @@ def test_an_override_for_an_unregistered_topic_is_named_in_the_log(
     add_topic(db, cluster, "orders")
     raw = json.dumps({"topics": {"Orders": {"max_workers": 4}, "clicks": {"max_workers": 2}}})
     with caplog.at_level("WARNING", logger="lagsched.workflows.scaling"):
-        evaluate_cluster(cluster, raw, mysql=db, redis=redis_client, evaluation_id="run-o", now=NOW)
+        evaluate_cluster(cluster, raw, mysql=db, redis=redis_client, evaluation_id="run-o", now=at(NOW))
     text = caplog.text
     assert "'Orders'" in text and "did you mean 'orders'" in text
     assert "'clicks'" in text and "no effect" in text
@@ -333,7 +342,7 @@ def test_a_stuck_pipeline_is_held_and_a_stale_stuck_record_is_not(
     store.add_lag_records({"orders": replace(newest, at=NOW + 1, state="stopped", state_reason=reason)})
 
     held = evaluate_cluster(
-        cluster, json.dumps(SETTINGS), mysql=db, redis=redis_client, evaluation_id="e1", now=NOW + 1
+        cluster, json.dumps(SETTINGS), mysql=db, redis=redis_client, evaluation_id="e1", now=at(NOW + 1)
     )
 
     (outcome,) = held.outcomes
@@ -345,6 +354,8 @@ def test_a_stuck_pipeline_is_held_and_a_stale_stuck_record_is_not(
 
     # The monitor stopped long ago: its last word ("stopped") is stale, and so is the whole history.
     later = NOW + 1 + 3 * 60 + 1
-    stale = evaluate_cluster(cluster, json.dumps(SETTINGS), mysql=db, redis=redis_client, evaluation_id="e2", now=later)
+    stale = evaluate_cluster(
+        cluster, json.dumps(SETTINGS), mysql=db, redis=redis_client, evaluation_id="e2", now=at(later)
+    )
     assert [o.status for o in stale.outcomes] == ["not_due"]  # no fresh measurement: nothing to decide
     assert stale.as_dict()["stuck"] == []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -38,6 +38,11 @@ BASE = TopicPolicyConfig(
 )
 HOUR = 3600.0
 DAY = 86400.0
+
+
+def at(t: float) -> datetime:
+    """Epoch seconds as the aware datetime `evaluate` takes."""
+    return datetime.fromtimestamp(t, tz=UTC)
 
 
 def rising(start: int, per_sample: int, n: int = 5) -> list[int]:
@@ -365,7 +370,7 @@ def test_evaluator_rules_and_bounds(case: Case) -> None:
     snapshot, config, now = build(case)
     pin = None if case.pin is None else Pin(case.pin, now + HOUR, "sale, by ana")
     state = stored_state(case.state, f"{case.state} for a test")
-    decision = evaluate(snapshot, config, now, pin=pin, state=state)
+    decision = evaluate(snapshot, config, at(now), pin=pin, state=state)
     assert (decision.linker_workers, decision.rule) == (case.expected_workers, case.expected_rule), decision.reason
     assert decision.previous_linker_workers == case.workers
     assert decision.changed == (case.expected_workers != case.workers)
@@ -376,7 +381,7 @@ def test_evaluator_rules_and_bounds(case: Case) -> None:
 
 def test_decision_records_the_fit_and_reads_as_words() -> None:
     snapshot, config, now = build(CASES[0])
-    d = evaluate(snapshot, config, now)
+    d = evaluate(snapshot, config, at(now))
     assert d.slope == pytest.approx(1_000 / STEP)
     assert d.fit_r2 == pytest.approx(1.0)
     assert d.lag == 24_000
@@ -387,12 +392,12 @@ def test_decision_records_the_fit_and_reads_as_words() -> None:
 def test_evaluation_is_deterministic() -> None:
     for case in CASES:
         snapshot, config, now = build(case)
-        assert evaluate(snapshot, config, now) == evaluate(snapshot, config, now)
+        assert evaluate(snapshot, config, at(now)) == evaluate(snapshot, config, at(now))
 
 
 def test_decision_is_a_frozen_value() -> None:
     snapshot, config, now = build(CASES[0])
-    d = evaluate(snapshot, config, now)
+    d = evaluate(snapshot, config, at(now))
     assert isinstance(d, Decision)
     with pytest.raises(AttributeError):
         d.linker_workers = 1  # type: ignore[misc]
@@ -482,18 +487,18 @@ def test_is_evaluation_due_counts_measurements_since_the_last_evaluation(
 def test_override_and_stuck_reasons_name_who_why_and_until() -> None:
     snapshot, config, now = build(Case("x", rising(20_000, 1_000), 4, "override"))
     pin = Pin(8, now + 2 * HOUR, "override 7 by ana: Black Friday")
-    d = evaluate(snapshot, config, now, pin=pin)
+    d = evaluate(snapshot, config, at(now), pin=pin)
     until = "2023-11-15 00:13:20 UTC"
     assert d.reason == f"manual override (override 7 by ana: Black Friday) pins 8 workers until {until}"
-    held = evaluate(snapshot, config, now, pin=Pin(4, now + 2 * HOUR, "override 7 by ana: Black Friday"))
+    held = evaluate(snapshot, config, at(now), pin=Pin(4, now + 2 * HOUR, "override 7 by ana: Black Friday"))
     assert held.reason == f"held at 4 workers by a manual override (override 7 by ana: Black Friday) until {until}"
-    stuck = evaluate(snapshot, config, now, state=PipelineState("stopped", "nothing consumes it"))
+    stuck = evaluate(snapshot, config, at(now), state=PipelineState("stopped", "nothing consumes it"))
     assert (stuck.rule, stuck.reason) == ("stuck", "pipeline stopped: nothing consumes it")
-    assert evaluate(snapshot, config, now, state=PipelineState()).rule == "scale_up_rising"  # ok does not hold
+    assert evaluate(snapshot, config, at(now), state=PipelineState()).rule == "scale_up_rising"  # ok does not hold
 
 
 def test_the_first_change_after_an_override_says_so() -> None:
     snapshot, config, now = build(Case("x", [10] * 5, 2, "scale_down_low_lag", workers=8))
-    d = after_override(evaluate(snapshot, config, now), "override ended (sale)")
+    d = after_override(evaluate(snapshot, config, at(now)), "override ended (sale)")
     assert (d.previous_linker_workers, d.rule) == (8, "override_expired")
     assert d.reason.startswith("override ended (sale); scale_down")

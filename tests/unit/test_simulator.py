@@ -6,6 +6,7 @@ import argparse
 import functools
 import json
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -195,8 +196,10 @@ def test_the_simulator_evaluates_exactly_when_production_would(every: int, monke
     the evaluator at exactly those times."""
     called: list[float] = []
 
-    def spy(snapshot: core_evaluator.TopicSnapshot, config: TopicPolicyConfig, now: float) -> core_evaluator.Decision:
-        called.append(now)
+    def spy(
+        snapshot: core_evaluator.TopicSnapshot, config: TopicPolicyConfig, now: datetime
+    ) -> core_evaluator.Decision:
+        called.append(now.timestamp())
         return core_evaluator.evaluate(snapshot, config, now)
 
     monkeypatch.setattr(engine, "evaluate", spy)

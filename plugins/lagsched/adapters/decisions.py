@@ -186,7 +186,7 @@ def delete_old_decisions(
             return deleted
 
 
-def mark_announced(conn: Connection, decision_id: int, at: float) -> None:
+def mark_announced(conn: Connection, decision_id: int, at: datetime) -> None:
     """Stamp a decision as published (a retry publishes only unstamped ones)."""
     with transaction(conn) as cur:
         cur.execute(

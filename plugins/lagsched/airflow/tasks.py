@@ -281,7 +281,7 @@ def run_evaluation(
     raw_settings: str | bytes | Mapping[str, Any] | None,
     *,
     evaluation_id: str,
-    now: float | None = None,
+    now: datetime | None = None,
     slot_timeout_s: float = 60.0,
     mysql_conn_id: str = MYSQL_CONN_ID,
     redis_conn_id: str = REDIS_CONN_ID,
@@ -300,7 +300,7 @@ def run_evaluation(
     settings = parse_settings({} if raw_settings is None else raw_settings)  # once, and before connecting
     config = _cluster(cluster)
     name = config.name
-    at = time.time() if now is None else now
+    at = datetime.now(tz=UTC) if now is None else now
     mysql_p, redis_p = mysql_settings(mysql_conn_id), redis_settings(redis_conn_id)
     with mysql_and_redis(mysql_p, redis_p) as (mysql, redis):
         live = count_live_slots(redis, name, at, slot_timeout_s)

@@ -30,7 +30,7 @@ Example:
     >>> from lagsched.core.config import TopicPolicyConfig
     >>> pts = tuple(LagPoint(60.0 * i, 200_000 + 10_000 * i) for i in range(6))
     >>> snap = TopicSnapshot("orders", linker_workers=2, partitions=12, live_slots=8, retention_s=None, lag_history=pts)
-    >>> d = evaluate(snap, TopicPolicyConfig(), now=300.0)
+    >>> d = evaluate(snap, TopicPolicyConfig(), now=datetime.fromtimestamp(300.0, tz=UTC))
     >>> (d.previous_linker_workers, d.linker_workers, d.rule)
     (2, 3, 'scale_up_rising')
 """
@@ -44,6 +44,7 @@ from typing import Literal
 from lagsched.core.config import PolicyName, TopicPolicyConfig
 from lagsched.core.pipeline_state import PipelineState
 from lagsched.core.policies import POLICIES, LagPoint, Proposal, TopicSnapshot, Trend, fit_trend
+from lagsched.core.times import epoch_s
 
 __all__ = [
     "Decision",
@@ -161,7 +162,7 @@ def points_for_fit(snapshot: TopicSnapshot, config: TopicPolicyConfig) -> tuple[
 def evaluate(
     snapshot: TopicSnapshot,
     config: TopicPolicyConfig,
-    now: float,
+    now: datetime,
     *,
     pin: Pin | None = None,
     state: PipelineState | None = None,
@@ -171,7 +172,8 @@ def evaluate(
     Args:
         snapshot: the topic's measured state.
         config: its settings (``Settings.for_topic(topic)``).
-        now: evaluation time, seconds since the epoch (UTC), from the injected clock.
+        now: evaluation time (aware), from the injected clock; the decision's ``decided_at`` is its
+            `epoch_s`, the lag points' axis.
         pin: the topic's active manual override, if any (an expired one must not be passed).
         state: the topic's pipeline state from its newest measurement (None: ``ok``).
 
@@ -180,9 +182,11 @@ def evaluate(
         >>> snap = TopicSnapshot(
         ...     "orders", linker_workers=2, partitions=12, live_slots=8, retention_s=None, lag_history=()
         ... )
-        >>> evaluate(snap, TopicPolicyConfig(), 0.0, pin=Pin(8, 3600.0, "sale, by ana")).rule
+        >>> epoch = datetime.fromtimestamp(0, tz=UTC)
+        >>> evaluate(snap, TopicPolicyConfig(), epoch, pin=Pin(8, 3600.0, "sale, by ana")).rule
         'override'
     """
+    t = epoch_s(now)
     points = points_for_fit(snapshot, config)
     trend = fit_trend(points)
     proposal = POLICIES[config.policy](snapshot, config, trend)
@@ -200,7 +204,7 @@ def evaluate(
             policy=config.policy,
             rule=rule,
             reason=reason,
-            decided_at=now,
+            decided_at=t,
         )
 
     if pin is not None:
@@ -236,7 +240,7 @@ def evaluate(
         return decide(old, proposal.rule if not bound_note else "at_bound", proposal.reason + note)
 
     if not proposal.forced and snapshot.last_change_at is not None:
-        since = now - snapshot.last_change_at
+        since = t - snapshot.last_change_at
         name, wait = (
             ("scale_up_cooldown_s", config.scale_up_cooldown_s) if new > old else ("cooldown_s", config.cooldown_s)
         )

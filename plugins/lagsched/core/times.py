@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-__all__ = ["Clock", "iso"]
+__all__ = ["Clock", "epoch_s", "iso"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,3 +34,21 @@ def iso(at: float | datetime | None) -> str | None:
     if at is None:
         return None
     return (at.astimezone(UTC) if isinstance(at, datetime) else datetime.fromtimestamp(at, tz=UTC)).isoformat()
+
+
+def epoch_s(at: datetime) -> float:
+    """``at`` as seconds since the epoch: where a wall time meets the numbers of the lag samples
+    (Redis scores, the regression's x axis), which stay floats.
+
+    Exact for the times of this century: a float near 1.8e9 resolves 0.24 us, so a datetime's
+    microseconds read back unchanged from the float (``datetime.fromtimestamp(epoch_s(at), UTC) == at``).
+
+    >>> epoch_s(datetime(1970, 1, 1, 0, 1, tzinfo=UTC))
+    60.0
+
+    Raises:
+        ValueError: a naive datetime (its zone would be a guess, and ``timestamp()`` would take the host's).
+    """
+    if at.tzinfo is None:
+        raise ValueError(f"{at!r} is naive; pass timezone-aware datetimes")
+    return at.timestamp()

@@ -117,7 +117,7 @@ def apply_override(
     decision = decisions_of(mysql, evaluation_id_of(row.id))[row.topic_id]
     announced = decision.announced_at is None
     if announced:
-        announce_row(mysql, redis, decision, now.timestamp())
+        announce_row(mysql, redis, decision, now)
     result = OverrideResult(row, decision, announced)
     log.info("%s", result.text())
     return result

@@ -44,7 +44,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 from lagsched.adapters.decisions import (
@@ -54,6 +54,7 @@ from lagsched.adapters.decisions import (
     mark_announced,
 )
 from lagsched.adapters.lag_store import LagRecord, LagStore
+from lagsched.adapters.mysql import aware_utc
 from lagsched.adapters.overrides import OverrideRow, active_overrides
 from lagsched.adapters.redis_store import SCALING_CHANNEL
 from lagsched.adapters.scaling_messages import ScalingMessage, publish_decision
@@ -73,6 +74,7 @@ from lagsched.core.evaluator import (
 from lagsched.core.names import validate_cluster_name
 from lagsched.core.pipeline_state import stored_state
 from lagsched.core.policies import retention_from_ms
+from lagsched.core.times import epoch_s
 
 __all__ = [
     "STALE_AFTER_MEASUREMENTS",
@@ -133,7 +135,7 @@ class EvaluationSummary:
 
     cluster: str
     evaluation_id: str
-    at: float
+    at: datetime
     outcomes: tuple[Outcome, ...] = field(default=())
 
     @property
@@ -149,7 +151,7 @@ class EvaluationSummary:
         return {
             "cluster": self.cluster,
             "evaluation_id": self.evaluation_id,
-            "at": datetime.fromtimestamp(self.at, tz=UTC).isoformat(),
+            "at": self.at.isoformat(),
             "applied": len(self.applied),
             "outcomes": [o.as_dict() for o in self.outcomes],
             "stuck": [{"topic": o.topic, "reason": o.decision.reason} for o in self.stuck if o.decision is not None],
@@ -190,7 +192,7 @@ def effective_config(settings: Settings, topic: TopicRow) -> TopicPolicyConfig:
     return cfg.model_copy(update={"min_workers": low, "max_workers": high})
 
 
-def announce_row(conn: Any, redis: Any, row: DecisionRow, now: float) -> None:
+def announce_row(conn: Any, redis: Any, row: DecisionRow, now: datetime) -> None:
     """Publish a recorded decision on ``lagsched:scaling`` and stamp it announced (an override's,
     or one a crashed run left unannounced)."""
     _announce(conn, redis, ScalingMessage.of_row(row), now)
@@ -203,7 +205,7 @@ def evaluate_cluster(
     mysql: Any,
     redis: Any,
     evaluation_id: str,
-    now: float,
+    now: datetime,
     live_slots: int | None = None,
     store: LagStore | None = None,
 ) -> EvaluationSummary:
@@ -222,7 +224,7 @@ def evaluate_cluster(
         mysql: an open lagsched MySQL connection.
         redis: a ``redis.Redis`` client (lag history and pub/sub).
         evaluation_id: stable id of this evaluation across retries (the Airflow run_id).
-        now: evaluation time, seconds since the epoch (UTC).
+        now: evaluation time, timezone-aware (a naive datetime is refused).
         live_slots: live worker slots, None when unknown (no live-slot cap).
         store: the lag store to read (default: one on `redis` with the settings' window and TTL).
 
@@ -237,6 +239,7 @@ def evaluate_cluster(
     if store is None:
         store = LagStore(redis, cluster, max_samples=settings.sample_window, max_age_s=settings.sample_ttl_s)
 
+    now = aware_utc(now)
     # Phase 1: read and decide; nothing is written.
     topics = load_topics(mysql, cluster)
     for key, hint in unknown_topic_overrides(settings, [t.name for t in topics]):
@@ -255,7 +258,7 @@ def evaluate_cluster(
         evaluated=store.last_evaluated(names),
         last_change=last_change_times(mysql, ids),
         last=last_decisions(mysql, ids),
-        pins={o.topic_id: o for o in active_overrides(mysql, cluster, datetime.fromtimestamp(now, tz=UTC))},
+        pins={o.topic_id: o for o in active_overrides(mysql, cluster, now)},
     )
     plans = [(t, None, "retry") if t.topic_id in done else _plan(inputs, t) for t in topics]
 
@@ -274,7 +277,7 @@ def evaluate_cluster(
             )
     for o in outcomes:
         if o.status != "not_due":
-            store.mark_evaluated(o.topic, now)
+            store.mark_evaluated(o.topic, epoch_s(now))
     return EvaluationSummary(cluster, evaluation_id, now, tuple(outcomes))
 
 
@@ -283,7 +286,7 @@ class _Inputs:
     """What one evaluation read before deciding anything, for every topic of the cluster."""
 
     settings: Settings
-    now: float
+    now: datetime
     live_slots: int | None
     history: Mapping[str, Sequence[LagRecord]]
     evaluated: Mapping[str, float | None]
@@ -294,7 +297,7 @@ class _Inputs:
 
 def _plan(inputs: _Inputs, topic: TopicRow) -> tuple[TopicRow, Decision | None, str]:
     """One topic's plan: ``not_due`` (no decision), ``held`` or ``apply`` (with its decision)."""
-    now = inputs.now
+    now = epoch_s(inputs.now)
     cfg = effective_config(inputs.settings, topic)
     records = inputs.history.get(topic.name, ())
     stale_after = STALE_AFTER_MEASUREMENTS * inputs.settings.measure_every_s
@@ -314,7 +317,7 @@ def _plan(inputs: _Inputs, topic: TopicRow) -> tuple[TopicRow, Decision | None, 
     decision = evaluate(
         _snapshot(topic, records, inputs.last_change.get(topic.topic_id), inputs.live_slots),
         cfg,
-        now,
+        inputs.now,
         pin=None if override is None else _pin(override),
         state=state,
     )
@@ -356,7 +359,7 @@ def _snapshot(
 
 
 def _apply(
-    conn: Any, redis: Any, *, cluster: str, evaluation_id: str, topic: TopicRow, d: Decision, now: float
+    conn: Any, redis: Any, *, cluster: str, evaluation_id: str, topic: TopicRow, d: Decision, now: datetime
 ) -> Outcome:
     status, row = apply_change(
         # An override's own re-pin must not be stopped by that override.
@@ -378,21 +381,21 @@ def _apply(
     return Outcome(topic.topic_id, topic.name, "applied", d, row.decision_id)
 
 
-def _announce(conn: Any, redis: Any, message: ScalingMessage, now: float) -> None:
+def _announce(conn: Any, redis: Any, message: ScalingMessage, now: datetime) -> None:
     assert message.decision_id is not None  # only recorded decisions are announced
     receivers = publish_decision(redis, message)
     log.info("announced decision %d on %s to %d subscriber(s)", message.decision_id, SCALING_CHANNEL, receivers)
     mark_announced(conn, message.decision_id, now)
 
 
-def _finish_retry(conn: Any, redis: Any, topic: TopicRow, row: DecisionRow, now: float) -> Outcome:
+def _finish_retry(conn: Any, redis: Any, topic: TopicRow, row: DecisionRow, now: datetime) -> Outcome:
     if row.announced_at is None:
         log.info("topic %s: decision %d was applied but not announced; announcing it now", topic.name, row.decision_id)
         _announce(conn, redis, ScalingMessage.of_row(row), now)
     return Outcome(topic.topic_id, topic.name, "already_applied", None, row.decision_id)
 
 
-def count_live_slots(client: Any, cluster: str, now: float, timeout_s: float) -> int | None:
+def count_live_slots(client: Any, cluster: str, now: datetime, timeout_s: float) -> int | None:
     """Live worker slots of ``cluster`` (`lagsched.adapters.slots.SlotRegistry`), None when none ever registered.
 
     An empty slot set means the workers do not heartbeat (not deployed yet, or an older version),
@@ -403,4 +406,4 @@ def count_live_slots(client: Any, cluster: str, now: float, timeout_s: float) ->
     registry = SlotRegistry(client, cluster=cluster)
     if not registry.ever_registered():
         return None
-    return len(registry.live_slots(datetime.fromtimestamp(now, tz=UTC), timeout_s))
+    return len(registry.live_slots(now, timeout_s))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Literal
 
 import numpy as np
@@ -221,7 +222,7 @@ def simulate(
                 worker_rate=observed_rate,
                 last_change_at=last_change_at,
             )
-            linker_workers = evaluate(snapshot, config, now).linker_workers
+            linker_workers = evaluate(snapshot, config, datetime.fromtimestamp(now, tz=UTC)).linker_workers
         else:
             continue
         if linker_workers != workers:
