@@ -6,6 +6,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -141,17 +142,20 @@ def test_a_scheduled_measurement_waits_for_measure_every_s_and_a_triggered_one_d
     add_topic(env, cluster, topic, {0: None})
     settings = {"measure_every_s": 300}
     store = LagStore(redis_client, cluster)
-    t0 = time.time()
+    t0 = datetime.now(tz=UTC).timestamp()  # whole microseconds: the datetime the task takes reads back as t0
 
-    def scheduled(at: float) -> dict[str, Any]:
-        return run_monitor(cluster, settings, now=at, when_due=True)
+    def at(t: float) -> datetime:
+        return datetime.fromtimestamp(t, tz=UTC)
+
+    def scheduled(t: float) -> dict[str, Any]:
+        return run_monitor(cluster, settings, now=at(t), when_due=True)
 
     assert "skipped" not in scheduled(t0)  # never measured: measures
     assert store.last_measured() == t0
     skipped = scheduled(t0 + 60)  # the next minute's run
     assert skipped == {"cluster": cluster, "skipped": "measured 60 s ago; measure_every_s is 300"}
     assert [r.at for r in store.read_lag_records([topic])[topic]] == [t0]  # nothing stored
-    assert "skipped" not in run_monitor(cluster, settings, now=t0 + 120)  # triggered by hand: at once
+    assert "skipped" not in run_monitor(cluster, settings, now=at(t0 + 120))  # triggered by hand: at once
     assert "skipped" in scheduled(t0 + 120 + 240)  # 240 s after that one
     assert "skipped" not in scheduled(t0 + 120 + 298)  # the fifth minute, started 2 s early
     assert [r.at for r in store.read_lag_records([topic])[topic]] == [t0, t0 + 120, t0 + 418]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -106,7 +107,6 @@ def check_mirrored_group_lag(
     """After a run that committed ``committed`` records of each of ``topic``'s 4 partitions: more
     records, a different number per partition; Kafka's own consumer-group tool and lagsched's lag
     monitor agree on each partition's (committed, latest, lag)."""
-    import time
 
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient
@@ -135,7 +135,7 @@ def check_mirrored_group_lag(
         store = LagStore(redis_client, consumer.cluster, max_samples=settings.sample_window,
                          max_age_s=settings.sample_ttl_s)  # fmt: skip
         summary = measure(consumer.cluster, mysql=conn, admin=AdminClient(kafka_config), store=store,
-                          settings=settings, now=time.time())  # fmt: skip
+                          settings=settings, now=datetime.now(tz=UTC))  # fmt: skip
     finally:
         conn.close()
     own = {p.partition: (p.committed, p.latest, p.lag) for p in summary.topic(topic).partition_lags}
@@ -187,7 +187,6 @@ def test_raising_linker_workers_spreads_partitions_within_a_batch_interval_and_n
 ) -> None:
     import json
     import time
-    from datetime import UTC, datetime
 
     from confluent_kafka.admin import AdminClient, NewPartitions
 
@@ -284,7 +283,6 @@ def test_raising_linker_workers_spreads_partitions_within_a_batch_interval_and_n
 def test_a_retention_gap_is_recorded_logged_and_skipped_and_the_rest_lands_once(
     consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any], redis_client: Any
 ) -> None:
-    import time
 
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
@@ -324,7 +322,7 @@ def test_a_retention_gap_is_recorded_logged_and_skipped_and_the_rest_lands_once(
             gaps = [tuple(int(v) for v in row) for row in cur.fetchall()]
         settings = parse_settings({})
         summary = measure(consumer.cluster, mysql=conn, admin=admin, store=LagStore(redis_client, consumer.cluster),
-                          settings=settings, now=time.time())  # fmt: skip
+                          settings=settings, now=datetime.now(tz=UTC))  # fmt: skip
     finally:
         conn.close()
     assert gaps == [(p, first[p], 1_000, 1_000 - first[p]) for p in range(2)]

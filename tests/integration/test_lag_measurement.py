@@ -106,7 +106,7 @@ def measure_at(db: Any, admin: CountingAdmin, redis_client: Any, cluster: str) -
     def run(now: float, settings: dict[str, Any] | None = None) -> Any:
         s = parse_settings(settings or {})
         store = LagStore(redis_client, cluster, max_samples=s.sample_window, max_age_s=s.sample_ttl_s)
-        return measure(cluster, mysql=db, admin=admin, store=store, settings=s, now=now)
+        return measure(cluster, mysql=db, admin=admin, store=store, settings=s, now=at(now))
 
     return run
 

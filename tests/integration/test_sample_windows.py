@@ -53,8 +53,8 @@ def test_appending_in_redis_keeps_the_windows_rule_and_the_digest_reads_the_same
             assert stored[i] == _encode(whole), (step, i)
             assert _subsequence(part, whole) and part[0] == whole[0] and part[-1] == whole[-1]
             at, pos = samples[key].at, positions[key]
-            assert estimate_time_lag(part, committed=pos, now=at + 30) == estimate_time_lag(
-                whole, committed=pos, now=at + 30
+            assert estimate_time_lag(part, committed=pos, at=at + 30) == estimate_time_lag(
+                whole, committed=pos, at=at + 30
             )
             assert offset_rate(part) == offset_rate(whole)
             assert last_progress_at([part]) == last_progress_at([whole])
@@ -70,8 +70,8 @@ def test_a_full_window_is_bisected_on_the_text_for_any_position(redis_client: An
     late = OffsetSample(T0, 0)  # older than the newest sample: ignored, the window stays as it is
     for position in range(-3, 1200):
         digest = store.add_samples({key: late}, {key: position})[key].samples
-        assert estimate_time_lag(digest, committed=position, now=T0 + 7200) == estimate_time_lag(
-            whole, committed=position, now=T0 + 7200
+        assert estimate_time_lag(digest, committed=position, at=T0 + 7200) == estimate_time_lag(
+            whole, committed=position, at=T0 + 7200
         )
         if 0 <= position < 1190:
             below = [s.offset for s in digest if s.offset <= position][-1]

@@ -48,7 +48,7 @@ def register(db: Any, cluster: str, topic: str, partitions: int) -> str:
 def run_measure(db: Any, redis_client: Any, cluster: str, admin: Any) -> Any:
     s = parse_settings({})
     store = LagStore(redis_client, cluster, max_samples=s.sample_window, max_age_s=s.sample_ttl_s)
-    return measure(cluster, mysql=db, admin=admin, store=store, settings=s, now=time.time())
+    return measure(cluster, mysql=db, admin=admin, store=store, settings=s, now=datetime.now(tz=UTC))
 
 
 @dataclass
@@ -184,5 +184,5 @@ def test_an_offset_stored_past_the_log_end_is_reported(
     ahead = [a for a in st.anomalies if a.kind == "offset_ahead"]
     assert [(a.topic, a.partition) for a in ahead] == [(topic, 1)]
     assert "committed offset 1,050 was 1,000 beyond the high watermark 50" in ahead[0].detail
-    assert ahead[0].seen_at == summary.at
+    assert ahead[0].seen_at == summary.at.timestamp()  # the status page keeps epoch seconds
     assert f"ANOMALY offset_ahead {topic}[1]: at the measurement of" in format_status(st)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 
@@ -44,7 +45,8 @@ def test_a_measurement_runs_with_the_collector_off(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(lag_monitor, "_load_registered", registry_read)
     gc.enable()
     with pytest.raises(ConnectionError):
-        lag_monitor.measure("c1", mysql=None, admin=None, store=None, settings=None, now=0.0)  # type: ignore[arg-type]
+        epoch = datetime.fromtimestamp(0, tz=UTC)
+        lag_monitor.measure("c1", mysql=None, admin=None, store=None, settings=None, now=epoch)  # type: ignore[arg-type]
     assert seen == [False]
     assert gc.isenabled()
 

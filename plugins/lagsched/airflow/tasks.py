@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -39,6 +38,7 @@ from lagsched.core.errors import ConfigError
 from lagsched.core.lag import measurement_due
 from lagsched.core.lake import WAREHOUSE_SETTINGS
 from lagsched.core.names import validate_cluster_name
+from lagsched.core.times import epoch_s
 
 if TYPE_CHECKING:
     from lagsched.connections import MySQLParams, RedisParams
@@ -234,7 +234,7 @@ def run_monitor(
     cluster: ClusterArg,
     raw_settings: str | bytes | Mapping[str, Any] | None,
     *,
-    now: float | None = None,
+    now: datetime | None = None,
     top: int = 10,
     when_due: bool = False,
     mysql_conn_id: str = MYSQL_CONN_ID,
@@ -264,10 +264,10 @@ def run_monitor(
     with mysql_and_redis(mysql_p, redis_p, also_naming=(kafka.target,)) as (mysql, redis):
         admin = kafka.client(admin_client)
         store = LagStore(redis, c.name, max_samples=settings.sample_window, max_age_s=settings.sample_ttl_s)
-        at = time.time() if now is None else now
+        at = datetime.now(tz=UTC) if now is None else now
         last = store.last_measured() if when_due else None
         if last is not None and not measurement_due(last, at, settings.measure_every_s):
-            why = f"measured {at - last:.0f} s ago; measure_every_s is {settings.measure_every_s:g}"
+            why = f"measured {epoch_s(at) - last:.0f} s ago; measure_every_s is {settings.measure_every_s:g}"
             log.info("cluster %s: not measuring now (%s)", c.name, why)
             return {"cluster": c.name, "skipped": why}
         summary = measure(c.name, mysql=mysql, admin=admin, store=store, settings=settings, now=at)

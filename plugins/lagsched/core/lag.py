@@ -30,7 +30,10 @@ import bisect
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Literal
+
+from lagsched.core.times import epoch_s
 
 __all__ = [
     "MONITOR_SCHEDULE_S",
@@ -69,17 +72,20 @@ OPEN_TRANSACTION_WARN_S = 300.0
 MONITOR_SCHEDULE_S = 60.0
 
 
-def measurement_due(last_at: float | None, now: float, every_s: float) -> bool:
+def measurement_due(last_at: float | None, now: datetime, every_s: float) -> bool:
     """Whether a scheduled lag monitor run measures: the first one does, then one at least
     ``every_s`` after the last measurement, give or take half the minute schedule (a run the
-    scheduler starts a few seconds early still counts).
+    scheduler starts a few seconds early still counts). ``last_at`` is the Redis mark, epoch seconds.
 
-    >>> [measurement_due(0.0, m * 60.0 + 2, 300.0) for m in range(1, 6)]  # every fifth minute
+    >>> from datetime import UTC
+    >>> def at(t: float) -> datetime:
+    ...     return datetime.fromtimestamp(t, tz=UTC)
+    >>> [measurement_due(0.0, at(m * 60.0 + 2), 300.0) for m in range(1, 6)]  # every fifth minute
     [False, False, False, False, True]
-    >>> measurement_due(None, 5.0, 300.0), measurement_due(0.0, 58.0, 60.0)
+    >>> measurement_due(None, at(5.0), 300.0), measurement_due(0.0, at(58.0), 60.0)
     (True, True)
     """
-    return last_at is None or now - last_at >= every_s - MONITOR_SCHEDULE_S / 2
+    return last_at is None or epoch_s(now) - last_at >= every_s - MONITOR_SCHEDULE_S / 2
 
 
 def is_old_open_transaction(held_offsets: int, open_s: float) -> bool:
@@ -368,9 +374,12 @@ def topic_ingress_rate(latest_samples_by_partition: Mapping[int, Sequence[Offset
 
 
 def estimate_time_lag(
-    latest_samples: Sequence[OffsetSample], committed: int, now: float, latest: int | None = None
+    latest_samples: Sequence[OffsetSample], committed: int, at: float, latest: int | None = None
 ) -> float:
-    """Seconds since the head of the log was at the consumer's position (kafka-lag-exporter style).
+    """Seconds since the head of the log was at the consumer's position (kafka-lag-exporter style), at ``at``.
+
+    ``at`` is on the samples' axis, epoch seconds like `OffsetSample.at` (the lag monitor's
+    measurement time, or the newest sample's).
 
     ``latest_samples`` are (time, high watermark) samples of one partition, oldest first; the
     current measurement is normally the newest of them. ``latest`` overrides the newest sample's
@@ -384,16 +393,16 @@ def estimate_time_lag(
        flat idle stretches are skipped rather than interpolated through);
     4. ``committed`` older than the oldest sample: extrapolate back from the oldest sample at the
        window's average ingress rate; with no measurable rate (an idle window) report the lower
-       bound ``now - oldest.at``. Never less than that bound.
+       bound ``at - oldest.at``. Never less than that bound.
 
     The result is clamped to be >= 0 so a clock skew between sampler and caller cannot make it
     negative.
 
     Example:
         >>> s = [OffsetSample(0, 0), OffsetSample(60, 600), OffsetSample(120, 1200)]
-        >>> estimate_time_lag(s, committed=300, now=120)
+        >>> estimate_time_lag(s, committed=300, at=120)
         90.0
-        >>> estimate_time_lag(s, committed=1200, now=120)
+        >>> estimate_time_lag(s, committed=1200, at=120)
         0.0
     """
     if not latest_samples:
@@ -404,10 +413,10 @@ def estimate_time_lag(
     oldest = latest_samples[0]
     if committed < oldest.offset:
         rate = offset_rate(latest_samples)
-        bound = now - oldest.at
+        bound = at - oldest.at
         if rate <= 0.0:
             return max(0.0, bound)
-        extrapolated = now - (oldest.at - (oldest.offset - committed) / rate)
+        extrapolated = at - (oldest.at - (oldest.offset - committed) / rate)
         return max(0.0, bound, extrapolated)
     # Last sample with offset <= committed; the one after it is the first with offset > committed.
     # A window's offsets never go down (a reset starts a new window), so a binary search finds it
@@ -416,7 +425,7 @@ def estimate_time_lag(
     a, b = latest_samples[lo], latest_samples[lo + 1]
     fraction = (committed - a.offset) / (b.offset - a.offset)
     produced_at = a.at + fraction * (b.at - a.at)
-    result = now - produced_at
+    result = at - produced_at
     return result if result > 0.0 and math.isfinite(result) else 0.0
 
 

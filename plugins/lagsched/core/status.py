@@ -322,7 +322,7 @@ def partition_figures(
         return None
     head, pos = latest_window[-1], committed_window[-1]
     lag = max(0, head.offset - pos.offset)
-    time_lag = estimate_time_lag(latest_window, committed=pos.offset, now=head.at, latest=head.offset)
+    time_lag = estimate_time_lag(latest_window, committed=pos.offset, at=head.at, latest=head.offset)
     return PartitionFigures(topic, partition, head.offset, pos.offset, lag, time_lag, head.at)
 
 

@@ -23,7 +23,8 @@ Wires the adapters to the pure lag math of `lagsched.core.lag`; holds no rule of
    `MeasureSummary`.
 
 ``now`` is a parameter: the DAG passes the wall clock at which it reads the broker (a
-measurement's time is part of the measurement), tests pass fixed times.
+measurement's time is part of the measurement), tests pass fixed times. It is an aware datetime;
+the samples, the lag records and the measured mark hold it as epoch seconds (`epoch_s`).
 """
 
 from __future__ import annotations
@@ -33,12 +34,13 @@ import logging
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, overload
 
 from lagsched.adapters.gaps import lost_records
 from lagsched.adapters.kafka_admin import OffsetsAdmin, list_partitions, read_offsets
 from lagsched.adapters.lag_store import LagRecord, LagStore
+from lagsched.adapters.mysql import aware_utc
 from lagsched.adapters.topics import TopicRow, load_topics_with_partitions
 from lagsched.core.config import Settings
 from lagsched.core.evaluator import LagPoint
@@ -55,6 +57,7 @@ from lagsched.core.lag import (
     topic_time_lag,
 )
 from lagsched.core.pipeline_state import OK, PipelineState, last_progress_at, pipeline_state
+from lagsched.core.times import epoch_s
 from lagsched.workflows.gc_pause import cyclic_gc_paused
 
 __all__ = ["MeasureSummary", "TopicMeasurement", "measure"]
@@ -162,7 +165,7 @@ class MeasureSummary:
 
     Attributes:
         cluster: cluster measured.
-        at: measurement time, seconds since the epoch (UTC).
+        at: measurement time (aware UTC).
         topics: every measured topic, largest lag first.
         missing: enabled registry topics the broker does not know (deleted; not measured).
         slot_rates: records/s committed per slot, summed over the partitions it holds now
@@ -171,7 +174,7 @@ class MeasureSummary:
     """
 
     cluster: str
-    at: float
+    at: datetime
     topics: tuple[TopicMeasurement, ...]
     missing: tuple[str, ...] = ()
     slot_rates: Mapping[str, float] = field(default_factory=dict)
@@ -201,7 +204,7 @@ class MeasureSummary:
         shown = self.topics if top is None else self.topics[:top]
         return {
             "cluster": self.cluster,
-            "at": datetime.fromtimestamp(self.at, tz=UTC).isoformat(),
+            "at": self.at.isoformat(),
             "topics_measured": len(self.topics),
             "total_lag": self.total_lag,
             "total_lost": self.total_lost,
@@ -227,7 +230,7 @@ class MeasureSummary:
 
     def table(self, top: int = 10) -> str:
         """A readable summary: the `top` most lagging topics, then every topic with lost records."""
-        when = datetime.fromtimestamp(self.at, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        when = self.at.strftime("%Y-%m-%d %H:%M:%S UTC")
         lines = [
             f"cluster {self.cluster} at {when}: {len(self.topics)} topic(s), total lag {self.total_lag:,}, "
             f"lost {self.total_lost:,}"
@@ -311,7 +314,7 @@ def measure(
     admin: OffsetsAdmin,
     store: LagStore,
     settings: Settings,
-    now: float,
+    now: datetime,
     timeout_s: float = 10.0,
 ) -> MeasureSummary:
     """Measure every enabled topic of `cluster`, store the samples, return the summary.
@@ -322,9 +325,10 @@ def measure(
         admin: Admin client of the cluster's broker.
         store: the cluster's `LagStore` (its window/TTL should come from `settings`).
         settings: validated settings (per-topic ``no_offset_policy``).
-        now: measurement time, seconds since the epoch (UTC).
+        now: measurement time, timezone-aware (a naive datetime is refused).
         timeout_s: broker request timeout.
     """
+    at = epoch_s(now)  # the samples' axis
     # The committed offsets are read before the broker's watermarks, so a consumer that keeps up is
     # never past the log end within one measurement: the status page's offset_ahead relies on it.
     by_name = _load_registered(mysql, cluster)
@@ -335,7 +339,7 @@ def measure(
     # The committed offsets' windows need nothing from the broker: they are appended in Redis while
     # the broker answers list_offsets (each waits on another process), the latest windows after.
     committed_samples = {
-        store.committed_key(name, p): OffsetSample(now, c)
+        store.committed_key(name, p): OffsetSample(at, c)
         for name, n in counts.items()
         for p, c in by_name[name].committed.items()
         if c is not None and p < n
@@ -350,11 +354,11 @@ def measure(
     for name, plags in lags.items():
         for p in plags:
             key = store.latest_key(name, p.partition)
-            latest_samples[key] = OffsetSample(now, p.latest)
+            latest_samples[key] = OffsetSample(at, p.latest)
             positions[key] = p.position  # the time lag reads the samples around it
     # The windows come back as digests: the samples of each that the lag math below reads.
     readings = _Readings(
-        now=now,
+        at=at,
         store=store,
         settings=settings,
         by_name=by_name,
@@ -372,11 +376,11 @@ def measure(
         measured.append(m)
         for holder, rate in rates.items():
             slot_rates[holder] = slot_rates.get(holder, 0.0) + rate
-    store.add_lag_records({m.topic: _lag_record(m, now) for m in measured})
-    store.mark_measured(now)
+    store.add_lag_records({m.topic: _lag_record(m, at) for m in measured})
+    store.mark_measured(at)
     measured.sort(key=lambda t: (-t.lag, -t.lost, t.topic))
     _log_findings(measured)
-    return MeasureSummary(cluster, now, tuple(measured), missing, slot_rates)
+    return MeasureSummary(cluster, aware_utc(now), tuple(measured), missing, slot_rates)
 
 
 def _partition_lags(
@@ -397,9 +401,9 @@ def _partition_lags(
 
 @dataclass(frozen=True, slots=True)
 class _Readings:
-    """What one measurement read, for the per-topic figures."""
+    """What one measurement read, for the per-topic figures (``at``: its time, epoch seconds)."""
 
-    now: float
+    at: float
     store: LagStore
     settings: Settings
     by_name: Mapping[str, _Registered]
@@ -413,11 +417,11 @@ class _Readings:
 
 def _measure_topic(r: _Readings, name: str, plags: Sequence[PartitionLag]) -> tuple[TopicMeasurement, dict[str, float]]:
     """One topic's measurement, and the consumption rate of each slot holding one of its partitions."""
-    reg, now, store = r.by_name[name], r.now, r.store
+    reg, at, store = r.by_name[name], r.at, r.store
     topic_settings = r.settings.for_topic(name)
     windows = {p.partition: r.latest_windows[store.latest_key(name, p.partition)].samples for p in plags}
     time_lag = topic_time_lag(
-        estimate_time_lag(windows[p.partition], committed=p.position, now=now, latest=p.latest) for p in plags
+        estimate_time_lag(windows[p.partition], committed=p.position, at=at, latest=p.latest) for p in plags
     )
     held = {b.partition: b.held_by_transaction for b in r.broker[name] if b.held_by_transaction}
     # The LSO stands still while a transaction is open: its trailing run of equal samples says since when.
@@ -442,7 +446,7 @@ def _measure_topic(r: _Readings, name: str, plags: Sequence[PartitionLag]) -> tu
     state = _pipeline_state(
         [samples for _, samples in committed],
         history,
-        LagPoint(now, total.lag),
+        LagPoint(at, total.lag),
         live_holders=len(reg.holders),
         stall_after=topic_settings.stall_after_measurements,
     )
@@ -463,15 +467,15 @@ def _measure_topic(r: _Readings, name: str, plags: Sequence[PartitionLag]) -> tu
         lost_skipped=lost_skipped,
         pipeline=state,
         held_by_transaction=sum(held.values()),
-        transaction_open_s=max(0.0, now - min(held_since)) if held_since else 0.0,
+        transaction_open_s=max(0.0, at - min(held_since)) if held_since else 0.0,
     )
     return measurement, slot_rates
 
 
-def _lag_record(m: TopicMeasurement, now: float) -> LagRecord:
+def _lag_record(m: TopicMeasurement, at: float) -> LagRecord:
     """The history record of one topic's measurement (what the evaluator reads)."""
     return LagRecord(
-        at=now,
+        at=at,
         lag=m.lag,
         lost=m.lost,
         time_lag_s=m.time_lag_s,

@@ -55,6 +55,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -332,7 +333,7 @@ def _breakdown(
         ]
     ):
         started = time.monotonic()
-        lag_monitor.measure(cluster, mysql=conn, admin=admin, store=store, settings=settings, now=time.time())
+        lag_monitor.measure(cluster, mysql=conn, admin=admin, store=store, settings=settings, now=datetime.now(tz=UTC))
         measure_total = time.monotonic() - started
     return {
         "sync": _with_rest(sync_spans.seconds, sync_total),
@@ -400,7 +401,7 @@ def run(topics: int, partitions: int, runs: int, *, full_windows: bool = False) 
             raise RuntimeError(f"the first sync registered {len(first.added)} topics, expected {topics}")
         # The first measurement finds no stored windows: reported apart, as the first sync is.
         started = time.monotonic()
-        measure(cluster, mysql=conn, admin=admin, store=store, settings=settings, now=time.time())
+        measure(cluster, mysql=conn, admin=admin, store=store, settings=settings, now=datetime.now(tz=UTC))
         first_measure_s = time.monotonic() - started
         print(f"   first sync {first_sync_s:.3f} s, first measure {first_measure_s:.3f} s", flush=True)
         if full_windows:
@@ -416,7 +417,9 @@ def run(topics: int, partitions: int, runs: int, *, full_windows: bool = False) 
             syncs.append(time.monotonic() - started)
             sync_cpu.append(time.process_time() - cpu)
             started, cpu = time.monotonic(), time.process_time()
-            summary = measure(cluster, mysql=conn, admin=admin, store=store, settings=settings, now=time.time())
+            summary = measure(
+                cluster, mysql=conn, admin=admin, store=store, settings=settings, now=datetime.now(tz=UTC)
+            )
             measures.append(time.monotonic() - started)
             measure_cpu.append(time.process_time() - cpu)
             measured = sum(t.partitions for t in summary.topics if t.topic.startswith(prefix))
