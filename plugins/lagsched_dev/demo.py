@@ -229,13 +229,13 @@ class Stack:
 
         mysql, redis = self._clients()
         try:
-            status = cluster_status(mysql, redis, DEMO_CLUSTER, time.time())
+            status = cluster_status(mysql, redis, DEMO_CLUSTER, datetime.now(tz=UTC))
         except Exception:
             self.close()  # the next reading reconnects
             raise
         views = {t.name: t for t in status.topics if t.name in self.topics}
         return Snapshot(
-            at=status.at,
+            at=status.at.timestamp(),
             lag={t: views[t].lag if t in views else None for t in self.topics},
             workers={t: views[t].linker_workers if t in views else 0 for t in self.topics},
             measured_at={t: views[t].measured_at if t in views else None for t in self.topics},

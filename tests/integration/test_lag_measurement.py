@@ -499,11 +499,11 @@ def test_an_open_transaction_holds_lag_at_the_stable_offset_and_is_reported_when
     assert summary.as_dict()["open_transactions"] == [
         {"topic": topic, "held_by_transaction": 20, "open_s": OPEN_TRANSACTION_WARN_S + 100}
     ]
-    status = cluster_status(db, redis_client, cluster, late + 1).as_dict()
+    status = cluster_status(db, redis_client, cluster, at(late + 1)).as_dict()
     assert status["open_transactions"] == [
         {"topic": topic, "held_by_transaction": 20, "open_s": OPEN_TRANSACTION_WARN_S + 100}
     ]
-    text = render_prometheus(metrics(db, redis_client, late + 1, cluster_names=[cluster]))
+    text = render_prometheus(metrics(db, redis_client, at(late + 1), cluster_names=[cluster]))
     assert f'lagsched_topic_open_transaction_seconds{{cluster="{cluster}",topic="{topic}"}} 400' in text
     assert f'lagsched_topic_transaction_held_offsets{{cluster="{cluster}",topic="{topic}"}} 20' in text
 
@@ -516,4 +516,4 @@ def test_an_open_transaction_holds_lag_at_the_stable_offset_and_is_reported_when
     done = measure_at(late + 60).topic(topic)
     # 20 records and the commit marker are now below the LSO: lag in offsets, nothing held.
     assert (done.lag, done.held_by_transaction, done.transaction_open_s) == (10 + 21, 0, 0.0)
-    assert cluster_status(db, redis_client, cluster, late + 61).as_dict()["open_transactions"] == []
+    assert cluster_status(db, redis_client, cluster, at(late + 61)).as_dict()["open_transactions"] == []

@@ -127,7 +127,7 @@ def test_old_history_goes_and_what_the_evaluator_and_the_page_read_stays(
     # The evaluator reads exactly what it read before: newest decision (rule) and time per topic, pins.
     assert evaluator_reads() == evaluator_before
     # The page's read model still works, and shows the retained history.
-    st = cluster_status(db, redis_client, cluster, now)
+    st = cluster_status(db, redis_client, cluster, at(now))
     assert {d.decision_id for d in st.decisions} == decision_ids(db)
     assert [o["id"] for o in st.overrides] == [active]  # the active ones
     assert sorted((g.topic, g.partition, g.from_offset) for g in st.retention_gaps) == [

@@ -97,7 +97,7 @@ def seeded(db: Any, redis_client: Any, cluster: str) -> Seeded:
 
 
 def test_cluster_status_shows_every_section(db: Any, redis_client: Any, seeded: Seeded) -> None:
-    st = cluster_status(db, redis_client, seeded.cluster, seeded.now, slot_timeout_s=60)
+    st = cluster_status(db, redis_client, seeded.cluster, at(seeded.now), slot_timeout_s=60)
     d = st.as_dict()
     topics = {t["name"]: t for t in d["topics"]}
     assert set(topics) == {"orders", "idle"}
@@ -141,7 +141,7 @@ def test_cluster_status_shows_every_section(db: Any, redis_client: Any, seeded: 
 
 
 def test_lag_history_gives_points_and_the_workers_step_line(db: Any, redis_client: Any, seeded: Seeded) -> None:
-    h = lag_history(redis_client, seeded.cluster, "orders", mysql=db, now=seeded.now)
+    h = lag_history(redis_client, seeded.cluster, "orders", mysql=db, now=at(seeded.now))
     assert [p["lag"] for p in h["points"]] == [100, 400, 900]
     assert [p["state"] for p in h["points"]] == ["ok", "ok", "stalled"]
     steps = [(round(s["t"] - seeded.now), s["linker_workers"], s["rule"]) for s in h["linker_workers_steps"]]
@@ -153,7 +153,7 @@ def test_lag_history_gives_points_and_the_workers_step_line(db: Any, redis_clien
 
 
 def test_metrics_per_partition_and_per_topic(db: Any, redis_client: Any, seeded: Seeded) -> None:
-    text = render_prometheus(metrics(db, redis_client, seeded.now, cluster_names=[seeded.cluster]))
+    text = render_prometheus(metrics(db, redis_client, at(seeded.now), cluster_names=[seeded.cluster]))
     c = seeded.cluster
 
     def value(line_start: str) -> float:
@@ -177,7 +177,7 @@ def test_metrics_per_partition_and_per_topic(db: Any, redis_client: Any, seeded:
 
 
 def test_cli_table_names_slots_and_claims(db: Any, redis_client: Any, seeded: Seeded) -> None:
-    out = format_status(cluster_status(db, redis_client, seeded.cluster, seeded.now))
+    out = format_status(cluster_status(db, redis_client, seeded.cluster, at(seeded.now)))
     assert re.search(r"^orders\s+3\s+900\s+10\s+60\.0\s+3\*\s+stalled\s+" + re.escape(seeded.cluster), out, re.M)
     assert f"{seeded.cluster}-slot-0 ({seeded.slot_a}) live" in out
     assert "orders[0] committed 40, lease until" in out
@@ -189,7 +189,7 @@ def test_a_database_without_the_overrides_table_still_shows_status(db: Any, redi
     with db.cursor() as cur:
         cur.execute("DROP TABLE scaling_overrides")
     db.commit()
-    st = cluster_status(db, redis_client, seeded.cluster, seeded.now)
+    st = cluster_status(db, redis_client, seeded.cluster, at(seeded.now))
     assert st.overrides == () and "V006" in st.notes[0]
     assert [t.name for t in st.topics] == ["idle", "orders"]
     assert seeded.cluster in list_clusters(db)

@@ -144,7 +144,7 @@ def test_a_consumer_that_keeps_up_is_never_reported_ahead(
             assert summary.anomalies == 0  # the monitor's own readings never were ahead
             next_measure = time.monotonic() + MEASURE_EVERY_S
         time.sleep(0.2)
-        d = cluster_status(db, redis_client, cluster, time.time()).as_dict()
+        d = cluster_status(db, redis_client, cluster, datetime.now(tz=UTC)).as_dict()
         reads += 1
         flagged += [a for a in d["anomalies"] if a["kind"] == "offset_ahead"]
         # The old rule's inputs: the committed offsets MySQL holds now against the measured heads.
@@ -179,7 +179,7 @@ def test_an_offset_stored_past_the_log_end_is_reported(
     db.commit()
 
     summary = run_measure(db, redis_client, cluster, AdminClient(kafka_config))
-    st = cluster_status(db, redis_client, cluster, time.time())
+    st = cluster_status(db, redis_client, cluster, datetime.now(tz=UTC))
 
     ahead = [a for a in st.anomalies if a.kind == "offset_ahead"]
     assert [(a.topic, a.partition) for a in ahead] == [(topic, 1)]

@@ -17,10 +17,12 @@ import os
 import shutil
 import stat
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from lagsched.core.times import epoch_s
 
 __all__ = ["LOCK_FILE", "SCRATCH_PREFIX", "ScratchFolder", "scratch_folder", "sweep_scratch"]
 
@@ -58,13 +60,14 @@ def scratch_folder(parent: str | None = None) -> Iterator[ScratchFolder]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def sweep_scratch(parent: str, *, now: float | None = None) -> list[str]:
+def sweep_scratch(parent: str, *, now: datetime | None = None) -> list[str]:
     """Remove the scratch folders in `parent` that no live process holds; returns their paths.
 
     Only this user's own directories named ``lagsched-spark-*`` count (``/tmp`` is shared: a link or
-    another user's folder is left alone), and none younger than a minute.
+    another user's folder is left alone), and none younger than a minute. ``now`` (aware; default
+    the wall clock) meets the folders' modification times as epoch seconds.
     """
-    now = time.time() if now is None else now
+    now_s = epoch_s(datetime.now(tz=UTC) if now is None else now)
     removed = []
     for entry in os.scandir(parent):
         if not entry.name.startswith(SCRATCH_PREFIX):
@@ -73,9 +76,9 @@ def sweep_scratch(parent: str, *, now: float | None = None) -> list[str]:
             info = entry.stat(follow_symlinks=False)
         except FileNotFoundError:
             continue
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or now - info.st_mtime < MIN_AGE_S:
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or now_s - info.st_mtime < MIN_AGE_S:
             continue
-        if _abandoned(entry.path, age_s=now - info.st_mtime):
+        if _abandoned(entry.path, age_s=now_s - info.st_mtime):
             size = _size_mb(entry.path)
             shutil.rmtree(entry.path, ignore_errors=True)
             log.info("removed %s (%.0f MB), the scratch folder of a Spark run that was killed", entry.path, size)

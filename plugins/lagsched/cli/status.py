@@ -15,10 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
+from datetime import UTC, datetime
 from typing import IO, Any
 
 from lagsched.core.status import ClusterStatus
+from lagsched.core.times import epoch_s
 
 __all__ = ["add_arguments", "format_status", "run"]
 
@@ -40,12 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _ago(at: str | None, now: float) -> str:
+def _ago(at: str | None, now: datetime) -> str:
     if at is None:
         return "never"
-    from datetime import datetime
-
-    return f"{max(0.0, now - datetime.fromisoformat(at).timestamp()):.0f} s ago"
+    return f"{max(0.0, epoch_s(now) - datetime.fromisoformat(at).timestamp()):.0f} s ago"
 
 
 def format_status(status: ClusterStatus) -> str:
@@ -88,7 +87,7 @@ def format_status(status: ClusterStatus) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace, *, out: IO[str] | None = None, now: float | None = None) -> int:
+def run(args: argparse.Namespace, *, out: IO[str] | None = None, now: datetime | None = None) -> int:
     """Print the status; 0 on success, 2 when MySQL or Redis cannot be read (the message says which)."""
     from lagsched.core.errors import LagschedError
     from lagsched.ui.sources import status_sources
@@ -102,7 +101,7 @@ def run(args: argparse.Namespace, *, out: IO[str] | None = None, now: float | No
                 known = list_clusters(mysql)
                 cluster = "lagsched_kafka" if "lagsched_kafka" in known or not known else known[0]
             status = cluster_status(
-                mysql, redis, cluster, time.time() if now is None else now, slot_timeout_s=args.slot_timeout
+                mysql, redis, cluster, datetime.now(tz=UTC) if now is None else now, slot_timeout_s=args.slot_timeout
             )
     except LagschedError as exc:
         print(f"lagsched status: {exc}", file=sys.stderr)

@@ -14,6 +14,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from lagsched.core.claims import PartitionRow
@@ -238,7 +239,7 @@ class ClusterStatus:
     """Everything the page shows about one cluster at one instant (`as_dict` is the JSON of ``/api/status``)."""
 
     cluster: str
-    at: float
+    at: datetime
     topics: tuple[TopicView, ...]
     slots: tuple[SlotView, ...]
     decisions: tuple[DecisionRow, ...]

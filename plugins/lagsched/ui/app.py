@@ -22,7 +22,7 @@ message of the `ConnectionFailure` (it names the Connection, never a password).
 from __future__ import annotations
 
 import html
-import time
+from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
@@ -116,7 +116,7 @@ def create_app() -> FastAPI:
             with status_sources() as (mysql, redis):
                 known = list_clusters(mysql)
                 chosen = _pick_cluster(known, cluster)
-                status = cluster_status(mysql, redis, chosen, time.time(), slot_timeout_s=slot_timeout_s)
+                status = cluster_status(mysql, redis, chosen, datetime.now(tz=UTC), slot_timeout_s=slot_timeout_s)
         except TopicNameError:
             raise
         except LagschedError as exc:
@@ -133,7 +133,7 @@ def create_app() -> FastAPI:
         try:
             with status_sources() as (mysql, redis):
                 chosen = _pick_cluster(list_clusters(mysql), cluster)
-                return lag_history(redis, chosen, topic, mysql=mysql, now=time.time())
+                return lag_history(redis, chosen, topic, mysql=mysql, now=datetime.now(tz=UTC))
         except TopicNameError:
             raise
         except LagschedError as exc:
@@ -146,7 +146,7 @@ def create_app() -> FastAPI:
 
         try:
             with status_sources() as (mysql, redis):
-                text = render_prometheus(metrics(mysql, redis, time.time()))
+                text = render_prometheus(metrics(mysql, redis, datetime.now(tz=UTC)))
         except LagschedError as exc:
             raise _unavailable(exc) from exc
         return PlainTextResponse(text, media_type=PROMETHEUS_CONTENT_TYPE)

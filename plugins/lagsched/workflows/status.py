@@ -11,7 +11,7 @@ Reads only. Sources:
   topic gives its lag, lost records, time lag and state; the sample windows give per-partition
   figures for the metrics endpoint.
 
-``now`` is a parameter (epoch seconds): slot liveness and override expiry are judged at it, so
+``now`` is a parameter (an aware datetime): slot liveness and override expiry are judged at it, so
 tests pass fixed times. Lease liveness is the database's own judgement, as in the claim protocol.
 """
 
@@ -25,6 +25,7 @@ from typing import Any
 
 from lagsched.adapters.decisions import recent_decisions
 from lagsched.adapters.lag_store import LagRecord, LagStore
+from lagsched.adapters.mysql import aware_utc
 from lagsched.adapters.slots import SlotRegistry, slot_id_for
 from lagsched.adapters.status_queries import (
     clusters,
@@ -49,6 +50,7 @@ from lagsched.core.status import (
     partition_figures,
     topic_state,
 )
+from lagsched.core.times import epoch_s
 
 __all__ = ["cluster_status", "lag_history", "list_clusters", "metrics", "partition_metrics"]
 
@@ -81,9 +83,9 @@ def _utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def _override_dicts(mysql: Any, cluster: str, now: float) -> tuple[list[dict[str, Any]], str | None]:
+def _override_dicts(mysql: Any, cluster: str, now: datetime) -> tuple[list[dict[str, Any]], str | None]:
     """Active overrides as JSON dicts, and a note when they could not be read."""
-    rows = overrides_if_migrated(mysql, cluster, datetime.fromtimestamp(now, tz=UTC))
+    rows = overrides_if_migrated(mysql, cluster, now)
     if rows is None:
         return [], "manual overrides are not available: run the lagsched_setup DAG to apply migration V006"
     out = []
@@ -97,24 +99,26 @@ def cluster_status(
     mysql: Any,
     redis: Any,
     cluster: str,
-    now: float,
+    now: datetime,
     *,
     slot_timeout_s: float = DEFAULT_SLOT_TIMEOUT_S,
     decisions_limit: int = 50,
     gaps_limit: int = 100,
 ) -> ClusterStatus:
-    """The status of `cluster` at `now` (epoch seconds).
+    """The status of `cluster` at `now`.
 
     Args:
         mysql: an open lagsched MySQL connection (`lagsched.adapters.mysql.connect`).
         redis: a ``redis.Redis`` (`lagsched.adapters.redis_store.redis_client`).
         cluster: registry cluster name.
-        now: the instant slot liveness and override expiry are judged at.
+        now: the instant slot liveness and override expiry are judged at, timezone-aware (a naive
+            datetime is refused).
         slot_timeout_s: a slot silent this long is not live (the evaluator's default).
         decisions_limit: newest decisions listed.
         gaps_limit: newest retention gaps listed.
     """
     validate_cluster_name(cluster)
+    now = aware_utc(now)
     topics = load_topics(mysql, cluster)
     parts = partition_lines(mysql, cluster)
     decisions = recent_decisions(mysql, cluster, limit=decisions_limit)
@@ -127,7 +131,7 @@ def cluster_status(
     measured = _measured(store, [(p.topic, p.row.partition_id) for p in parts])
 
     registry = SlotRegistry(redis, cluster=cluster)
-    live = registry.live_slots(datetime.fromtimestamp(now, tz=UTC), slot_timeout_s)
+    live = registry.live_slots(now, slot_timeout_s)
     claims_by_slot: dict[str, list[PartitionLine]] = {}
     owners: dict[str, set[str]] = {}
     for p in parts:
@@ -218,7 +222,7 @@ def lag_history(
     topic: str,
     *,
     mysql: Any | None = None,
-    now: float | None = None,
+    now: datetime | None = None,
     decisions_limit: int = 500,
 ) -> dict[str, Any]:
     """A topic's chart data: lag and time lag per stored measurement, and ``linker_workers`` as steps.
@@ -244,7 +248,7 @@ def lag_history(
         return out
     current = next((t.linker_workers for t in load_topics(mysql, cluster) if t.name == topic), None)
     decisions = recent_decisions(mysql, cluster, topic=topic, limit=decisions_limit)
-    end = now if now is not None else (points[-1].at if points else None)
+    end = epoch_s(now) if now is not None else (points[-1].at if points else None)  # the points' axis
     start = points[0].at if points else None
     if current is not None and start is not None and end is not None:
         steps = linker_workers_steps(decisions, current, start, max(start, end))
@@ -273,7 +277,7 @@ def partition_metrics(redis: Any, cluster: str, partitions: Mapping[str, int]) -
 
 
 def metrics(
-    mysql: Any, redis: Any, now: float, *, cluster_names: Iterable[str] | None = None, slot_timeout_s: float = 60.0
+    mysql: Any, redis: Any, now: datetime, *, cluster_names: Iterable[str] | None = None, slot_timeout_s: float = 60.0
 ) -> list[Metric]:
     """The Prometheus metric families of every cluster (or of ``cluster_names``) at ``now``."""
     names = list(cluster_names) if cluster_names is not None else list_clusters(mysql)
