@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what lagsched needs, idempotently: Debian packages (MariaDB, Redis, a JDK, Maven), the
+# Installs what lagsched needs, idempotently: Debian packages (MariaDB, Redis, a JDK, Maven, promtool), the
 # Python virtualenv from requirements.lock, and the Kafka broker and tools and the lake's jars for Spark
 # from Maven Central. Each step checks what is already there, so a second run downloads nothing.
 set -euo pipefail
@@ -23,11 +23,26 @@ command -v mvn >/dev/null 2>&1 || need+=(maven)
 compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || need+=(postgresql)
 # A real browser for the UI test (Playwright drives it; no browser download).
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
-if [ ${#need[@]} -gt 0 ]; then
-  say "installing Debian packages: ${need[*]}"
+# promtool checks the /metrics text and the shipped alert rules (tests/unit/test_metrics_lint.py,
+# tests/unit/test_alert_rules.py); Debian ships it only inside `prometheus`. Installed without its
+# recommends (node exporter), and on a machine whose systemd starts what apt installs, the server
+# it brings is stopped and disabled again: lagsched needs the tool, not a Prometheus on port 9090.
+need_promtool=false
+command -v promtool >/dev/null 2>&1 || need_promtool=true
+if [ ${#need[@]} -gt 0 ] || $need_promtool; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+  if [ ${#need[@]} -gt 0 ]; then
+    say "installing Debian packages: ${need[*]}"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+  fi
+  if $need_promtool; then
+    say "installing Debian package: prometheus (for promtool)"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+    if [ -d /run/systemd/system ]; then
+      $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+    fi
+  fi
 fi
 
 # 2. The virtualenv, rebuilt only when requirements.lock or pyproject.toml change.

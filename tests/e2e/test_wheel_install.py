@@ -228,7 +228,11 @@ def test_the_wheel_carries_what_a_deployment_needs_and_nothing_of_the_tooling(wh
     # The Spark applications are the repository's jobs/ files, byte for byte (one copy).
     for job in ("consume.py", "table_care.py", "log4j2.properties"):
         assert zipfile.ZipFile(wheel).read(f"lagsched/jobs/{job}") == (REPO / "jobs" / job).read_bytes(), job
-    needed = {"lagsched/jobs/__init__.py", *(f"lagsched/airflow/dags/{m}.py" for m in DAG_MODULES.values())}
+    needed = {
+        "lagsched/jobs/__init__.py",
+        "lagsched/monitoring/alerts.yml",  # the alert rules (docs/alerts.md)
+        *(f"lagsched/airflow/dags/{m}.py" for m in DAG_MODULES.values()),
+    }
     assert needed <= names, sorted(needed - names)
     migrations = sorted(p.name for p in (REPO / "sql").glob("V*.sql"))
     assert migrations and all(f"lagsched/sql/{m}" in names for m in migrations)

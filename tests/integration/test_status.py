@@ -28,6 +28,7 @@ from lagsched.core.lag import OffsetSample
 from lagsched.core.registry import BrokerTopic, plan_sync
 from lagsched.core.status import render_prometheus
 from lagsched.workflows.status import cluster_status, lag_history, list_clusters, metrics
+from promtool_support import output, promtool
 
 
 @dataclass
@@ -174,6 +175,9 @@ def test_metrics_per_partition_and_per_topic(db: Any, redis_client: Any, seeded:
     # Never measured: listed with its workers, but no made-up lag of 0.
     assert f'lagsched_topic_linker_workers{{cluster="{c}",topic="idle"}} 1' in text
     assert 'topic="idle"} ' not in text.split("# HELP lagsched_topic_lag_records")[1].split("# HELP")[0]
+    # By the book, as Prometheus' own checker reads it (tests/unit/test_metrics_lint.py: every kind of topic).
+    checked = promtool("check", "metrics", stdin=text)
+    assert checked.returncode == 0 and not (checked.stdout + checked.stderr).strip(), output(checked)
 
 
 def test_cli_table_names_slots_and_claims(db: Any, redis_client: Any, seeded: Seeded) -> None:

@@ -23,6 +23,7 @@ from lagsched.core.lag import OffsetSample, estimate_time_lag, is_old_open_trans
 from lagsched.core.times import iso
 
 __all__ = [
+    "METRIC_HELP",
     "STATES",
     "Anomaly",
     "ClusterStatus",
@@ -39,6 +40,7 @@ __all__ = [
     "find_anomalies",
     "linker_workers_steps",
     "measured_offsets",
+    "metric_families",
     "partition_figures",
     "render_prometheus",
     "topic_state",
@@ -575,3 +577,77 @@ def render_prometheus(metrics: Iterable[Metric]) -> str:
             else:
                 lines.append(f"{m.name} {_value(value)}")
     return "\n".join(lines) + "\n" if lines else ""
+
+
+_Samples = list[tuple[dict[str, str], float]]
+
+#: Every family ``/metrics`` serves, in the order served, with its help text; all are gauges
+#: (docs/ui.md lists them with their labels). Names follow Prometheus' conventions, base units in
+#: the name (``_seconds``, ``_timestamp_seconds``) and no ``_total`` on a gauge, which
+#: ``promtool check metrics`` confirms (tests/unit/test_metrics_lint.py).
+METRIC_HELP: dict[str, str] = {
+    "lagsched_partition_lag_records": "Records behind per partition at the newest measurement.",
+    "lagsched_partition_time_lag_seconds": "Age of the oldest unread record per partition.",
+    "lagsched_topic_lag_records": "Records behind per topic (lost records excluded).",
+    "lagsched_topic_time_lag_seconds": "Age of the oldest unread record of the topic (worst partition).",
+    "lagsched_topic_lost_records": "Records deleted by retention before they were consumed.",
+    "lagsched_topic_linker_workers": "Worker slots the topic is scaled to (linker_workers).",
+    "lagsched_topic_owners": "Live slots holding the topic's partitions now.",
+    "lagsched_topic_consume_rate_records_per_second": "Records/s committed by the pipeline.",
+    "lagsched_topic_ingress_rate_records_per_second": "Records/s produced into the topic.",
+    "lagsched_topic_state": "1 for the topic's pipeline state (ok, stalled, stopped), else 0.",
+    "lagsched_topic_measured_timestamp_seconds": "When the topic was last measured (epoch seconds).",
+    "lagsched_topic_transaction_held_offsets": (
+        "Offsets behind the last stable offsets (an open transaction): not readable yet, not lag."
+    ),
+    "lagsched_topic_open_transaction_seconds": (
+        "How long an open transaction has held the topic's last stable offset (0: none)."
+    ),
+    "lagsched_live_slots": "The cluster's worker slots with a heartbeat within the timeout.",
+    "lagsched_slot_claimed_partitions": "Partitions each slot holds with a live lease.",
+}
+
+
+def metric_families(clusters: Iterable[tuple[ClusterStatus, Sequence[PartitionFigures]]]) -> list[Metric]:
+    """The ``/metrics`` families of some clusters: each one's status and its partitions' figures.
+
+    Every family of `METRIC_HELP` is declared, with or without samples. A topic never measured has
+    its ``linker_workers``, owners and state but no lag figures: no made-up 0.
+
+    >>> st = ClusterStatus("c", 0.0, (), (), ())
+    >>> [(m.name, m.samples) for m in metric_families([(st, [])]) if m.samples]
+    [('lagsched_live_slots', (({'cluster': 'c'}, 0.0),))]
+    """
+    by_name: dict[str, _Samples] = {name: [] for name in METRIC_HELP}
+    slot_claims: dict[str, int] = {}
+
+    def add(name: str, labels: dict[str, str], value: float) -> None:
+        by_name[name].append((labels, float(value)))
+
+    for st, figures in clusters:
+        add("lagsched_live_slots", {"cluster": st.cluster}, len(st.live_slots))
+        for s in st.slots:
+            slot_claims[s.slot_id] = slot_claims.get(s.slot_id, 0) + len(s.claims)
+        for t in st.topics:
+            lb = {"cluster": st.cluster, "topic": t.name}
+            add("lagsched_topic_linker_workers", lb, t.linker_workers)
+            add("lagsched_topic_owners", lb, len(t.owners))
+            for state in STATES:
+                add("lagsched_topic_state", {**lb, "state": state}, 1.0 if t.state == state else 0.0)
+            if t.measured_at is None:
+                continue  # never measured: no figure rather than a misleading 0
+            add("lagsched_topic_lag_records", lb, t.lag or 0)
+            add("lagsched_topic_time_lag_seconds", lb, t.time_lag_s)
+            add("lagsched_topic_lost_records", lb, t.lost)
+            add("lagsched_topic_consume_rate_records_per_second", lb, t.consumption_rate)
+            add("lagsched_topic_ingress_rate_records_per_second", lb, t.ingress_rate)
+            add("lagsched_topic_measured_timestamp_seconds", lb, t.measured_at)
+            add("lagsched_topic_transaction_held_offsets", lb, t.held_by_transaction)
+            add("lagsched_topic_open_transaction_seconds", lb, t.transaction_open_s)
+        for f in figures:
+            plb = {"cluster": st.cluster, "topic": f.topic, "partition": str(f.partition)}
+            add("lagsched_partition_lag_records", plb, f.lag)
+            add("lagsched_partition_time_lag_seconds", plb, f.time_lag_s)
+    for slot, n in sorted(slot_claims.items()):
+        add("lagsched_slot_claimed_partitions", {"slot": slot}, n)
+    return [Metric(name, text, "gauge", tuple(by_name[name])) for name, text in METRIC_HELP.items()]

@@ -47,6 +47,7 @@ from lagsched.core.status import (
     find_anomalies,
     linker_workers_steps,
     measured_offsets,
+    metric_families,
     partition_figures,
     topic_state,
 )
@@ -281,70 +282,8 @@ def metrics(
 ) -> list[Metric]:
     """The Prometheus metric families of every cluster (or of ``cluster_names``) at ``now``."""
     names = list(cluster_names) if cluster_names is not None else list_clusters(mysql)
-    p_lag: list[tuple[dict[str, str], float]] = []
-    p_time: list[tuple[dict[str, str], float]] = []
-    t_lag: list[tuple[dict[str, str], float]] = []
-    t_time: list[tuple[dict[str, str], float]] = []
-    t_lost: list[tuple[dict[str, str], float]] = []
-    t_workers: list[tuple[dict[str, str], float]] = []
-    t_rate: list[tuple[dict[str, str], float]] = []
-    t_in: list[tuple[dict[str, str], float]] = []
-    t_state: list[tuple[dict[str, str], float]] = []
-    t_at: list[tuple[dict[str, str], float]] = []
-    t_owners: list[tuple[dict[str, str], float]] = []
-    t_held: list[tuple[dict[str, str], float]] = []
-    t_open: list[tuple[dict[str, str], float]] = []
-    slot_claims: dict[str, int] = {}
-    live: list[tuple[dict[str, str], float]] = []
+    read: list[tuple[ClusterStatus, list[PartitionFigures]]] = []
     for cluster in names:
         st = cluster_status(mysql, redis, cluster, now, slot_timeout_s=slot_timeout_s, decisions_limit=1, gaps_limit=1)
-        live.append(({"cluster": cluster}, float(len(st.live_slots))))
-        for s in st.slots:
-            slot_claims[s.slot_id] = slot_claims.get(s.slot_id, 0) + len(s.claims)
-        for t in st.topics:
-            lb = {"cluster": cluster, "topic": t.name}
-            t_workers.append((lb, t.linker_workers))
-            t_owners.append((lb, len(t.owners)))
-            t_state.extend(({**lb, "state": s}, 1.0 if t.state == s else 0.0) for s in ("ok", "stalled", "stopped"))
-            if t.measured_at is None:
-                continue  # never measured: no figure rather than a misleading 0
-            t_lag.append((lb, float(t.lag or 0)))
-            t_time.append((lb, t.time_lag_s))
-            t_lost.append((lb, t.lost))
-            t_rate.append((lb, t.consumption_rate))
-            t_in.append((lb, t.ingress_rate))
-            t_at.append((lb, t.measured_at))
-            t_held.append((lb, float(t.held_by_transaction)))
-            t_open.append((lb, t.transaction_open_s))
-        for f in partition_metrics(redis, cluster, {t.name: t.partitions for t in st.topics}):
-            lb = {"cluster": cluster, "topic": f.topic, "partition": str(f.partition)}
-            p_lag.append((lb, f.lag))
-            p_time.append((lb, f.time_lag_s))
-    Samples = list[tuple[dict[str, str], float]]
-    per_slot: Samples = [({"slot": s}, float(n)) for s, n in sorted(slot_claims.items())]
-    families: list[tuple[str, str, Samples]] = [
-        ("lagsched_partition_lag_records", "Records behind per partition at the newest measurement.", p_lag),
-        ("lagsched_partition_time_lag_seconds", "Age of the oldest unread record per partition.", p_time),
-        ("lagsched_topic_lag_records", "Records behind per topic (lost records excluded).", t_lag),
-        ("lagsched_topic_time_lag_seconds", "Age of the oldest unread record of the topic (worst partition).", t_time),
-        ("lagsched_topic_lost_records", "Records deleted by retention before they were consumed.", t_lost),
-        ("lagsched_topic_linker_workers", "Worker slots the topic is scaled to (linker_workers).", t_workers),
-        ("lagsched_topic_owners", "Live slots holding the topic's partitions now.", t_owners),
-        ("lagsched_topic_consume_rate_records_per_second", "Records/s committed by the pipeline.", t_rate),
-        ("lagsched_topic_ingress_rate_records_per_second", "Records/s produced into the topic.", t_in),
-        ("lagsched_topic_state", "1 for the topic's pipeline state (ok, stalled, stopped), else 0.", t_state),
-        ("lagsched_topic_measured_timestamp_seconds", "When the topic was last measured (epoch seconds).", t_at),
-        (
-            "lagsched_topic_transaction_held_offsets",
-            "Offsets behind the last stable offsets (an open transaction): not readable yet, not lag.",
-            t_held,
-        ),
-        (
-            "lagsched_topic_open_transaction_seconds",
-            "How long an open transaction has held the topic's last stable offset (0: none).",
-            t_open,
-        ),
-        ("lagsched_live_slots", "The cluster's worker slots with a heartbeat within the timeout.", live),
-        ("lagsched_slot_claimed_partitions", "Partitions each slot holds with a live lease.", per_slot),
-    ]
-    return [Metric(name, text, "gauge", tuple(samples)) for name, text, samples in families]
+        read.append((st, partition_metrics(redis, cluster, {t.name: t.partitions for t in st.topics})))
+    return metric_families(read)
