@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 import yaml
-from promtool_support import output, promtool
 
 from lagsched.core.status import METRIC_HELP
+from promtool_support import output, promtool
 
 pytestmark = pytest.mark.unit
 

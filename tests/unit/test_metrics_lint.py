@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from promtool_support import output, promtool
 
 from lagsched.core.status import (
     METRIC_HELP,
@@ -22,6 +21,7 @@ from lagsched.core.status import (
     metric_families,
     render_prometheus,
 )
+from promtool_support import output, promtool
 
 pytestmark = pytest.mark.unit
 
