@@ -64,9 +64,9 @@ from pydantic import AfterValidator, Field, ValidationError, field_validator
 
 from lagsched.core.errors import ConfigError, TopicNameError
 from lagsched.core.lake import LakeTable, sink_problems
-from lagsched.core.names import validate_cluster_name, validate_topic_name
+from lagsched.core.names import validate_cluster_name
 from lagsched.core.variable_json import short_repr
-from lagsched.core.variables import VariableModel, config_error, decode, require_object
+from lagsched.core.variables import TopicName, VariableModel, config_error, decode, joined, require_object
 
 __all__ = [
     "CLUSTERS_VARIABLE",
@@ -98,8 +98,6 @@ MAX_STANDBY_SLOTS = 10
 _CONN_ID = re2.compile(r"[A-Za-z0-9_.-]{1,250}")
 _NOT_A_FIELD = "name"  # the cluster's key in the Variable, never a field of its body
 
-TopicName = Annotated[str, AfterValidator(validate_topic_name)]
-"""A legal Kafka topic name (`lagsched.core.names.validate_topic_name`)."""
 
 
 class ClusterConfig(VariableModel):
@@ -279,11 +277,7 @@ def parse_clusters(raw: str | bytes | Mapping[str, Any] | None) -> tuple[Cluster
         for path, value, allowed in problems
     ] + errors
     if errors:
-        first = errors[0]
-        detail = "; ".join(str(e).removeprefix(f"invalid {CLUSTERS_VARIABLE}: ") for e in errors)
-        raise ConfigError(
-            f"invalid {CLUSTERS_VARIABLE}: {detail}", field=first.field, value=first.value, allowed=first.allowed
-        )
+        raise joined(errors, CLUSTERS_VARIABLE)
     return tuple(chosen)
 
 

@@ -32,10 +32,9 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import (
-    AfterValidator,
     Field,
     ValidationError,
     ValidationInfo,
@@ -44,8 +43,16 @@ from pydantic import (
 
 from lagsched.core.errors import ConfigError
 from lagsched.core.lag import MONITOR_SCHEDULE_S
-from lagsched.core.names import validate_topic_name
-from lagsched.core.variables import VariableModel, config_error, decode, number_text, require_object, validate
+from lagsched.core.variables import (
+    TopicName,
+    VariableModel,
+    config_error,
+    decode,
+    joined,
+    number_text,
+    require_object,
+    validate,
+)
 
 __all__ = ["PolicyName", "Settings", "TopicPolicyConfig", "parse_settings", "unknown_topic_overrides"]
 
@@ -210,8 +217,6 @@ class TopicPolicyConfig(VariableModel):
         return max(1, round(self.per_worker_rate * self.drain_target_s))
 
 
-TopicName = Annotated[str, AfterValidator(validate_topic_name)]
-"""An override key: a legal Kafka topic name (`lagsched.core.names.validate_topic_name`)."""
 
 
 class Settings(VariableModel):
@@ -280,11 +285,7 @@ Input should be 'hevo', 'keda' or 'capacity'
     for path, cfg, own_fields in checked:
         errors.extend(_global_relations(settings, path, cfg, own_fields))
     if errors:
-        first = errors[0]
-        detail = "; ".join(str(e).removeprefix(f"invalid {SETTINGS_LABEL}: ") for e in errors)
-        raise ConfigError(
-            f"invalid {SETTINGS_LABEL}: {detail}", field=first.field, value=first.value, allowed=first.allowed
-        )
+        raise joined(errors, SETTINGS_LABEL)
     return settings
 
 

@@ -23,18 +23,31 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, TypeVar
 
 import annotated_types
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 from pydantic.fields import FieldInfo
 
 from lagsched.core import variable_json
 from lagsched.core.errors import ConfigError
+from lagsched.core.names import validate_topic_name
 from lagsched.core.variable_json import short_repr
 
-__all__ = ["VariableModel", "config_error", "decode", "number_text", "require_object", "validate"]
+__all__ = [
+    "TopicName",
+    "VariableModel",
+    "config_error",
+    "decode",
+    "joined",
+    "number_text",
+    "require_object",
+    "validate",
+]
+
+TopicName = Annotated[str, AfterValidator(validate_topic_name)]
+"""A field holding a legal Kafka topic name (`lagsched.core.names.validate_topic_name`)."""
 
 #: A day in seconds: a duration field's bounds are also given in days from here on.
 DAY = 86_400.0
@@ -76,6 +89,14 @@ def require_object(data: object, label: str, *, allowed: str = "a JSON object") 
             allowed=allowed,
         )
     return data
+
+
+def joined(errors: Sequence[ConfigError], label: str) -> ConfigError:
+    """One `ConfigError` listing each of ``errors`` (each ``invalid <label>: ...`` or a bare problem);
+    ``field``, ``value`` and ``allowed`` are the first one's."""
+    first = errors[0]
+    detail = "; ".join(str(e).removeprefix(f"invalid {label}: ") for e in errors)
+    return ConfigError(f"invalid {label}: {detail}", field=first.field, value=first.value, allowed=first.allowed)
 
 
 def validate(model: type[M], data: Mapping[str, Any], label: str, *, prefix: tuple[str, ...] = ()) -> M:
