@@ -24,20 +24,23 @@ compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || need+=(postgresql)
 # A real browser for the UI test (Playwright drives it; no browser download).
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 # promtool checks the /metrics text and the shipped alert rules (tests/unit/test_metrics_lint.py,
-# tests/unit/test_alert_rules.py); Debian ships it only inside `prometheus`. Installed without its
-# recommends (node exporter), and on a machine whose systemd starts what apt installs, the server
-# it brings is stopped and disabled again: lagsched needs the tool, not a Prometheus on port 9090.
-need_promtool=false
-command -v promtool >/dev/null 2>&1 || need_promtool=true
-if [ ${#need[@]} -gt 0 ] || $need_promtool; then
+# tests/unit/test_alert_rules.py), and the server itself is the stack's optional Prometheus
+# (`lagsched-dev stack up --prometheus`, tests/e2e/test_prometheus.py); Debian ships both in
+# `prometheus`. Installed without its recommends (node exporter), and on a machine whose systemd
+# starts what apt installs, the server it brings is stopped and disabled again: the stack starts its
+# own, on loopback with its data under .local/, never the system's on port 9090.
+need_prometheus=false
+command -v promtool >/dev/null 2>&1 || need_prometheus=true
+[ -x /usr/bin/prometheus ] || command -v prometheus >/dev/null 2>&1 || need_prometheus=true
+if [ ${#need[@]} -gt 0 ] || $need_prometheus; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
   if [ ${#need[@]} -gt 0 ]; then
     say "installing Debian packages: ${need[*]}"
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
   fi
-  if $need_promtool; then
-    say "installing Debian package: prometheus (for promtool)"
+  if $need_prometheus; then
+    say "installing Debian package: prometheus (the server and promtool)"
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
     if [ -d /run/systemd/system ]; then
       $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true

@@ -36,18 +36,19 @@ class _StackProgress(logging.Handler):
             self._progress.note("  " + message)
 
 
-def start_stack(cfg: Any, *, airflow: bool = False, spark_cluster: bool = False) -> list[Any]:
+def start_stack(cfg: Any, *, airflow: bool = False, spark_cluster: bool = False, prometheus: bool = False) -> list[Any]:
     """`lagsched_dev.stack.up` with a progress bar: services started so far, the elapsed time, each one's detail."""
     from lagsched_dev import stack
     from lagsched_dev.progress import Progress
     from lagsched_dev.stack.services import core_services, spark_cluster_services
 
-    total = len(core_services(cfg)) + (1 if airflow else 0)
+    total = len(core_services(cfg)) + (1 if airflow else 0) + (1 if prometheus else 0)
     if spark_cluster:
         _master, workers = spark_cluster_services(cfg)
         total += 1 + len(workers)
     names = "Kafka, MariaDB, Redis, S3Proxy"
     names += (", Airflow" if airflow else "") + (", Spark cluster" if spark_cluster else "")
+    names += ", Prometheus" if prometheus else ""
     logger = logging.getLogger("lagsched_dev.stack")
     with Progress(f"starting {names}", total=total, stream=sys.stdout) as progress:
         progress.tick_every(0.5)
@@ -58,7 +59,7 @@ def start_stack(cfg: Any, *, airflow: bool = False, spark_cluster: bool = False)
         level = logger.level
         logger.setLevel(logging.INFO)
         try:
-            return stack.up(cfg, airflow=airflow, spark_cluster=spark_cluster)
+            return stack.up(cfg, airflow=airflow, spark_cluster=spark_cluster, prometheus=prometheus)
         finally:
             logger.removeHandler(handler)
             logger.propagate = propagate
@@ -76,7 +77,7 @@ def _stack(args: argparse.Namespace) -> int:
     if args.action == "up" and args.only_spark_cluster:
         statuses = stack.spark_cluster_up(cfg)
     elif args.action == "up":
-        statuses = start_stack(cfg, airflow=args.airflow, spark_cluster=args.spark_cluster)
+        statuses = start_stack(cfg, airflow=args.airflow, spark_cluster=args.spark_cluster, prometheus=args.prometheus)
         if args.racks:
             from lagsched_dev.stack import kafka_cluster
 
@@ -156,6 +157,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--spark-cluster",
         action="store_true",
         help="with `up`: also start a Spark standalone master and workers on loopback (docs/spark-cluster.md)",
+    )
+    p_stack.add_argument(
+        "--prometheus",
+        action="store_true",
+        help="with `up`: also start a Prometheus server that scrapes /lagsched/metrics and evaluates the shipped "
+        "alert rules (docs/prometheus.md)",
     )
     p_stack.add_argument(
         "--only-spark-cluster",

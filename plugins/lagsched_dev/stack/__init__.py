@@ -1,5 +1,5 @@
 """The local stack: real Kafka, MariaDB, Redis, an S3 API server (S3Proxy) (and Airflow for the demo,
-a Spark standalone cluster on request) on loopback."""
+a Spark standalone cluster and a Prometheus server on request) on loopback."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from lagsched_dev.stack.config import StackConfig
 from lagsched_dev.stack.services import (
     Airflow,
+    Prometheus,
     Service,
     Status,
     core_services,
@@ -23,14 +24,20 @@ from lagsched_dev.stack.services import (
 log = logging.getLogger(__name__)
 
 
-def up(cfg: StackConfig, *, airflow: bool = False, spark_cluster: bool = False) -> list[Status]:
-    """Start the data services (and the Spark cluster, Airflow if asked), each only if not already healthy."""
+def up(
+    cfg: StackConfig, *, airflow: bool = False, spark_cluster: bool = False, prometheus: bool = False
+) -> list[Status]:
+    """Start the data services (and the Spark cluster, Airflow, Prometheus if asked), each only if not
+    already healthy. Prometheus comes last: it scrapes Airflow's API server (without Airflow its
+    target is down, and `LagschedMetricsAbsent` says so)."""
     groups: list[list[Service]] = [[s] for s in core_services(cfg)]
     if spark_cluster:
         master, workers = spark_cluster_services(cfg)
         groups += [[master], list(workers)]
     if airflow:
         groups.append([Airflow(cfg)])
+    if prometheus:
+        groups.append([Prometheus(cfg)])
     with _one_start_at_a_time(cfg):
         for group in groups:
             _start_group(group)
@@ -66,7 +73,7 @@ def spark_cluster_down(cfg: StackConfig) -> list[str]:
 
 
 def down(cfg: StackConfig) -> list[str]:
-    """Stop every service lagsched started, Airflow first; returns the names that were running.
+    """Stop every service lagsched started, Prometheus and Airflow first; returns the names that were running.
 
     The 3-broker rack cluster (docs/rack.md) too, when it runs.
     """
@@ -74,13 +81,15 @@ def down(cfg: StackConfig) -> list[str]:
 
     master, workers = spark_cluster_services(cfg)
     rack_brokers: list[Service] = list(reversed(brokers(cfg)))
-    return _stop([Airflow(cfg), *reversed(workers), master, *rack_brokers, *reversed(core_services(cfg))])
+    return _stop(
+        [Prometheus(cfg), Airflow(cfg), *reversed(workers), master, *rack_brokers, *reversed(core_services(cfg))]
+    )
 
 
 def status(cfg: StackConfig) -> list[Status]:
-    """Every service's status: the three data services first, then Airflow and the Spark cluster."""
+    """Every service's status: the data services first, then Airflow, the Spark cluster and Prometheus."""
     master, workers = spark_cluster_services(cfg)
-    return [s.status() for s in [*core_services(cfg), Airflow(cfg), master, *workers]]
+    return [s.status() for s in [*core_services(cfg), Airflow(cfg), master, *workers, Prometheus(cfg)]]
 
 
 def _start_group(group: list[Service]) -> None:

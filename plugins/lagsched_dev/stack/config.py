@@ -95,6 +95,8 @@ class StackConfig:
     kafka_rack_port: int = 19192
     #: ... and its controller on this plus ``i``.
     kafka_rack_controller_port: int = 19195
+    #: The optional Prometheus server (``lagsched-dev stack up --prometheus``), on loopback.
+    prometheus_port: int = 19090
 
     @property
     def logs(self) -> Path:
@@ -134,6 +136,11 @@ class StackConfig:
     @property
     def postgres_socket_dir(self) -> Path:
         return self.home / "postgres" / "run"
+
+    @property
+    def prometheus_home(self) -> Path:
+        """The stack's Prometheus: its generated configuration, the scrape token's file, its data."""
+        return self.home / "prometheus"
 
     @property
     def secrets_file(self) -> Path:
@@ -179,6 +186,7 @@ def load() -> StackConfig:
         kafka_jars_override=Path(raw_jars).resolve() if (raw_jars := os.environ.get("LAGSCHED_KAFKA_JARS")) else None,
         kafka_rack_port=_port("LAGSCHED_KAFKA_RACK_PORT", 19192),
         kafka_rack_controller_port=_port("LAGSCHED_KAFKA_RACK_CONTROLLER_PORT", 19195),
+        prometheus_port=_port("LAGSCHED_PROMETHEUS_PORT", 19090),
     )
     for name, ports in (
         ("LAGSCHED_KAFKA_RACK_PORT", cfg.kafka_rack_ports),
@@ -203,8 +211,8 @@ def load() -> StackConfig:
 def stack_secrets(cfg: StackConfig) -> dict[str, str]:
     """The local stack's generated credentials, created once with mode 0600.
 
-    They never appear in code or logs: the MySQL password and Airflow's JWT secret are random per
-    machine and read back from ``secrets.env``.
+    They never appear in code or logs: the MySQL password, Airflow's JWT secret and the metrics
+    scrape token are random per machine and read back from ``secrets.env``.
     """
     path = cfg.secrets_file
     if not path.exists():
@@ -227,6 +235,8 @@ _GENERATED: dict[str, Callable[[], str]] = {
     "AIRFLOW__API_AUTH__JWT_SECRET": lambda: secrets.token_hex(32),
     "LAGSCHED_S3_ACCESS_KEY": lambda: "lagsched-" + secrets.token_hex(6),
     "LAGSCHED_S3_SECRET_KEY": lambda: secrets.token_urlsafe(24),
+    # The bearer token the stack's Prometheus scrapes /lagsched/metrics with (lagsched.ui.auth).
+    "LAGSCHED_METRICS_TOKEN": lambda: secrets.token_urlsafe(32),
 }
 
 

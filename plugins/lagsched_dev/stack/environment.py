@@ -109,6 +109,8 @@ def stack_environment(cfg: StackConfig) -> dict[str, str]:
         "AIRFLOW__API__PORT": str(cfg.airflow_port),
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{cfg.airflow_port}",
         "AIRFLOW__API_AUTH__JWT_SECRET": stack_secrets(cfg)["AIRFLOW__API_AUTH__JWT_SECRET"],
+        # The scrape token of /lagsched/metrics (lagsched.ui.auth): the stack's Prometheus sends it.
+        "LAGSCHED_METRICS_TOKEN": stack_secrets(cfg)["LAGSCHED_METRICS_TOKEN"],
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": airflow_metadata_url(cfg),
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "True",
         # The Test button of Admin > Connections (off by default in Airflow 3).

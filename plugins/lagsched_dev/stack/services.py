@@ -1,5 +1,5 @@
-"""The local stack's services: Apache Kafka (KRaft), MariaDB, Redis, Airflow and an optional Spark
-standalone cluster, on loopback.
+"""The local stack's services: Apache Kafka (KRaft), MariaDB, Redis, Airflow, an optional Spark
+standalone cluster and an optional Prometheus, on loopback.
 
 Each service knows how to prepare its data folder once, start, report health and stop. Start is
 idempotent: a service that is already up and healthy is left alone, so tests and the demo can share
@@ -793,6 +793,118 @@ class S3Proxy(Service):
 
     def detail(self) -> str:
         return f"s3a://{self.bucket} at {self.endpoint}"
+
+
+class Prometheus(Service):
+    """Debian's Prometheus server (``lagsched-dev stack up --prometheus``) on loopback, scraping the
+    lagsched page's ``/lagsched/metrics`` on the stack's Airflow API server with the stack's scrape
+    token, and evaluating the shipped alert rules (``lagsched/monitoring/alerts.yml``, package data).
+
+    Everything it writes is under ``<home>/prometheus/<name>``: ``prometheus.yml`` (generated at
+    each start), the token's file (mode 0600; the token itself is never logged or put on a command
+    line) and the TSDB. The intervals default to 15 s; tests pass shorter ones, a rules file of their
+    own, another name and port, so a test's server never disturbs the stack's.
+    """
+
+    start_timeout_s = 60.0
+
+    def __init__(
+        self,
+        cfg: StackConfig,
+        *,
+        name: str = "prometheus",
+        port: int | None = None,
+        scrape_interval_s: float = 15.0,
+        evaluation_interval_s: float = 15.0,
+        rule_files: Sequence[Path] | None = None,
+        token: str | None = None,
+    ) -> None:
+        super().__init__(cfg)
+        self.name = name
+        self.port = cfg.prometheus_port if port is None else port
+        self.scrape_interval_s = scrape_interval_s
+        self.evaluation_interval_s = evaluation_interval_s
+        self._rule_files = None if rule_files is None else [Path(p) for p in rule_files]
+        self._token = token
+
+    @property
+    def dir(self) -> Path:
+        return self.cfg.prometheus_home / self.name
+
+    @property
+    def config_file(self) -> Path:
+        return self.dir / "prometheus.yml"
+
+    @property
+    def token_file(self) -> Path:
+        return self.dir / "metrics.token"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def rule_files(self) -> list[Path]:
+        """The rules it loads: the shipped ones, resolved through the installed package."""
+        if self._rule_files is not None:
+            return self._rule_files
+        from importlib.resources import as_file, files
+
+        # The package is a folder on disk (a checkout or an unpacked wheel): as_file returns its path.
+        with as_file(files("lagsched") / "monitoring" / "alerts.yml") as path:
+            return [Path(path)]
+
+    def configuration(self) -> dict[str, Any]:
+        """prometheus.yml as data (JSON is YAML: it is written with json.dumps)."""
+
+        def seconds(value: float) -> str:
+            return f"{round(value * 1000)}ms"
+
+        return {
+            "global": {
+                "scrape_interval": seconds(self.scrape_interval_s),
+                "scrape_timeout": seconds(min(self.scrape_interval_s, 10.0)),
+                "evaluation_interval": seconds(self.evaluation_interval_s),
+            },
+            "rule_files": [str(p) for p in self.rule_files()],
+            "scrape_configs": [
+                {
+                    "job_name": "lagsched",
+                    "metrics_path": "/lagsched/metrics",
+                    "authorization": {"type": "Bearer", "credentials_file": str(self.token_file)},
+                    "static_configs": [{"targets": [f"127.0.0.1:{self.cfg.airflow_port}"]}],
+                }
+            ],
+        }
+
+    def prepare(self) -> None:
+        (self.dir / "data").mkdir(parents=True, exist_ok=True)
+        token = self._token if self._token is not None else stack_secrets(self.cfg)["LAGSCHED_METRICS_TOKEN"]
+        # Owner-only, like secrets.env; rewritten at each start (the token may have been added since).
+        fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(token)
+        os.chmod(self.token_file, 0o600)  # a file from before keeps its mode through O_TRUNC
+        self.config_file.write_text(json.dumps(self.configuration(), indent=2) + "\n")
+
+    def command(self) -> list[str]:
+        return [
+            _require_binary("prometheus", "apt-get install -y --no-install-recommends prometheus"),
+            f"--config.file={self.config_file}",
+            f"--storage.tsdb.path={self.dir / 'data'}",
+            "--storage.tsdb.retention.time=7d",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            f"--web.external-url={self.url}/",
+        ]
+
+    def is_healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as resp:  # noqa: S310 - loopback
+                return bool(resp.status == 200)
+        except OSError:
+            return False
+
+    def detail(self) -> str:
+        return self.url
 
 
 def java_binary() -> str:
