@@ -231,6 +231,7 @@ def test_the_wheel_carries_what_a_deployment_needs_and_nothing_of_the_tooling(wh
     needed = {
         "lagsched/jobs/__init__.py",
         "lagsched/monitoring/alerts.yml",  # the alert rules (docs/alerts.md)
+        "lagsched/monitoring/dashboard.json",  # the Grafana dashboard (docs/prometheus.md)
         *(f"lagsched/airflow/dags/{m}.py" for m in DAG_MODULES.values()),
     }
     assert needed <= names, sorted(needed - names)
