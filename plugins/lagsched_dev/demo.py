@@ -568,7 +568,7 @@ def _start_and_prepare(
     from lagsched_dev.cli import start_stack
 
     try:
-        start_stack(cfg, airflow=True)
+        start_stack(cfg, airflow=True, prometheus=True)
     except ServiceError as exc:
         print(f"demo: {exc}", file=sys.stderr)
         return 2
@@ -641,11 +641,20 @@ def _prepare(api: DemoAPI, cfg: StackConfig, loads: Sequence[TopicLoad]) -> str 
 
 
 def _print_addresses(cfg: StackConfig, url: str, lake: Any) -> None:
+    from lagsched_dev.stack.services import Prometheus
+
+    prometheus = Prometheus(cfg).url
     print(
         f"""
   Airflow UI     {url}   user admin, password in {cfg.airflow_home / PASSWORDS_FILE}
   lagsched page  {url}/plugin/lagsched   ("lagsched" in Airflow's navigation)
   DAGs           {url}/dags?tags=lagsched
+  Prometheus     {prometheus}/classic/alerts   lagsched's alert rules (docs/alerts.md); watch
+                 LagschedTopicTimeLagHigh and LagschedFewerLiveSlotsThanNeeded go pending while the hot
+                 topic scales. Graphs (Debian's build serves Prometheus' classic UI):
+                 {prometheus}/classic/graph?g0.expr=lagsched_topic_time_lag_seconds&g0.tab=0
+  Grafana        import plugins/lagsched/monitoring/dashboard.json (docs/prometheus.md) with a Prometheus
+                 data source at {prometheus}
   in a terminal  .venv/bin/lagsched status   (after: eval "$(.venv/bin/lagsched-dev stack env)")
   Iceberg table  {lake.identifier} in {lake.warehouse}
   logs           {cfg.logs}/   task logs {cfg.airflow_home / "logs"}/
