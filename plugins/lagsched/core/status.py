@@ -663,11 +663,13 @@ def _cluster_samples(st: ClusterStatus, add: Callable[[str, dict[str, str], floa
     add("lagsched_measurements_stale_after_seconds", cl, st.stale_after_s)
     if st.planned_slots is not None:
         add("lagsched_planned_slots", cl, st.planned_slots)
-    for (table, outcome), n in sorted(st.table_commits.items()):
-        if outcome == "ok":
-            add("lagsched_table_commits_total", {**cl, "table": table}, n)
-        else:
-            add("lagsched_table_commit_failures_total", {**cl, "table": table, "reason": outcome}, n)
+    # Every outcome of a table that has any, 0 included: increase() sees a counter's first step
+    # only from a sample before it, so a failure series born at 1 would never raise the alert.
+    for table in sorted({table for table, _ in st.table_commits}):
+        add("lagsched_table_commits_total", {**cl, "table": table}, st.table_commits.get((table, "ok"), 0))
+        for reason in ("refused", "error"):
+            n = st.table_commits.get((table, reason), 0)
+            add("lagsched_table_commit_failures_total", {**cl, "table": table, "reason": reason}, n)
     for care in st.table_care:
         add("lagsched_table_care_runs_total", {**cl, "outcome": care.outcome}, care.runs)
         if care.last_at is not None:
