@@ -258,6 +258,7 @@ def _run_slot(
     stop: threading.Event,
 ) -> int:
     from lagsched.adapters import sink
+    from lagsched.adapters.alert_figures import TableCommitCounter
     from lagsched.adapters.claims import open_claim_store
     from lagsched.adapters.kafka_admin import admin_client
     from lagsched.adapters.range_files import RangeWriter
@@ -292,6 +293,7 @@ def _run_slot(
             writer=writer,
             mirror=OffsetMirror(admin, settings.group),
             stats=stats,
+            count_commit=TableCommitCounter(redis, cluster, lake.identifier).count,
         )
         run = SlotRun(
             settings,

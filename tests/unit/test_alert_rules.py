@@ -70,20 +70,28 @@ class Case:
 
 
 EU = 'cluster="eu",topic="orders"'
+SLO = f"lagsched_topic_time_lag_slo_seconds{{{EU}}}"
+STALE = 'lagsched_measurements_stale_after_seconds{cluster="eu"}'
 CASES = [
-    # -- time lag above the SLO (600 s) for 10m --
+    # -- time lag above the topic's SLO (its own series) for 10m --
     Case(
         "LagschedTopicTimeLagHigh",
         "fires",
-        {f"lagsched_topic_time_lag_seconds{{{EU}}}": "60x5 900x20"},
+        {
+            f"lagsched_topic_time_lag_seconds{{{EU}}}": "60x5 900x20",
+            SLO: "600x25",
+            # its own SLO of 30 minutes: 900 s is within it
+            'lagsched_topic_time_lag_seconds{cluster="eu",topic="slow"}': "900x25",
+            'lagsched_topic_time_lag_slo_seconds{cluster="eu",topic="slow"}': "1800x25",
+        },
         quiet_at=("15m",),  # above since 6m: pending, not firing yet
         fires_at="20m",
         fired=(
             Fired(
                 {"cluster": "eu", "topic": "orders", "severity": "warning"},
                 "Topic orders of cluster eu is behind its time-lag SLO",
-                "The oldest unread record of topic orders (cluster eu) is 15m 0s old, above the 10m SLO, "
-                "for 10 minutes.",
+                "The oldest unread record of topic orders (cluster eu) is 15m 0s old, above its SLO "
+                "(time_lag_slo_s) for 10 minutes.",
             ),
         ),
     ),
@@ -92,7 +100,11 @@ CASES = [
         "healthy",
         {
             f"lagsched_topic_time_lag_seconds{{{EU}}}": "60x30",
+            SLO: "600x30",
             'lagsched_topic_time_lag_seconds{cluster="eu",topic="at_slo"}': "600x30",
+            'lagsched_topic_time_lag_slo_seconds{cluster="eu",topic="at_slo"}': "600x30",
+            # no SLO series (an older lagsched): no alert rather than a guess
+            'lagsched_topic_time_lag_seconds{cluster="eu",topic="unknown"}': "5000x30",
         },
         quiet_at=("10m", "20m", "30m"),
     ),
@@ -101,7 +113,7 @@ CASES = [
         # back under: 8 minutes, shorter than the 10m `for`.
         "LagschedTopicTimeLagHigh",
         "gap",
-        {f"lagsched_topic_time_lag_seconds{{{EU}}}": "60x5 900x3 _x4 60x20"},
+        {f"lagsched_topic_time_lag_seconds{{{EU}}}": "60x5 900x3 _x4 60x20", SLO: "600x32"},
         quiet_at=("13m", "14m", "20m"),
     ),
     # -- stalled and stopped: the lag monitor's state for 5m --
@@ -204,6 +216,11 @@ CASES = [
         {
             f"lagsched_topic_open_transaction_seconds{{{EU}}}": "0x4 60+60x20",
             f"lagsched_topic_transaction_held_offsets{{{EU}}}": "0x4 40x20",
+            f"lagsched_topic_open_transaction_bound_seconds{{{EU}}}": "300x25",
+            # a bound of an hour: 20 minutes open is within it
+            'lagsched_topic_open_transaction_seconds{cluster="eu",topic="batchy"}': "0x4 60+60x20",
+            'lagsched_topic_transaction_held_offsets{cluster="eu",topic="batchy"}': "0x4 40x20",
+            'lagsched_topic_open_transaction_bound_seconds{cluster="eu",topic="batchy"}': "3600x25",
         },
         quiet_at=("13m",),  # 300 s and more since 9m: pending
         fires_at="15m",
@@ -223,6 +240,7 @@ CASES = [
         {
             f"lagsched_topic_open_transaction_seconds{{{EU}}}": "0x4 60+60x3 0x15",
             f"lagsched_topic_transaction_held_offsets{{{EU}}}": "0x4 40x3 0x15",
+            f"lagsched_topic_open_transaction_bound_seconds{{{EU}}}": "300x25",
         },
         quiet_at=("8m", "15m", "20m"),
     ),
@@ -233,6 +251,7 @@ CASES = [
         {
             f"lagsched_topic_open_transaction_seconds{{{EU}}}": "0x4 60+60x5 _x2 0x10",
             f"lagsched_topic_transaction_held_offsets{{{EU}}}": "0x4 40x5 _x2 0x10",
+            f"lagsched_topic_open_transaction_bound_seconds{{{EU}}}": "300x25",
         },
         quiet_at=("12m", "13m", "20m"),
     ),
@@ -240,7 +259,13 @@ CASES = [
     Case(
         "LagschedMeasurementsStale",
         "fires",
-        {f"lagsched_topic_measured_timestamp_seconds{{{EU}}}": "0+60x10 600x30"},  # the monitor stops at 10m
+        {
+            f"lagsched_topic_measured_timestamp_seconds{{{EU}}}": "0+60x10 600x30",  # the monitor stops at 10m
+            STALE: "600x40",
+            # another cluster measured every 15 minutes, stale after 45: never stale
+            'lagsched_topic_measured_timestamp_seconds{cluster="us",topic="orders"}': "0x15 900x15 1800x10",
+            'lagsched_measurements_stale_after_seconds{cluster="us"}': "2700x40",
+        },
         quiet_at=("25m",),  # older than 600 s since 21m: pending
         fires_at="30m",
         fired=(
@@ -255,7 +280,7 @@ CASES = [
     Case(
         "LagschedMeasurementsStale",
         "healthy",
-        {f"lagsched_topic_measured_timestamp_seconds{{{EU}}}": "0+60x40"},
+        {f"lagsched_topic_measured_timestamp_seconds{{{EU}}}": "0+60x40", STALE: "600x40"},
         quiet_at=("10m", "40m"),
     ),
     Case(
@@ -266,6 +291,7 @@ CASES = [
         {
             f"lagsched_topic_measured_timestamp_seconds{{{EU}}}": "0+60x10 _x8 1140+60x20",
             'lagsched_topic_measured_timestamp_seconds{cluster="eu",topic="clicks"}': "0+60x10 600x12 1440+60x10",
+            STALE: "600x40",
         },
         quiet_at=("15m", "19m", "23m", "24m", "30m"),
     ),
@@ -342,51 +368,181 @@ CASES = [
         {'lagsched_live_slots{cluster="eu"}': "1x5 _x8 1x10"},
         quiet_at=("12m", "13m", "14m", "20m"),
     ),
-    # -- fewer live slots than the largest linker_workers, for 10m --
+    # -- fewer live slots than the consume DAG planned, for 5m --
     Case(
-        "LagschedFewerLiveSlotsThanNeeded",
+        "LagschedFewerLiveSlotsThanPlanned",
         "fires",
         {
-            f"lagsched_topic_linker_workers{{{EU}}}": "3x30",
-            'lagsched_topic_linker_workers{cluster="eu",topic="clicks"}': "1x30",
+            'lagsched_planned_slots{cluster="eu"}': "3x30",
             'lagsched_live_slots{cluster="eu"}': "3x5 2x25",
-            'lagsched_topic_linker_workers{cluster="us",topic="orders"}': "2x30",
+            'lagsched_planned_slots{cluster="us"}': "2x30",
             'lagsched_live_slots{cluster="us"}': "2x30",
         },
-        quiet_at=("15m",),
-        fires_at="20m",
+        quiet_at=("9m",),
+        fires_at="12m",
         fired=(
             Fired(
                 {"cluster": "eu", "severity": "warning"},
-                "Cluster eu runs fewer slots than its topics need",
-                "A topic of cluster eu is scaled to 3 workers, but fewer slots of the cluster have had a live "
-                "heartbeat for 10 minutes: some of its lanes are not consumed.",
+                "Cluster eu runs fewer slots than the consume DAG planned",
+                "The consume DAG planned 3 slots for cluster eu, but fewer have had a live heartbeat for 5 "
+                "minutes: some of its lanes are not consumed.",
             ),
         ),
     ),
     Case(
-        # As many live slots as needed, or more (standby slots).
-        "LagschedFewerLiveSlotsThanNeeded",
+        # As many live slots as planned, or more (a slot leaving at its budget overlaps its successor);
+        # a cluster the consume DAG never planned has no series and no alert.
+        "LagschedFewerLiveSlotsThanPlanned",
         "healthy",
         {
-            f"lagsched_topic_linker_workers{{{EU}}}": "3x30",
+            'lagsched_planned_slots{cluster="eu"}': "3x30",
             'lagsched_live_slots{cluster="eu"}': "3x30",
-            'lagsched_topic_linker_workers{cluster="us",topic="orders"}': "2x30",
+            'lagsched_planned_slots{cluster="us"}': "2x30",
             'lagsched_live_slots{cluster="us"}': "4x30",
+            'lagsched_live_slots{cluster="new"}': "0x30",
         },
         quiet_at=("15m", "30m"),
     ),
     Case(
         # eu: a slot restarting for 4 minutes; us: 8 missed scrapes of the slots.
-        "LagschedFewerLiveSlotsThanNeeded",
+        "LagschedFewerLiveSlotsThanPlanned",
         "gap",
         {
-            f"lagsched_topic_linker_workers{{{EU}}}": "3x30",
+            'lagsched_planned_slots{cluster="eu"}': "3x30",
             'lagsched_live_slots{cluster="eu"}': "3x5 2x4 3x20",
-            'lagsched_topic_linker_workers{cluster="us",topic="orders"}': "2x30",
+            'lagsched_planned_slots{cluster="us"}': "2x30",
             'lagsched_live_slots{cluster="us"}': "2x5 _x8 2x16",
         },
         quiet_at=("9m", "13m", "15m", "20m"),
+    ),
+    # -- lag rising for 15m at max_workers --
+    Case(
+        "LagschedLagRisingAtMaxWorkers",
+        "fires",
+        {
+            f"lagsched_topic_lag_records{{{EU}}}": "1000x10 1000+600x30",  # +10 records/s from 10m
+            f"lagsched_topic_linker_workers{{{EU}}}": "4x40",
+            f"lagsched_topic_max_workers{{{EU}}}": "4x40",
+            # rising as fast, but below its ceiling: the evaluator can still scale it
+            'lagsched_topic_lag_records{cluster="eu",topic="clicks"}': "1000x10 1000+600x30",
+            'lagsched_topic_linker_workers{cluster="eu",topic="clicks"}': "2x40",
+            'lagsched_topic_max_workers{cluster="eu",topic="clicks"}': "8x40",
+        },
+        quiet_at=("10m", "24m"),  # rising from 10m: the trend is up from 11m, pending for 15m
+        fires_at="30m",
+        fired=(
+            Fired(
+                {"cluster": "eu", "topic": "orders", "severity": "warning"},
+                "Topic orders of cluster eu falls behind at max_workers",
+                "The lag of topic orders (cluster eu) has risen by 10 records/s for 15 minutes while the topic "
+                "runs its max_workers: the evaluator cannot add workers.",
+            ),
+        ),
+    ),
+    Case(
+        # At max_workers with a steady or draining lag.
+        "LagschedLagRisingAtMaxWorkers",
+        "healthy",
+        {
+            f"lagsched_topic_lag_records{{{EU}}}": "50000-300x40",
+            f"lagsched_topic_linker_workers{{{EU}}}": "4x40",
+            f"lagsched_topic_max_workers{{{EU}}}": "4x40",
+            'lagsched_topic_lag_records{cluster="eu",topic="clicks"}': "1200x40",
+            'lagsched_topic_linker_workers{cluster="eu",topic="clicks"}': "2x40",
+            'lagsched_topic_max_workers{cluster="eu",topic="clicks"}': "2x40",
+        },
+        quiet_at=("20m", "40m"),
+    ),
+    Case(
+        # A burst of 10 minutes at max_workers, drained after: the trend turns before 15m.
+        "LagschedLagRisingAtMaxWorkers",
+        "gap",
+        {
+            f"lagsched_topic_lag_records{{{EU}}}": "1000x5 1000+3000x10 31000-3000x10 1000x15",
+            f"lagsched_topic_linker_workers{{{EU}}}": "4x40",
+            f"lagsched_topic_max_workers{{{EU}}}": "4x40",
+        },
+        quiet_at=("15m", "25m", "40m"),
+    ),
+    # -- table commits failing in every 5 minutes for 10m --
+    Case(
+        "LagschedTableCommitsFailing",
+        "fires",
+        {
+            'lagsched_table_commit_failures_total{cluster="eu",table="lake.eu",reason="error"}': "0x5 0+1x25",
+            'lagsched_table_commit_failures_total{cluster="eu",table="lake.eu",reason="refused"}': "0x30",
+        },
+        quiet_at=("12m",),
+        fires_at="20m",
+        fired=(
+            Fired(
+                {"cluster": "eu", "table": "lake.eu", "reason": "error", "severity": "critical"},
+                "Commits to table lake.eu of cluster eu keep failing",
+                "Table commits of cluster eu to lake.eu have failed (error) in every 5 minutes of the last 10: "
+                "batches are redone, and nothing new lands while it lasts.",
+            ),
+        ),
+    ),
+    Case(
+        # Commits landing, no failure; one refusal after a failover, then none.
+        "LagschedTableCommitsFailing",
+        "healthy",
+        {
+            'lagsched_table_commit_failures_total{cluster="eu",table="lake.eu",reason="refused"}': "0x10 1x30",
+            'lagsched_table_commit_failures_total{cluster="eu",table="lake.eu",reason="error"}': "0x40",
+        },
+        quiet_at=("12m", "16m", "20m", "40m"),
+    ),
+    Case(
+        # Failing for 6 minutes (the catalog restarting), then fine; and a scrape gap meanwhile.
+        "LagschedTableCommitsFailing",
+        "gap",
+        {
+            'lagsched_table_commit_failures_total{cluster="eu",table="lake.eu",reason="error"}': "0x5 0+1x6 6x4 _x4 6x10",
+        },
+        quiet_at=("12m", "15m", "20m", "25m"),
+    ),
+    # -- the newest table care attempt failed, for 15m --
+    Case(
+        "LagschedTableCareFailing",
+        "fires",
+        {
+            # succeeded at 0m; attempts fail at 5m and at 10m (its retry)
+            'lagsched_table_care_last_run_timestamp_seconds{cluster="eu",outcome="ok"}': "0x40",
+            'lagsched_table_care_last_run_timestamp_seconds{cluster="eu",outcome="failed"}': "_x5 300x5 600x30",
+            # never succeeded
+            'lagsched_table_care_last_run_timestamp_seconds{cluster="us",outcome="failed"}': "60x40",
+        },
+        quiet_at=("4m", "14m"),  # pending: us since 0m, eu since 5m
+        fires_at="25m",
+        fired=tuple(
+            Fired(
+                {"cluster": c, "severity": "warning"},
+                f"Table care of cluster {c} is failing",
+                f"The newest table care attempt of cluster {c} failed and none has succeeded since (15 minutes): "
+                "small files, old snapshots and orphans accumulate.",
+            )
+            for c in ("eu", "us")
+        ),
+    ),
+    Case(
+        "LagschedTableCareFailing",
+        "healthy",
+        {
+            'lagsched_table_care_last_run_timestamp_seconds{cluster="eu",outcome="ok"}': "0x20 1200x20",
+            'lagsched_table_care_last_run_timestamp_seconds{cluster="eu",outcome="failed"}': "_x40",
+        },
+        quiet_at=("15m", "40m"),
+    ),
+    Case(
+        # An attempt failed at 5m, its retry succeeded at 10m: within the 15m, no alert.
+        "LagschedTableCareFailing",
+        "gap",
+        {
+            'lagsched_table_care_last_run_timestamp_seconds{cluster="eu",outcome="ok"}': "0x10 600x30",
+            'lagsched_table_care_last_run_timestamp_seconds{cluster="eu",outcome="failed"}': "_x5 300x35",
+        },
+        quiet_at=("9m", "15m", "25m", "40m"),
     ),
 ]
 
@@ -402,6 +558,20 @@ def test_every_alert_has_three_cases_and_every_case_an_alert() -> None:
     assert have == {(a, k) for a in alerts() for k in KINDS}
 
 
+#: Alerts over series of a whole cluster (no topic label to name).
+CLUSTER_WIDE = {"LagschedFewerLiveSlotsThanPlanned"}
+
+
+def about(name: str, expr: str) -> list[str]:
+    """The labels an alert's summary and description must name: what its series are about."""
+    by = {label.strip() for group in re.findall(r"by \(([^)]*)\)", expr) for label in group.split(",")}
+    if "absent(" in expr:
+        return []
+    if by:
+        return sorted(by - {"reason"})  # the reason is named in the description only
+    return ["cluster"] if name in CLUSTER_WIDE else ["topic", "cluster"]
+
+
 def test_every_alert_is_labelled_annotated_and_documented() -> None:
     doc = DOC.read_text()
     anchors = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", doc, re.M)}
@@ -412,8 +582,7 @@ def test_every_alert_is_labelled_annotated_and_documented() -> None:
         assert notes["runbook_url"] == runbook(name), name
         assert name.lower() in anchors, f"docs/alerts.md has no section {name}"
         # Each names what it is about: topic and cluster where the alert has them.
-        by = set(re.findall(r"by \(([^)]*)\)", rule["expr"]))
-        wanted = ["cluster"] if by == {"cluster"} else [] if "absent(" in rule["expr"] else ["topic", "cluster"]
+        wanted = about(name, rule["expr"])
         for label in wanted:
             for key in ("summary", "description"):
                 assert f"$labels.{label}" in notes[key], f"{name} {key} does not name the {label}"
@@ -469,7 +638,17 @@ def test_alert_case(case: Case, tmp_path: Path) -> None:
 
 def test_a_healthy_cluster_fires_nothing(tmp_path: Path) -> None:
     """Every family a healthy cluster serves, for an hour, at the scrape's pace: no alert at all."""
-    series: dict[str, str] = {'lagsched_live_slots{cluster="eu"}': "2x60"}
+    series: dict[str, str] = {
+        'lagsched_live_slots{cluster="eu"}': "2x60",
+        'lagsched_planned_slots{cluster="eu"}': "2x60",
+        'lagsched_measurements_stale_after_seconds{cluster="eu"}': "600x60",
+        'lagsched_table_commits_total{cluster="eu",table="lake.eu"}': "0+10x60",
+        'lagsched_table_commit_failures_total{cluster="eu",table="lake.eu",reason="refused"}': "0x60",
+        'lagsched_table_commit_failures_total{cluster="eu",table="lake.eu",reason="error"}': "0x60",
+        'lagsched_table_care_runs_total{cluster="eu",outcome="ok"}': "1x60",
+        'lagsched_table_care_runs_total{cluster="eu",outcome="failed"}': "0x60",
+        'lagsched_table_care_last_run_timestamp_seconds{cluster="eu",outcome="ok"}': "0x60",
+    }
     for t, workers in (("orders", 2), ("clicks", 1)):
         lb = f'cluster="eu",topic="{t}"'
         series |= {
@@ -477,6 +656,9 @@ def test_a_healthy_cluster_fires_nothing(tmp_path: Path) -> None:
             f"lagsched_topic_lag_records{{{lb}}}": "1200x60",
             f"lagsched_topic_lost_records{{{lb}}}": "0x60",
             f"lagsched_topic_linker_workers{{{lb}}}": f"{workers}x60",
+            f"lagsched_topic_max_workers{{{lb}}}": f"{workers}x60",  # at its ceiling, and keeping up
+            f"lagsched_topic_time_lag_slo_seconds{{{lb}}}": "600x60",
+            f"lagsched_topic_open_transaction_bound_seconds{{{lb}}}": "300x60",
             f"lagsched_topic_owners{{{lb}}}": f"{workers}x60",
             f"lagsched_topic_measured_timestamp_seconds{{{lb}}}": "0+60x60",
             f"lagsched_topic_transaction_held_offsets{{{lb}}}": "0x60",

@@ -12,11 +12,13 @@ from typing import Any
 import pytest
 
 from lagsched.core.status import (
+    COUNTERS,
     METRIC_HELP,
     ClusterStatus,
     Metric,
     PartitionFigures,
     SlotView,
+    TableCareRuns,
     TopicView,
     metric_families,
     render_prometheus,
@@ -43,13 +45,15 @@ def topic(name: str, **changes: Any) -> TopicView:
         measured_at=NOW - 20.0,
         linker_workers=2,
         owners=("slot-a",),
+        max_workers=3,
     )
     return replace(base, **changes)
 
 
 def scrape() -> str:
     """Two clusters: measured, never measured, stalled, stopped, lossy and transaction-held topics, a
-    live and a dead slot, per-partition figures, and label values that need escaping."""
+    live and a dead slot, per-partition figures, table commits and table care runs of every outcome,
+    a planned slot count, and label values that need escaping."""
     a = ClusterStatus(
         "prod-eu",
         NOW,
@@ -61,6 +65,9 @@ def scrape() -> str:
         ),
         (SlotView("slot-a", "prod-eu-slot-0", NOW - 3, True), SlotView("slot-b", None, NOW - 300, False)),
         (),
+        planned_slots=2,
+        table_commits={("lake.prod_eu", "ok"): 812, ("lake.prod_eu", "refused"): 2, ("lake.prod_eu", "error"): 1},
+        table_care=(TableCareRuns("ok", 5, NOW - 600), TableCareRuns("failed", 1, NOW - 4000)),
     )
     b = ClusterStatus("staging", NOW, (topic('odd"name\\x', state="stopped", owners=()),), (), ())
     figures = [PartitionFigures("orders", p, 10_000 + p, 9_400 + p, 600, 12.0 * p, NOW - 20.0) for p in range(3)]
@@ -84,7 +91,9 @@ def test_every_family_is_declared_with_help_once() -> None:
     text = scrape()
     declared = re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M)
     assert [name for name, _ in declared] == list(METRIC_HELP)
-    assert {kind for _, kind in declared} == {"gauge"}
+    assert {name for name, kind in declared if kind == "counter"} == COUNTERS
+    assert {kind for name, kind in declared if name not in COUNTERS} == {"gauge"}
+    assert all(name.endswith("_total") for name in COUNTERS)
     assert re.findall(r"^# HELP (\S+) \S", text, re.M) == list(METRIC_HELP)
 
 
@@ -94,6 +103,10 @@ def test_a_topic_never_measured_has_no_lag_figures() -> None:
         "lagsched_topic_linker_workers",
         "lagsched_topic_owners",
         "lagsched_topic_state",
+        # Its thresholds are settings, known before any measurement: its alerts can be judged at once.
+        "lagsched_topic_max_workers",
+        "lagsched_topic_time_lag_slo_seconds",
+        "lagsched_topic_open_transaction_bound_seconds",
     }
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "lag_key",
     "latest_key",
     "measured_key",
+    "planned_slots_key",
     "redis_client",
     "slot_events_channel",
     "slot_key",
@@ -43,6 +44,9 @@ __all__ = [
     "slot_racks_key",
     "slots_key",
     "subscriber",
+    "table_care_key",
+    "table_commits_key",
+    "thresholds_key",
 ]
 
 #: The root of every name, as the slots take it (``namespace``).
@@ -118,6 +122,32 @@ def evaluated_key(cluster: str, topic: str, *, prefix: str = PREFIX) -> str:
 def measured_key(cluster: str, *, prefix: str = PREFIX) -> str:
     """A string: the time of the cluster's last measurement."""
     return f"{prefix}{cluster}:measured"
+
+
+# -- what the alert rules read (alert_figures) --------------------------------------------------
+
+
+def thresholds_key(cluster: str, *, prefix: str = PREFIX) -> str:
+    """A string, no TTL: the alert thresholds the lag monitor last applied (JSON,
+    `lagsched.core.thresholds.ClusterThresholds`)."""
+    return f"{prefix}{cluster}:thresholds"
+
+
+def planned_slots_key(cluster: str, *, prefix: str = PREFIX) -> str:
+    """A string, no TTL: the slots the consume DAG last planned for the cluster (need and standby)."""
+    return f"{prefix}{cluster}:planned_slots"
+
+
+def table_commits_key(cluster: str, *, prefix: str = PREFIX) -> str:
+    """A HASH, no TTL: counters of the slots' table commits, field ``<table>|<outcome>``
+    (``ok``, ``refused``, ``error``)."""
+    return f"{prefix}{cluster}:table_commits"
+
+
+def table_care_key(cluster: str, *, prefix: str = PREFIX) -> str:
+    """A HASH, no TTL: table care runs by outcome (``ok``, ``failed``), field ``<outcome>``, and the
+    time of the latest of each, field ``<outcome>_at``."""
+    return f"{prefix}{cluster}:table_care"
 
 
 # -- the slots (slots) ------------------------------------------------------------------------

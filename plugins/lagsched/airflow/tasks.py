@@ -368,6 +368,7 @@ def run_consume_plan(
         options: `SlotOptions` fields (``budget_s``, ``min_interval_s``, ``min_records``); a
             ``budget_s`` of None (or absent) means each cluster's ``slot_budget_s``.
     """
+    from lagsched.adapters.alert_figures import write_planned_slots
     from lagsched.adapters.clients import mysql_and_redis
     from lagsched.adapters.slots import SlotLock
     from lagsched.workflows.consume_plan import SlotOptions, plan_consume
@@ -377,6 +378,7 @@ def run_consume_plan(
     slot_options = SlotOptions(**dict(options))
     with mysql_and_redis(mysql_settings(mysql_conn_id), redis_settings(redis_conn_id)) as (mysql, redis):
         plan = plan_consume(mysql, chosen, slot_options, SlotLock(redis))
+        write_planned_slots(redis, plan.planned)  # for the alert on missing slots
     if not plan.slots:
         log.info(
             "no slot to start in %s (%d needed slot(s) already running)",

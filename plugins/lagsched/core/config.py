@@ -31,6 +31,7 @@ Example:
 from __future__ import annotations
 
 import difflib
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
@@ -42,7 +43,8 @@ from pydantic import (
 )
 
 from lagsched.core.errors import ConfigError
-from lagsched.core.lag import MONITOR_SCHEDULE_S
+from lagsched.core.lag import MONITOR_SCHEDULE_S, OPEN_TRANSACTION_WARN_S
+from lagsched.core.registry import TopicRow
 from lagsched.core.variables import (
     TopicName,
     VariableModel,
@@ -54,7 +56,16 @@ from lagsched.core.variables import (
     validate,
 )
 
-__all__ = ["PolicyName", "Settings", "TopicPolicyConfig", "parse_settings", "unknown_topic_overrides"]
+__all__ = [
+    "PolicyName",
+    "Settings",
+    "TopicPolicyConfig",
+    "effective_config",
+    "parse_settings",
+    "unknown_topic_overrides",
+]
+
+log = logging.getLogger(__name__)
 
 PolicyName = Literal["hevo", "keda", "capacity"]
 
@@ -74,6 +85,9 @@ MAX_MEASURE_EVERY_S = DAY
 MAX_TTL_S = 365 * DAY
 MAX_RETENTION_S = 3650 * DAY  # retention thresholds; a longer retention counts as infinite anyway
 MAX_WORKER_RATE = 10.0**7  # records/s of one worker
+#: The default of ``stale_after_s``: this many measurements missed, and never under ten minutes.
+STALE_AFTER_RUNS = 3
+STALE_AFTER_MIN_S = 600.0
 
 
 class TopicPolicyConfig(VariableModel):
@@ -175,6 +189,21 @@ class TopicPolicyConfig(VariableModel):
         "pipeline is stalled (its partitions have live holders) or stopped (none); the evaluator then holds it.",
     )
 
+    time_lag_slo_s: float = Field(
+        default=600.0,
+        ge=1,
+        le=MAX_DURATION_S,
+        description="Seconds of time lag the topic may reach: the alert LagschedTopicTimeLagHigh fires above it "
+        "(exported as lagsched_topic_time_lag_slo_seconds; docs/alerts.md).",
+    )
+    open_transaction_bound_s: float = Field(
+        default=OPEN_TRANSACTION_WARN_S,
+        ge=1,
+        le=MAX_DURATION_S,
+        description="Seconds a producer's transaction may hold the topic's last stable offset before the lag "
+        "monitor warns and LagschedOpenTransactionOld fires (lagsched_topic_open_transaction_bound_seconds).",
+    )
+
     @field_validator("max_lag")
     @classmethod
     def _max_lag_above_min(cls, v: int, info: ValidationInfo) -> int:
@@ -217,8 +246,6 @@ class TopicPolicyConfig(VariableModel):
         return max(1, round(self.per_worker_rate * self.drain_target_s))
 
 
-
-
 class Settings(VariableModel):
     """The whole Variable: global settings, topic defaults and per-topic overrides."""
 
@@ -233,10 +260,38 @@ class Settings(VariableModel):
         default=120, ge=2, le=MAX_COUNT, description="Offset and lag samples kept per partition/topic (in Redis)."
     )
     sample_ttl_s: float = Field(default=7200.0, ge=1, le=MAX_TTL_S, description="Seconds before stored samples expire.")
+    stale_after_s: float | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_TTL_S,
+        description="Seconds after a topic's newest measurement at which its measurements are stale: the alert "
+        "LagschedMeasurementsStale fires (lagsched_measurements_stale_after_seconds). null: "
+        f"{STALE_AFTER_RUNS} x measure_every_s, at least {STALE_AFTER_MIN_S:g}.",
+    )
     defaults: TopicPolicyConfig = Field(default_factory=TopicPolicyConfig, description="Settings of every topic.")
     topics: dict[TopicName, dict[str, Any]] = Field(
         default_factory=dict, description="Per-topic overrides of 'defaults', keyed by topic name."
     )
+
+    @field_validator("stale_after_s")
+    @classmethod
+    def _stale_after_a_measurement(cls, v: float | None, info: ValidationInfo) -> float | None:
+        # Shorter than the time between two measurements, every topic would read as stale between them.
+        every = info.data.get("measure_every_s")
+        if v is not None and every is not None and v < every:
+            raise ValueError(f"must be >= measure_every_s ({every:g}), or null")
+        return v
+
+    @property
+    def measurements_stale_after_s(self) -> float:
+        """``stale_after_s``, or its default: several missed measurements, never under ten minutes.
+
+        >>> Settings().measurements_stale_after_s, Settings(measure_every_s=900).measurements_stale_after_s
+        (600.0, 2700.0)
+        """
+        if self.stale_after_s is not None:
+            return self.stale_after_s
+        return max(STALE_AFTER_MIN_S, STALE_AFTER_RUNS * self.measure_every_s)
 
     def for_topic(self, name: str) -> TopicPolicyConfig:
         """The settings of topic `name`: its overrides merged over ``defaults``.
@@ -376,3 +431,23 @@ def _global_relations(
             )
         )
     return errors
+
+
+def effective_config(settings: Settings, topic: TopicRow) -> TopicPolicyConfig:
+    """The topic's settings with its registry row's worker limits applied on top.
+
+    The Variable holds policy; the ``topics`` row's ``min_workers``/``max_workers`` are the
+    operator's optional hard limits for this one topic (NULL: none). The evaluator gets the tighter
+    of the two; if they do not overlap, the row's limits win (the row is the more specific statement).
+    """
+    cfg = settings.for_topic(topic.name)
+    row_low = cfg.min_workers if topic.min_workers is None else topic.min_workers
+    row_high = cfg.max_workers if topic.max_workers is None else topic.max_workers
+    low, high = max(cfg.min_workers, row_low), min(cfg.max_workers, row_high)
+    if low > high:
+        log.warning(
+            "topic %s: settings workers [%d, %d] and registry [%s, %s] do not overlap; using the registry's",
+            topic.name, cfg.min_workers, cfg.max_workers, topic.min_workers, topic.max_workers,
+        )  # fmt: skip
+        low, high = min(row_low, row_high), row_high
+    return cfg.model_copy(update={"min_workers": low, "max_workers": high})

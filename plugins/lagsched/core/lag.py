@@ -88,13 +88,16 @@ def measurement_due(last_at: float | None, now: datetime, every_s: float) -> boo
     return last_at is None or epoch_s(now) - last_at >= every_s - MONITOR_SCHEDULE_S / 2
 
 
-def is_old_open_transaction(held_offsets: int, open_s: float) -> bool:
-    """Whether a hold behind the last stable offset is one to report (`OPEN_TRANSACTION_WARN_S`).
+def is_old_open_transaction(held_offsets: int, open_s: float, bound_s: float = OPEN_TRANSACTION_WARN_S) -> bool:
+    """Whether a hold behind the last stable offset is one to report: it stood ``bound_s`` or more
+    (the topic's ``open_transaction_bound_s``, by default `OPEN_TRANSACTION_WARN_S`).
 
     >>> is_old_open_transaction(20, 400.0), is_old_open_transaction(20, 60.0), is_old_open_transaction(0, 900.0)
     (True, False, False)
+    >>> is_old_open_transaction(20, 60.0, bound_s=30.0)
+    True
     """
-    return held_offsets > 0 and open_s >= OPEN_TRANSACTION_WARN_S
+    return held_offsets > 0 and open_s >= bound_s
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from lagsched.core.claims import PartitionRow
 from lagsched.core.decisions import DecisionRow
-from lagsched.core.lag import OffsetSample, estimate_time_lag, is_old_open_transaction
+from lagsched.core.lag import OPEN_TRANSACTION_WARN_S, OffsetSample, estimate_time_lag, is_old_open_transaction
 from lagsched.core.times import iso
 
 __all__ = [
+    "COUNTERS",
     "METRIC_HELP",
     "STATES",
     "Anomaly",
@@ -34,6 +35,7 @@ __all__ = [
     "PartitionFigures",
     "PartitionLine",
     "SlotView",
+    "TableCareRuns",
     "TopicView",
     "WorkersStep",
     "escape_label_value",
@@ -196,6 +198,9 @@ class TopicView:
         held_by_transaction: offsets an open transaction holds behind the last stable offsets
             (not yet readable, not counted in ``lag``), at the newest measurement.
         transaction_open_s: how long that hold has stood, seconds (0: none).
+        max_workers: the most workers the evaluator gives it (`lagsched.core.thresholds`).
+        time_lag_slo_s: its time-lag SLO (``time_lag_slo_s``).
+        open_transaction_bound_s: how long an open transaction may hold it (``open_transaction_bound_s``).
     """
 
     topic_id: str
@@ -214,6 +219,9 @@ class TopicView:
     override: Mapping[str, Any] | None = None
     held_by_transaction: int = 0
     transaction_open_s: float = 0.0
+    max_workers: int | None = None
+    time_lag_slo_s: float = 600.0
+    open_transaction_bound_s: float = OPEN_TRANSACTION_WARN_S
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -233,7 +241,20 @@ class TopicView:
             "override": None if self.override is None else dict(self.override),
             "held_by_transaction": self.held_by_transaction,
             "transaction_open_s": round(self.transaction_open_s, 1),
+            "max_workers": self.max_workers,
+            "time_lag_slo_s": self.time_lag_slo_s,
+            "open_transaction_bound_s": self.open_transaction_bound_s,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class TableCareRuns:
+    """The cluster's table care runs of one outcome (``ok``, ``failed``): how many, and when the
+    latest ended (epoch seconds; None when none did)."""
+
+    outcome: str
+    runs: int
+    last_at: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +271,13 @@ class ClusterStatus:
     anomalies: tuple[Anomaly, ...] = ()
     slot_timeout_s: float = 60.0
     notes: tuple[str, ...] = field(default=())
+    #: What the alert rules read besides the topics (`lagsched.adapters.alert_figures`): when a
+    #: measurement is stale, the slots the consume DAG planned (None: never planned), the slots'
+    #: table commits by ``(table, outcome)``, and the table care runs by outcome.
+    stale_after_s: float = 600.0
+    planned_slots: int | None = None
+    table_commits: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    table_care: tuple[TableCareRuns, ...] = ()
 
     @property
     def stuck(self) -> tuple[TopicView, ...]:
@@ -280,7 +308,7 @@ class ClusterStatus:
                     "open_s": round(t.transaction_open_s, 1),
                 }
                 for t in self.topics
-                if is_old_open_transaction(t.held_by_transaction, t.transaction_open_s)
+                if is_old_open_transaction(t.held_by_transaction, t.transaction_open_s, t.open_transaction_bound_s)
             ],
             "notes": list(self.notes),
         }
@@ -581,10 +609,10 @@ def render_prometheus(metrics: Iterable[Metric]) -> str:
 
 _Samples = list[tuple[dict[str, str], float]]
 
-#: Every family ``/metrics`` serves, in the order served, with its help text; all are gauges
-#: (docs/ui.md lists them with their labels). Names follow Prometheus' conventions, base units in
-#: the name (``_seconds``, ``_timestamp_seconds``) and no ``_total`` on a gauge, which
-#: ``promtool check metrics`` confirms (tests/unit/test_metrics_lint.py).
+#: Every family ``/metrics`` serves, in the order served, with its help text; gauges but for
+#: `COUNTERS` (docs/ui.md lists them with their labels). Names follow Prometheus' conventions, base
+#: units in the name (``_seconds``, ``_timestamp_seconds``), ``_total`` on a counter and on no gauge,
+#: which ``promtool check metrics`` confirms (tests/unit/test_metrics_lint.py).
 METRIC_HELP: dict[str, str] = {
     "lagsched_partition_lag_records": "Records behind per partition at the newest measurement.",
     "lagsched_partition_time_lag_seconds": "Age of the oldest unread record per partition.",
@@ -605,7 +633,47 @@ METRIC_HELP: dict[str, str] = {
     ),
     "lagsched_live_slots": "The cluster's worker slots with a heartbeat within the timeout.",
     "lagsched_slot_claimed_partitions": "Partitions each slot holds with a live lease.",
+    "lagsched_topic_max_workers": "The most workers the evaluator gives the topic (max_workers, capped by partitions).",
+    "lagsched_topic_time_lag_slo_seconds": "The topic's time-lag SLO (time_lag_slo_s of lagsched_settings).",
+    "lagsched_topic_open_transaction_bound_seconds": (
+        "How long an open transaction may hold the topic (open_transaction_bound_s of lagsched_settings)."
+    ),
+    "lagsched_measurements_stale_after_seconds": (
+        "Age at which a topic's newest measurement is stale (stale_after_s of lagsched_settings)."
+    ),
+    "lagsched_planned_slots": "Slots the consume DAG last planned for the cluster (need and standby).",
+    "lagsched_table_commits_total": "Batches the cluster's slots committed to its table.",
+    "lagsched_table_commit_failures_total": (
+        "Table commits that failed: refused (another holder committed the ranges) or error (outcome unknown)."
+    ),
+    "lagsched_table_care_runs_total": "Table care task attempts by outcome (ok, failed).",
+    "lagsched_table_care_last_run_timestamp_seconds": "When the latest table care attempt of each outcome ended.",
 }
+
+#: The families of `METRIC_HELP` that are counters: they only grow (from 0, or after Redis lost them).
+COUNTERS = frozenset(
+    {"lagsched_table_commits_total", "lagsched_table_commit_failures_total", "lagsched_table_care_runs_total"}
+)
+
+
+def _cluster_samples(st: ClusterStatus, add: Callable[[str, dict[str, str], float], None]) -> None:
+    """The samples of the families with one series per cluster (or per table, per outcome)."""
+    cl = {"cluster": st.cluster}
+    add("lagsched_live_slots", cl, len(st.live_slots))
+    add("lagsched_measurements_stale_after_seconds", cl, st.stale_after_s)
+    if st.planned_slots is not None:
+        add("lagsched_planned_slots", cl, st.planned_slots)
+    # Every outcome of a table that has any, 0 included: increase() sees a counter's first step
+    # only from a sample before it, so a failure series born at 1 would never raise the alert.
+    for table in sorted({table for table, _ in st.table_commits}):
+        add("lagsched_table_commits_total", {**cl, "table": table}, st.table_commits.get((table, "ok"), 0))
+        for reason in ("refused", "error"):
+            n = st.table_commits.get((table, reason), 0)
+            add("lagsched_table_commit_failures_total", {**cl, "table": table, "reason": reason}, n)
+    for care in st.table_care:
+        add("lagsched_table_care_runs_total", {**cl, "outcome": care.outcome}, care.runs)
+        if care.last_at is not None:
+            add("lagsched_table_care_last_run_timestamp_seconds", {**cl, "outcome": care.outcome}, care.last_at)
 
 
 def metric_families(clusters: Iterable[tuple[ClusterStatus, Sequence[PartitionFigures]]]) -> list[Metric]:
@@ -615,22 +683,27 @@ def metric_families(clusters: Iterable[tuple[ClusterStatus, Sequence[PartitionFi
     its ``linker_workers``, owners and state but no lag figures: no made-up 0.
 
     >>> st = ClusterStatus("c", 0.0, (), (), ())
-    >>> [(m.name, m.samples) for m in metric_families([(st, [])]) if m.samples]
-    [('lagsched_live_slots', (({'cluster': 'c'}, 0.0),))]
+    >>> [(m.name, m.samples) for m in metric_families([(st, [])]) if m.samples]  # doctest: +NORMALIZE_WHITESPACE
+    [('lagsched_live_slots', (({'cluster': 'c'}, 0.0),)),
+     ('lagsched_measurements_stale_after_seconds', (({'cluster': 'c'}, 600.0),))]
     """
     by_name: dict[str, _Samples] = {name: [] for name in METRIC_HELP}
-    slot_claims: dict[str, int] = {}
+    slot_claims: dict[tuple[str, str], int] = {}
 
     def add(name: str, labels: dict[str, str], value: float) -> None:
         by_name[name].append((labels, float(value)))
 
     for st, figures in clusters:
-        add("lagsched_live_slots", {"cluster": st.cluster}, len(st.live_slots))
+        _cluster_samples(st, add)
         for s in st.slots:
-            slot_claims[s.slot_id] = slot_claims.get(s.slot_id, 0) + len(s.claims)
+            slot_claims[(st.cluster, s.slot_id)] = slot_claims.get((st.cluster, s.slot_id), 0) + len(s.claims)
         for t in st.topics:
             lb = {"cluster": st.cluster, "topic": t.name}
             add("lagsched_topic_linker_workers", lb, t.linker_workers)
+            if t.max_workers is not None:
+                add("lagsched_topic_max_workers", lb, t.max_workers)
+            add("lagsched_topic_time_lag_slo_seconds", lb, t.time_lag_slo_s)
+            add("lagsched_topic_open_transaction_bound_seconds", lb, t.open_transaction_bound_s)
             add("lagsched_topic_owners", lb, len(t.owners))
             for state in STATES:
                 add("lagsched_topic_state", {**lb, "state": state}, 1.0 if t.state == state else 0.0)
@@ -648,6 +721,9 @@ def metric_families(clusters: Iterable[tuple[ClusterStatus, Sequence[PartitionFi
             plb = {"cluster": st.cluster, "topic": f.topic, "partition": str(f.partition)}
             add("lagsched_partition_lag_records", plb, f.lag)
             add("lagsched_partition_time_lag_seconds", plb, f.time_lag_s)
-    for slot, n in sorted(slot_claims.items()):
-        add("lagsched_slot_claimed_partitions", {"slot": slot}, n)
-    return [Metric(name, text, "gauge", tuple(by_name[name])) for name, text in METRIC_HELP.items()]
+    for (cluster, slot), n in sorted(slot_claims.items()):
+        add("lagsched_slot_claimed_partitions", {"cluster": cluster, "slot": slot}, n)
+    return [
+        Metric(name, text, "counter" if name in COUNTERS else "gauge", tuple(by_name[name]))
+        for name, text in METRIC_HELP.items()
+    ]

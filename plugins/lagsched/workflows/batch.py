@@ -97,8 +97,22 @@ class BatchWrite:
     records: int = 0
 
 
-def write_batch(sink: IcebergSink, writer: RangeWriter, reads: Sequence[BatchRead], since: int | None) -> BatchWrite:
+def _not_counted(outcome: str) -> None:
+    del outcome
+
+
+def write_batch(
+    sink: IcebergSink,
+    writer: RangeWriter,
+    reads: Sequence[BatchRead],
+    since: int | None,
+    *,
+    count: Callable[[str], None] = _not_counted,
+) -> BatchWrite:
     """Write ``reads`` and commit them in one snapshot as of mark ``since`` (steps 3 and 4).
+
+    ``count`` is told each table commit's outcome (``ok``, ``refused``, ``error``;
+    `lagsched.adapters.alert_figures.TableCommitCounter`), for the alert on failing commits.
 
     A redone range the table already holds (as of ``since``) is not written again. A range whose
     records are all aborted or compacted away writes no file; a batch of only such ranges commits
@@ -126,7 +140,15 @@ def write_batch(sink: IcebergSink, writer: RangeWriter, reads: Sequence[BatchRea
     written = time.monotonic() - started
     if not files:
         return BatchWrite(0, len(present), written, 0.0)
-    commit = sink.commit(files, {(r.topic, r.partition): r.batch for r in todo}, since)
+    try:
+        commit = sink.commit(files, {(r.topic, r.partition): r.batch for r in todo}, since)
+    except SinkConflictError:
+        count("refused")
+        raise
+    except Exception:
+        count("error")
+        raise
+    count("ok")
     return BatchWrite(commit.files, len(present), written, commit.seconds, commit.snapshot_id, commit.records)
 
 
@@ -187,8 +209,10 @@ class Batches:
         mirror: OffsetMirror,
         stats: StatsLines,
         clock: Clock = SYSTEM_CLOCK,
+        count_commit: Callable[[str], None] = _not_counted,
     ) -> None:
         self.s = settings
+        self.count_commit = count_commit
         self.conn, self.store, self.admin = conn, store, admin
         self.sink, self.writer, self.mirror = sink, writer, mirror
         self.stats, self.clock = stats, clock
@@ -305,7 +329,7 @@ class Batches:
             reads.append(BatchRead(name, key[1], plan.batch, plan.read_start, redo=plan.redo))
         t_read = self.clock.monotonic()
         try:
-            wrote = write_batch(self.sink, self.writer, reads, since)  # 3. write, 4. commit
+            wrote = write_batch(self.sink, self.writer, reads, since, count=self.count_commit)  # 3. write, 4. commit
         except SinkConflictError as exc:
             self._conflict(result, exc, started)
             return result

@@ -133,11 +133,14 @@ class ConsumePlan:
         wanted: cluster -> the largest ``linker_workers`` of its enabled topics.
         slots: every slot to start, cluster by cluster, by number.
         running: names of needed slots already running (not started again).
+        planned: cluster -> the slots it should run (need and standby, at most ``max_slots``): those
+            started plus those running. The alert on missing slots compares the live ones with it.
     """
 
     wanted: Mapping[str, int]
     slots: tuple[SlotPlan, ...] = field(default=())
     running: tuple[str, ...] = ()
+    planned: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -158,9 +161,10 @@ class ConsumePlan:
         ``standbys``: each cluster's ``standby_slots``; ``running``: slot names already running."""
         slots: list[SlotPlan] = []
         skipped: list[str] = []
+        planned: dict[str, int] = {}
         for cluster in sorted(wanted):
             standby = (standbys or {}).get(cluster, 0)
-            count = slots_to_run(wanted[cluster], max_slots[cluster], standby)
+            count = planned[cluster] = slots_to_run(wanted[cluster], max_slots[cluster], standby)
             conn_id = (conn_ids or {}).get(cluster, "lagsched_kafka")
             budget = (budgets or {}).get(cluster, DEFAULT_SLOT_BUDGET_S)
             for n in range(1, count + 1):
@@ -175,7 +179,7 @@ class ConsumePlan:
                 warm = ("--standby-slots", str(standby)) if standby else ()
                 args = ("--slot", name, "--cluster", cluster, *numbers, *warm, *options.args(budget), *capped, *sink)
                 slots.append(SlotPlan(cluster, name, conn_id, args))
-        return cls(dict(wanted), tuple(slots), tuple(skipped))
+        return cls(dict(wanted), tuple(slots), tuple(skipped), planned)
 
     def per_cluster(self) -> dict[str, int]:
         counts = {c: 0 for c in self.wanted}
@@ -189,6 +193,7 @@ class ConsumePlan:
             "start": self.per_cluster(),
             "names": [s.name for s in self.slots],
             "running": list(self.running),
+            "planned": dict(self.planned),
         }
 
 

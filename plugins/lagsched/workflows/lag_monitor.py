@@ -17,8 +17,8 @@ Wires the adapters to the pure lag math of `lagsched.core.lag`; holds no rule of
    stuck topic gets a warning line in the log;
 5. reports **open transactions**: offsets held behind a partition's last stable offset (high
    watermark minus LSO) and how long that LSO has stood still (the trailing run of its samples);
-   one open for `OPEN_TRANSACTION_WARN_S` or more gets a warning line, since it holds every
-   record behind it from every read-committed consumer;
+   one open for the topic's ``open_transaction_bound_s`` (300 s by default) or more gets a
+   warning line, since it holds every record behind it from every read-committed consumer;
 6. stores one `LagRecord` per topic, with that state (the evaluator's input), and returns a
    `MeasureSummary`.
 
@@ -37,14 +37,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, overload
 
+from lagsched.adapters.alert_figures import write_thresholds
 from lagsched.adapters.gaps import lost_records
 from lagsched.adapters.kafka_admin import OffsetsAdmin, list_partitions, read_offsets
 from lagsched.adapters.lag_store import LagRecord, LagStore
 from lagsched.adapters.mysql import aware_utc
 from lagsched.adapters.topics import TopicRow, load_topics_with_partitions
-from lagsched.core.config import Settings
+from lagsched.core.config import Settings, effective_config
 from lagsched.core.evaluator import LagPoint
 from lagsched.core.lag import (
+    OPEN_TRANSACTION_WARN_S,
     OffsetSample,
     PartitionLag,
     PartitionOffsets,
@@ -57,6 +59,7 @@ from lagsched.core.lag import (
     topic_time_lag,
 )
 from lagsched.core.pipeline_state import OK, PipelineState, last_progress_at, pipeline_state
+from lagsched.core.thresholds import ClusterThresholds, TopicThresholds
 from lagsched.core.times import epoch_s
 from lagsched.workflows.gc_pause import cyclic_gc_paused
 
@@ -93,6 +96,7 @@ class TopicMeasurement:
             open transaction's records (and whatever was written after them), not yet readable.
         transaction_open_s: how long the oldest such hold has stood (seconds, at least; the sample
             window bounds it); 0 when nothing is held.
+        transaction_bound_s: the topic's ``open_transaction_bound_s``: a hold this old is warned of.
     """
 
     topic_id: str
@@ -112,11 +116,12 @@ class TopicMeasurement:
     pipeline: PipelineState = OK
     held_by_transaction: int = 0
     transaction_open_s: float = 0.0
+    transaction_bound_s: float = OPEN_TRANSACTION_WARN_S
 
     @property
     def open_transaction_warning(self) -> str | None:
-        """The warning for a transaction open `OPEN_TRANSACTION_WARN_S` or more, else None."""
-        if not is_old_open_transaction(self.held_by_transaction, self.transaction_open_s):
+        """The warning for a transaction open ``transaction_bound_s`` or more, else None."""
+        if not is_old_open_transaction(self.held_by_transaction, self.transaction_open_s, self.transaction_bound_s):
             return None
         return (
             f"OPEN TRANSACTION {self.topic}: {self.held_by_transaction:,} offset(s) held behind the last stable "
@@ -378,9 +383,22 @@ def measure(
             slot_rates[holder] = slot_rates.get(holder, 0.0) + rate
     store.add_lag_records({m.topic: _lag_record(m, at) for m in measured})
     store.mark_measured(at)
+    write_thresholds(store.client, cluster, _thresholds(settings, by_name, counts))
     measured.sort(key=lambda t: (-t.lag, -t.lost, t.topic))
     _log_findings(measured)
     return MeasureSummary(cluster, aware_utc(now), tuple(measured), missing, slot_rates)
+
+
+def _thresholds(settings: Settings, by_name: Mapping[str, _Registered], counts: Mapping[str, int]) -> ClusterThresholds:
+    """The alert thresholds this measurement applied (`lagsched.core.thresholds`): each topic's
+    settings with its registry row's worker limits, as the evaluator sees them."""
+    return ClusterThresholds(
+        settings.measurements_stale_after_s,
+        {
+            name: TopicThresholds.of(effective_config(settings, reg.row), counts.get(name, reg.row.partition_count))
+            for name, reg in by_name.items()
+        },
+    )
 
 
 def _partition_lags(
@@ -468,6 +486,7 @@ def _measure_topic(r: _Readings, name: str, plags: Sequence[PartitionLag]) -> tu
         pipeline=state,
         held_by_transaction=sum(held.values()),
         transaction_open_s=max(0.0, at - min(held_since)) if held_since else 0.0,
+        transaction_bound_s=topic_settings.open_transaction_bound_s,
     )
     return measurement, slot_rates
 

@@ -60,7 +60,7 @@ from lagsched.adapters.redis_store import SCALING_CHANNEL
 from lagsched.adapters.scaling_messages import ScalingMessage, publish_decision
 from lagsched.adapters.topics import TopicRow, load_topics
 from lagsched.adapters.worker_changes import apply_change
-from lagsched.core.config import Settings, TopicPolicyConfig, parse_settings, unknown_topic_overrides
+from lagsched.core.config import Settings, effective_config, parse_settings, unknown_topic_overrides
 from lagsched.core.decisions import DecisionRow
 from lagsched.core.evaluator import (
     Decision,
@@ -170,26 +170,6 @@ class EvaluationSummary:
                     f"{d.rule}: {d.reason}"
                 )
         return "\n".join(lines)
-
-
-def effective_config(settings: Settings, topic: TopicRow) -> TopicPolicyConfig:
-    """The topic's settings with its registry row's worker limits applied on top.
-
-    The Variable holds policy; the ``topics`` row's ``min_workers``/``max_workers`` are the
-    operator's optional hard limits for this one topic (NULL: none). The evaluator gets the tighter
-    of the two; if they do not overlap, the row's limits win (the row is the more specific statement).
-    """
-    cfg = settings.for_topic(topic.name)
-    row_low = cfg.min_workers if topic.min_workers is None else topic.min_workers
-    row_high = cfg.max_workers if topic.max_workers is None else topic.max_workers
-    low, high = max(cfg.min_workers, row_low), min(cfg.max_workers, row_high)
-    if low > high:
-        log.warning(
-            "topic %s: settings workers [%d, %d] and registry [%s, %s] do not overlap; using the registry's",
-            topic.name, cfg.min_workers, cfg.max_workers, topic.min_workers, topic.max_workers,
-        )  # fmt: skip
-        low, high = min(row_low, row_high), row_high
-    return cfg.model_copy(update={"min_workers": low, "max_workers": high})
 
 
 def announce_row(conn: Any, redis: Any, row: DecisionRow, now: datetime) -> None:

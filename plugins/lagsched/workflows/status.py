@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from lagsched.adapters.alert_figures import read_planned_slots, read_table_care, read_table_commits, read_thresholds
 from lagsched.adapters.decisions import recent_decisions
 from lagsched.adapters.lag_store import LagRecord, LagStore
 from lagsched.adapters.mysql import aware_utc
@@ -34,6 +35,7 @@ from lagsched.adapters.status_queries import (
     retention_gaps,
 )
 from lagsched.adapters.topics import TopicRow, load_topics
+from lagsched.core.config import Settings
 from lagsched.core.names import validate_cluster_name, validate_topic_name
 from lagsched.core.status import (
     ClusterStatus,
@@ -51,6 +53,7 @@ from lagsched.core.status import (
     partition_figures,
     topic_state,
 )
+from lagsched.core.thresholds import ClusterThresholds, TopicThresholds
 from lagsched.core.times import epoch_s
 
 __all__ = ["cluster_status", "lag_history", "list_clusters", "metrics", "partition_metrics"]
@@ -148,12 +151,15 @@ def cluster_status(
     )
 
     override_by_topic = {str(o.get("topic_id")): o for o in overrides}
+    # Before the lag monitor's first measurement stored the thresholds, the settings' defaults apply.
+    thresholds = read_thresholds(redis, cluster) or ClusterThresholds(Settings().measurements_stale_after_s)
     views = [
         _topic_view(
             t,
             records.get(t.name),
             tuple(sorted(owners.get(t.name, ()), key=lambda s: _slot_order(s, slot_names))),
             override_by_topic.get(t.topic_id),
+            thresholds.for_topic(t.name, t.partition_count, t.max_workers),
         )
         for t in topics
     ]
@@ -169,11 +175,19 @@ def cluster_status(
         anomalies=tuple(anomalies),
         slot_timeout_s=slot_timeout_s,
         notes=() if note is None else (note,),
+        stale_after_s=thresholds.stale_after_s,
+        planned_slots=read_planned_slots(redis, cluster),
+        table_commits=read_table_commits(redis, cluster),
+        table_care=read_table_care(redis, cluster),
     )
 
 
 def _topic_view(
-    t: TopicRow, history: Sequence[LagRecord] | None, owners: tuple[str, ...], override: dict[str, Any] | None
+    t: TopicRow,
+    history: Sequence[LagRecord] | None,
+    owners: tuple[str, ...],
+    override: dict[str, Any] | None,
+    thresholds: TopicThresholds,
 ) -> TopicView:
     """One topic's row of the status: its registry row and its newest lag record (zeros before the first)."""
     newest = history[-1] if history else None
@@ -194,6 +208,9 @@ def _topic_view(
         override=override,
         held_by_transaction=0 if newest is None else newest.held_by_transaction,
         transaction_open_s=0.0 if newest is None else newest.transaction_open_s,
+        max_workers=thresholds.max_workers,
+        time_lag_slo_s=thresholds.time_lag_slo_s,
+        open_transaction_bound_s=thresholds.open_transaction_bound_s,
     )
 
 

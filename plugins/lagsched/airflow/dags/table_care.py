@@ -7,6 +7,7 @@ from typing import Any
 
 from airflow.sdk import Param, dag, task
 
+from lagsched.airflow.callbacks import table_care_failed, table_care_succeeded
 from lagsched.airflow.operators import LagschedSparkSubmitOperator
 from lagsched.jobs import TABLE_CARE_JOB
 
@@ -66,4 +67,8 @@ def lagsched_table_care() -> None:
         name="lagsched-table-care",
         execution_timeout=timedelta(minutes=50),
         map_index_template="{{ task.application_args[1] }}",
+        # Each attempt's outcome, for the alert on failing table care (docs/alerts.md).
+        on_success_callback=table_care_succeeded,
+        on_retry_callback=table_care_failed,
+        on_failure_callback=table_care_failed,
     ).expand_kwargs(plan_tables())
