@@ -15,6 +15,8 @@ import pytest
 # `env` is test_lag_dags's fixture (the DAGs' MySQL and Redis Connections on this test's database and DB).
 from test_lag_dags import add_topic, env, load_dag, state  # noqa: F401
 
+from lagsched.adapters.alert_figures import read_planned_slots
+
 
 def consume_tasks(run: Any) -> list[Any]:
     from airflow.utils.session import create_session
@@ -76,6 +78,8 @@ def test_plan_starts_only_the_slots_not_running_with_the_clusters_budget(
     plan = plan_of(run)
     assert [p["application_args"][1] for p in plan] == [f"{cluster}-slot-1", f"{cluster}-slot-3"]
     assert all(p["application_args"][8:10] == ["--budget-s", "900"] for p in plan), plan
+    # The plan the alert compares live slots with: the 3 needed, started or already running (not 4).
+    assert read_planned_slots(redis_client, cluster) == 3
 
     # Every needed slot running: the run starts nothing.
     for n in (1, 3):
@@ -85,7 +89,11 @@ def test_plan_starts_only_the_slots_not_running_with_the_clusters_budget(
     assert plan_of(run) == []
 
 
-def test_plan_is_capped_by_max_slots_and_empty_without_topics(env: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+def test_plan_is_capped_by_max_slots_and_empty_without_topics(
+    env: Any,  # noqa: F811
+    redis_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     busy, idle = f"c-{uuid.uuid4().hex[:8]}", f"c-{uuid.uuid4().hex[:8]}"
     add_topic(env, busy, "hot", {p: 0 for p in range(8)}, workers=6)
     monkeypatch.setenv(
@@ -99,6 +107,7 @@ def test_plan_is_capped_by_max_slots_and_empty_without_topics(env: Any, monkeypa
     plan = plan_of(run)
     assert [p["application_args"][1] for p in plan] == [f"{busy}-slot-1", f"{busy}-slot-2"]
     assert {p["kafka_conn_id"] for p in plan} == {"lagsched_kafka_busy"}
+    assert (read_planned_slots(redis_client, busy), read_planned_slots(redis_client, idle)) == (2, 0)
 
     # Only the idle cluster: nothing to consume, the mapped task has no instance to run.
     run = load_dag("lagsched_consume").test(run_conf={"cluster": idle}, mark_success_pattern="^consume$")

@@ -59,3 +59,41 @@ def test_a_malformed_settings_variable_fails_the_plan_before_any_job(
     with create_session() as session:
         states = {ti.task_id: ti.state for ti in run.get_task_instances(session=session)}
     assert states["plan_tables"] == "failed" and states.get("care") != "success", states
+
+
+def test_the_care_tasks_callbacks_count_each_attempts_outcome_in_redis(
+    env: Any,  # noqa: F811
+    redis_client: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """What LagschedTableCareFailing reads: the care task's callbacks count its attempts in the real
+    Redis of the task's Connection (the job itself cannot: a job that dies with its JVM says nothing)."""
+    import uuid
+    from types import SimpleNamespace
+
+    from lagsched.adapters.alert_figures import read_table_care
+    from lagsched.airflow.callbacks import table_care_failed, table_care_succeeded
+
+    care = load_dag("lagsched_table_care").get_task("care")
+
+    def callbacks(hook: Any) -> list[Any]:
+        return hook if isinstance(hook, list) else [hook]
+
+    assert table_care_succeeded in callbacks(care.on_success_callback)
+    assert table_care_failed in callbacks(care.on_retry_callback)
+    assert table_care_failed in callbacks(care.on_failure_callback)
+
+    cluster = f"c-{uuid.uuid4().hex[:8]}"
+    task = SimpleNamespace(application_args=["--cluster", cluster, "--warehouse", "s3a://lake/x"])
+    table_care_failed({"task": task})  # the first attempt failed, Airflow retries ...
+    table_care_succeeded({"task": task})  # ... and the retry succeeded
+    table_care_failed({"task": task})  # the next hour's attempt failed
+    runs = {r.outcome: r for r in read_table_care(redis_client, cluster)}
+    assert (runs["ok"].runs, runs["failed"].runs) == (1, 2)
+    assert runs["failed"].last_at is not None and runs["ok"].last_at is not None
+    assert runs["failed"].last_at >= runs["ok"].last_at
+
+    # A context without a cluster (or Redis down) never fails the task: the log says what was not counted.
+    with caplog.at_level("WARNING", logger="lagsched.airflow.callbacks"):
+        table_care_succeeded({"task": SimpleNamespace(application_args=["--now", "x"])})
+    assert "could not count this table care run (ok)" in caplog.text and "--cluster" in caplog.text

@@ -12,6 +12,7 @@ from typing import Any
 
 from consumer_support import ConsumerHarness, assert_exactly_once, offsets_by_topic, produce, wait_until
 
+from lagsched.adapters.alert_figures import read_table_commits
 from lagsched.adapters.slots import slot_id_for
 
 
@@ -81,7 +82,7 @@ def test_a_topic_recreated_since_the_last_sync_is_not_read_and_a_slot_whose_topi
 
 
 def test_a_rate_capped_slot_reads_at_its_cap_no_faster_and_lands_every_record_once(
-    consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any]
+    consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any], redis_client: Any
 ) -> None:
     rate, window, total = 1_000, 4, 12_000
     topic = new_topic(3)
@@ -90,9 +91,18 @@ def test_a_rate_capped_slot_reads_at_its_cap_no_faster_and_lands_every_record_on
     # Batches of at most rate x window records; min_records out of reach, so only the cap's own
     # "full" rule can start a batch before the interval has passed since the previous one ended.
     args = ("--max-rate", str(rate), "--min-interval-s", str(window), "--min-records", "100000", "--exit-when-idle")
+    commits_before = sum(
+        n for (_, outcome), n in read_table_commits(redis_client, consumer.cluster).items() if outcome == "ok"
+    )
     slot = consumer.run("w1", *args, timeout=300)
     batches = slot.batches()
     assert sum(b["records"] for b in batches) == total
+    # The slot counts each table commit for the metrics (lagsched_table_commits_total): one per batch with files.
+    commits = read_table_commits(redis_client, consumer.cluster)
+    assert sum(n for (_, outcome), n in commits.items() if outcome == "ok") - commits_before == sum(
+        1 for b in batches if b["files"]
+    ), commits
+    assert not [k for k, n in commits.items() if k[1] != "ok" and n], commits
     assert all(b["offsets"] <= rate * window for b in batches), [b["offsets"] for b in batches]
     starts = [b["t_end"] - b["wall_s"] for b in batches]
     ends = [b["t_end"] for b in batches]

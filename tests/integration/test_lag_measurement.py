@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from lagsched.adapters.alert_figures import read_thresholds
 from lagsched.adapters.gaps import RetentionGap, record_gap
 from lagsched.adapters.kafka_admin import _has_whole_call, fetch_offsets, read_offsets
 from lagsched.adapters.lag_store import LagRecord, LagStore
@@ -19,6 +20,7 @@ from lagsched.core.config import parse_settings
 from lagsched.core.errors import KafkaOffsetsError, UnknownTopicError
 from lagsched.core.lag import OPEN_TRANSACTION_WARN_S, OffsetSample
 from lagsched.core.status import render_prometheus
+from lagsched.core.thresholds import ClusterThresholds, TopicThresholds
 from lagsched.workflows.lag_monitor import measure
 from lagsched.workflows.status import cluster_status, metrics
 
@@ -115,6 +117,7 @@ def test_lag_and_no_offset_policy_over_a_batched_read(
     new_topic: Callable[..., str],
     kafka_config: dict[str, Any],
     db: Any,
+    redis_client: Any,
     cluster: str,
     admin: CountingAdmin,
     measure_at: Callable[..., Any],
@@ -147,10 +150,19 @@ def test_lag_and_no_offset_policy_over_a_batched_read(
     ]
 
     # Per-topic override: never-committed partitions start at the head, so they add no lag.
-    later = measure_at(T0 + 60, {"topics": {a: {"no_offset_policy": "latest"}}})
+    settings = {
+        "stale_after_s": 300,
+        "defaults": {"max_workers": 8},
+        "topics": {a: {"no_offset_policy": "latest", "time_lag_slo_s": 90, "open_transaction_bound_s": 45}},
+    }
+    later = measure_at(T0 + 60, settings)
     assert later.topic(a).lag == 60
     assert later.topic(a).no_offset_policy == "latest"
     assert later.topic(b).lag == 5
+    # The measurement stores the thresholds it applied, for the metrics the alert rules compare with:
+    # max_workers capped by each topic's partitions.
+    stored = read_thresholds(redis_client, cluster)
+    assert stored == ClusterThresholds(300.0, {a: TopicThresholds(3, 90.0, 45.0), b: TopicThresholds(2, 600.0, 300.0)})
 
 
 def test_unknown_topic_is_named(admin: CountingAdmin, new_topic: Callable[..., str]) -> None:

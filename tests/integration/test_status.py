@@ -16,6 +16,12 @@ from typing import Any
 
 import pytest
 
+from lagsched.adapters.alert_figures import (
+    TableCommitCounter,
+    count_table_care,
+    write_planned_slots,
+    write_thresholds,
+)
 from lagsched.adapters.claims import ClaimStore, server_lock_mode
 from lagsched.adapters.gaps import RetentionGap, record_gap
 from lagsched.adapters.lag_store import LagRecord, LagStore
@@ -27,6 +33,7 @@ from lagsched.core.evaluator import Decision
 from lagsched.core.lag import OffsetSample
 from lagsched.core.registry import BrokerTopic, plan_sync
 from lagsched.core.status import render_prometheus
+from lagsched.core.thresholds import ClusterThresholds, TopicThresholds
 from lagsched.workflows.status import cluster_status, lag_history, list_clusters, metrics
 from promtool_support import output, promtool
 
@@ -94,6 +101,14 @@ def seeded(db: Any, redis_client: Any, cluster: str) -> Seeded:
         db, cluster=cluster, topic="orders", linker_workers=3, duration_s=3600, reason="black friday",
         created_by="ops", now=at(now - 10),
     )  # fmt: skip
+    # What the lag monitor, the consume plan, a slot and the table care callbacks store for the alerts.
+    write_thresholds(redis_client, cluster, ClusterThresholds(240.0, {"orders": TopicThresholds(3, 120.0, 60.0)}))
+    write_planned_slots(redis_client, {cluster: 3})
+    commits = TableCommitCounter(redis_client, cluster, "lake.t")
+    for outcome in ("ok", "ok", "refused", "ok"):
+        commits.count(outcome)
+    for _ in range(2):
+        count_table_care(redis_client, cluster, "failed", at(now))
     return Seeded(now, cluster, orders, slot_a, slot_b, slot_dead)
 
 
@@ -171,10 +186,27 @@ def test_metrics_per_partition_and_per_topic(db: Any, redis_client: Any, seeded:
     assert value(f'lagsched_topic_consume_rate_records_per_second{{cluster="{c}",topic="orders"}}') == 1.5
     assert value(f'lagsched_topic_state{{cluster="{c}",state="stalled",topic="orders"}}') == 1
     assert value(f'lagsched_live_slots{{cluster="{c}"}}') == 1
-    assert value(f'lagsched_slot_claimed_partitions{{slot="{seeded.slot_a}"}}') == 2
+    assert value(f'lagsched_slot_claimed_partitions{{cluster="{c}",slot="{seeded.slot_a}"}}') == 2
     # Never measured: listed with its workers, but no made-up lag of 0.
     assert f'lagsched_topic_linker_workers{{cluster="{c}",topic="idle"}} 1' in text
     assert 'topic="idle"} ' not in text.split("# HELP lagsched_topic_lag_records")[1].split("# HELP")[0]
+    # What the alert rules compare with (thresholds, plan, counters), from what the parts stored in Redis.
+    assert value(f'lagsched_topic_time_lag_slo_seconds{{cluster="{c}",topic="orders"}}') == 120
+    assert value(f'lagsched_topic_open_transaction_bound_seconds{{cluster="{c}",topic="orders"}}') == 60
+    assert value(f'lagsched_topic_max_workers{{cluster="{c}",topic="orders"}}') == 3
+    # idle is not in the stored thresholds (registered after that measurement): the defaults, capped by 1 partition
+    assert value(f'lagsched_topic_time_lag_slo_seconds{{cluster="{c}",topic="idle"}}') == 600
+    assert value(f'lagsched_topic_max_workers{{cluster="{c}",topic="idle"}}') == 1
+    assert value(f'lagsched_measurements_stale_after_seconds{{cluster="{c}"}}') == 240
+    assert value(f'lagsched_planned_slots{{cluster="{c}"}}') == 3
+    assert value(f'lagsched_table_commits_total{{cluster="{c}",table="lake.t"}}') == 3
+    assert value(f'lagsched_table_commit_failures_total{{cluster="{c}",reason="refused",table="lake.t"}}') == 1
+    assert value(f'lagsched_table_commit_failures_total{{cluster="{c}",reason="error",table="lake.t"}}') == 0
+    assert value(f'lagsched_table_care_runs_total{{cluster="{c}",outcome="failed"}}') == 2
+    assert value(f'lagsched_table_care_runs_total{{cluster="{c}",outcome="ok"}}') == 0
+    last_failed = value(f'lagsched_table_care_last_run_timestamp_seconds{{cluster="{c}",outcome="failed"}}')
+    assert last_failed == pytest.approx(seeded.now)
+    assert "# TYPE lagsched_table_commits_total counter" in text
     # By the book, as Prometheus' own checker reads it (tests/unit/test_metrics_lint.py: every kind of topic).
     checked = promtool("check", "metrics", stdin=text)
     assert checked.returncode == 0 and not (checked.stdout + checked.stderr).strip(), output(checked)

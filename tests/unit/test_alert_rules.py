@@ -498,7 +498,9 @@ CASES = [
         "LagschedTableCommitsFailing",
         "gap",
         {
-            'lagsched_table_commit_failures_total{cluster="eu",table="lake.eu",reason="error"}': "0x5 0+1x6 6x4 _x4 6x10",
+            'lagsched_table_commit_failures_total{cluster="eu",table="lake.eu",reason="error"}': (
+                "0x5 0+1x6 6x4 _x4 6x10"
+            ),
         },
         quiet_at=("12m", "15m", "20m", "25m"),
     ),
