@@ -31,8 +31,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.resources import files
 from pathlib import Path
@@ -251,7 +251,8 @@ class Measurer(threading.Thread):
 
 def monitor_settings() -> dict[str, Any]:
     """The measure step's settings: stuck after `STALL_AFTER` measurements, and stale as early as the
-    settings allow (`stale_after_s` >= `measure_every_s`, itself at least the DAG's minute)."""
+    settings allow (`stale_after_s` >= `measure_every_s`, itself at least the DAG's minute). The
+    measure step itself runs every `MEASURE_EVERY_S`: `measure_every_s` only paces the DAG."""
     from lagsched.core.lag import MONITOR_SCHEDULE_S
 
     lowest = MONITOR_SCHEDULE_S  # what measure_every_s may be at least
@@ -269,7 +270,6 @@ class Pipeline:
     producer: Producer
     measurer: Measurer
     prom: PromAPI
-    cleanup: list[Callable[[], None]] = field(default_factory=list)
 
     def alerts(self) -> list[dict[str, Any]]:
         return self.prom.alerts(self.cluster)
