@@ -175,6 +175,7 @@ def prometheus(airflow: AirflowAPI, stack: StackConfig, tmp_path_factory: pytest
     wait_until(lambda: any(t["health"] == "up" for t in api.targets()), 60, "the first scrape of /lagsched/metrics")
     yield api
     service.stop()
+    shutil.rmtree(service.dir / "data", ignore_errors=True)
     if TIMINGS:
         print("\nTIME-TO-FIRE (seconds, from the event to the alert firing):")
         for what, seconds in TIMINGS.items():
