@@ -292,8 +292,9 @@ def plan_slots(cluster: str, slots: int) -> None:
         redis.close()
 
 
-def drop_cluster(cluster: str) -> None:
-    """Every row and key of ``cluster`` in the stack's MySQL database and Redis DB 0."""
+def drop_cluster(cluster: str, lake: Any) -> None:
+    """Every row and key of ``cluster`` in the stack's MySQL database and Redis DB 0, and its lake
+    table's entry in the Iceberg catalog there (the table's files go with the test's folder)."""
     from lagsched.adapters.mysql import connect
     from lagsched.adapters.redis_store import redis_client
     from lagsched.connections import mysql_params, redis_params
@@ -313,6 +314,12 @@ def drop_cluster(cluster: str) -> None:
                     (cluster,),
                 )
             cur.execute("DELETE FROM topics WHERE cluster = %s", (cluster,))
+            cur.execute("SHOW TABLES LIKE 'iceberg_tables'")  # made by the first slot that made a table
+            if cur.fetchone() is not None:
+                cur.execute(
+                    "DELETE FROM iceberg_tables WHERE catalog_name = %s AND table_namespace = %s AND table_name = %s",
+                    (lake.catalog, lake.namespace, lake.table),
+                )
         conn.commit()
     finally:
         conn.close()
@@ -364,7 +371,7 @@ def pipeline(prometheus: PromAPI, stack: StackConfig, tmp_path_factory: pytest.T
             producer.stop_event.set()
             producer.join(60)
             harness.stop_all()
-            drop_cluster(cluster)
+            drop_cluster(cluster, harness.lake)
 
 
 def check_measurer(p: Pipeline) -> None:
