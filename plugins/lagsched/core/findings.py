@@ -308,9 +308,10 @@ def override_expiring_finding(
     >>> t = datetime(2026, 11, 27, 9, 50, tzinfo=UTC)
     >>> f = override_expiring_finding("eu", "orders", override_id=7, linker_workers=8, created_by="ana",
     ...     reason="sale", expires_at=t + timedelta(minutes=10), now=t)
-    >>> f.key, f.detail
-    ('override_expiring:orders:7', "override 7 by ana (sale) pins 8 workers until 2026-11-27 10:00:00 UTC, \
-in 10 min; then the policy decides again")
+    >>> f.key
+    'override_expiring:orders:7'
+    >>> print(f.detail)
+    override 7 by ana (sale) pins 8 workers until 2026-11-27 10:00:00 UTC, in 10 min; then the policy decides again
     """
     left = (expires_at - now).total_seconds()
     if not 0 < left <= window_s:

@@ -24,7 +24,7 @@ each bad entry by its index.
 
 Example:
     >>> (entry,) = parse_notifiers('[{"notifier": "my.pkg.PagerNotifier", "kinds": ["stopped"]}]')
-    >>> entry.name, sorted(entry.receives)
+    >>> entry.label, sorted(entry.receives)
     ('PagerNotifier', ['stopped'])
     >>> parse_notifiers("  ")
     ()
