@@ -24,10 +24,9 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from lagsched.adapters.lag_store import LagRecord
-from lagsched.adapters.notified import NotifiedStore
 from lagsched.adapters.overrides import OverrideRow
 from lagsched.adapters.topics import TopicRow
 from lagsched.core.config import Settings
@@ -47,12 +46,21 @@ from lagsched.core.findings import (
 from lagsched.core.notifiers import NotifierEntry
 from lagsched.core.times import epoch_s
 
-__all__ = ["NotifyReport", "Send", "evaluator_findings", "monitor_findings", "notify"]
+__all__ = ["FindingRecord", "NotifyReport", "Send", "evaluator_findings", "monitor_findings", "notify"]
 
 log = logging.getLogger(__name__)
 
 #: Sends one notice through one notifier; raises when it could not.
 Send = Callable[[NotifierEntry, Notice], None]
+
+
+class FindingRecord(Protocol):
+    """What each notifier was told (`lagsched.adapters.notified.NotifiedStore`)."""
+
+    def load(self) -> dict[str, dict[str, Finding]]: ...
+    def remember(self, notifier: str, finding: Finding) -> None: ...
+    def forget(self, notifier: str, finding_key: str) -> None: ...
+
 
 #: Rules under which a topic at its ceiling is a person's choice or another finding, not lag_at_max_workers.
 _NOT_AT_MAX_RULES = frozenset({"override", "stuck", "bounds"})
@@ -82,7 +90,7 @@ class NotifyReport:
 
 
 def notify(
-    store: NotifiedStore,
+    store: FindingRecord,
     findings: Iterable[Finding],
     scope: Scope,
     notifiers: Sequence[NotifierEntry],
