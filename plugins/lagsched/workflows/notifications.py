@@ -223,6 +223,9 @@ def evaluator_findings(
                 max_workers=cfg.max_workers, partitions=row.partition_count,
             )  # fmt: skip
             found.append(Finding("lag_at_max_workers", cluster, o.topic, detail))
+    # A topic no longer in the registry (deleted, disabled) is looked at too: what was sent about it clears.
+    gone = {k.split(":")[1] for k in active if k.startswith("lag_at_max_workers:")} - set(rows)
+    looked.extend(sorted(gone))
     for ov in overrides:
         f = override_expiring_finding(
             cluster, ov.topic, override_id=ov.id, linker_workers=ov.linker_workers, expires_at=ov.expires_at,
