@@ -10,82 +10,28 @@ broken notifier neither stops the others nor fails the task.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from test_lag_measurement import produce, register, set_committed
 from test_scaling import add_topic, rising_history
-from test_task_errors import env, free_port, set_conn  # noqa: F401 - env is a fixture
+from test_task_errors import env, free_port  # noqa: F401 - env is a fixture
 
 from lagsched.adapters.lag_store import LagRecord, LagStore
 from lagsched.adapters.notified import NotifiedStore
 from lagsched.airflow.tasks import run_evaluation, run_monitor
 from lagsched.workflows.overrides import apply_override
+from notify_support import HTTP, PAYLOAD, Receiver, webhook_connection
 
 T0 = 1_790_000_000.0
-HTTP = "airflow.providers.http.notifications.HttpNotifier"
-#: What the receiver gets: the finding rendered by the notifier's own Jinja templating.
-PAYLOAD = {
-    "event": "{{ finding.event }}",
-    "key": "{{ finding.key }}",
-    "text": "{{ finding.summary }}: {{ finding.detail }}",
-    "runbook": "{{ finding.runbook }}",
-}
-
-
-class Receiver:
-    """A webhook on 127.0.0.1: records each JSON body; answers 500 to the next `fail_next` requests."""
-
-    def __init__(self) -> None:
-        self.received: list[dict[str, Any]] = []
-        self.all: list[dict[str, Any]] = []
-        self.refused = 0
-        self.fail_next = 0
-        self.lock = threading.Lock()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                with receiver.lock:
-                    failing = receiver.fail_next > 0
-                    if failing:
-                        receiver.fail_next -= 1
-                        receiver.refused += 1
-                    else:
-                        receiver.received.append({"path": self.path, **json.loads(body)})
-                        receiver.all.append(receiver.received[-1])
-                self.send_response(500 if failing else 200)
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def take(self) -> list[tuple[str, str]]:
-        """(event, key) of what arrived since the last take."""
-        with self.lock:
-            got, self.received = self.received, []
-        return [(m["event"], m["key"]) for m in got]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
 def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
     r = Receiver()
-    set_conn(monkeypatch, "lagsched_test_webhook", {"conn_type": "http", "host": "127.0.0.1", "port": r.port,
-                                                     "schema": "http"})  # fmt: skip
+    monkeypatch.setenv("AIRFLOW_CONN_LAGSCHED_TEST_WEBHOOK", webhook_connection(r.port))
     yield r
     r.close()
 
@@ -166,8 +112,7 @@ def test_a_failed_send_is_retried_next_run_and_a_broken_notifier_stops_nothing(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     dead = free_port()  # nothing listens there: every send to it fails
-    set_conn(monkeypatch, "lagsched_test_dead", {"conn_type": "http", "host": "127.0.0.1", "port": dead,
-                                                 "schema": "http", "password": "hunter2-secret"})  # fmt: skip
+    monkeypatch.setenv("AIRFLOW_CONN_LAGSCHED_TEST_DEAD", webhook_connection(dead, password="hunter2-secret"))
     broken = {"name": "dead", "notifier": HTTP, "kwargs": {"http_conn_id": "lagsched_test_dead", "json": PAYLOAD}}
     raw = notifiers(broken)
     topic = new_topic(1)
