@@ -179,3 +179,34 @@ def test_the_evaluator_sends_lag_at_max_workers_and_an_expiring_override_once(
     ]
     evaluate(later + timedelta(seconds=1), "r4")
     assert receiver.take() == []
+
+
+def test_records_lost_are_sent_once_and_cleared_15_minutes_after_the_last_loss(
+    env: Any,  # noqa: F811 - the fixture
+    receiver: Receiver,
+    new_topic: Any,
+    kafka_config: dict[str, Any],
+    db: Any,
+    cluster: str,
+) -> None:
+    from lagsched.adapters.gaps import RetentionGap, record_gap
+
+    topic = new_topic(1)
+    produce(kafka_config, topic, 0, 20)
+    topic_id = register(db, cluster, topic, {0: 20})  # caught up: never stalled
+    raw = notifiers(kinds=["lost_records"])
+
+    def measure(t: float) -> dict[str, Any]:
+        return run_monitor(cluster, None, now=at(T0 + t), raw_notifiers=raw, context={})
+
+    measure(0)
+    record_gap(db, RetentionGap(topic_id, 0, 0, 5), "slot-a")  # a slot found 5 records deleted unread
+    assert measure(60)["lost"] == {topic: 5}
+    assert receiver.take() == [("new", f"lost_records:{topic}")]
+    for t in range(120, 900, 120):  # still within 15 minutes of the measurement before the loss
+        measure(t)
+    assert receiver.take() == []
+    measure(960)  # no new loss since: the window holds only 5s
+    assert receiver.take() == [("cleared", f"lost_records:{topic}")]
+    measure(1020)
+    assert receiver.take() == []

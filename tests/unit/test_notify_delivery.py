@@ -5,10 +5,14 @@ The same rules run against real Redis and a real HTTP receiver in tests/integrat
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
+from airflow.sdk import BaseNotifier
 
+from lagsched.airflow.notifications import NotificationFailed, sender
 from lagsched.core.findings import MONITOR_KINDS, Finding, Notice, Scope
 from lagsched.core.notifiers import NotifierEntry, parse_notifiers
 from lagsched.workflows.notifications import notify
@@ -106,3 +110,52 @@ def test_another_task_s_findings_and_removed_notifiers() -> None:
     run(store, outbox, [])
     assert outbox.take() == []
     assert store.told == {"chat": {AT_MAX.key: AT_MAX}}
+
+
+def test_what_is_left_when_the_run_s_time_is_used_up_is_sent_next_run() -> None:
+    store, outbox = MemoryStore(), Outbox()
+    calls = iter([False, True])
+    report = notify(store, [STALLED, LOST], SCOPE, TWO, outbox, out_of_time=lambda: next(calls, True))
+    assert outbox.take() == [("chat", "new", "lost_records:clicks")]
+    assert [(f["key"], f["error"].split(":")[0]) for f in report.failed] == [("stalled:orders", "not sent")]
+    run(store, outbox, [STALLED, LOST])
+    assert outbox.take() == [("chat", "new", "stalled:orders")]
+
+
+# -- the Airflow glue: a real BaseNotifier subclass, named by its import path -----------------------
+
+RENDERED: list[str] = []
+RELEASE = threading.Event()
+
+
+class Recording(BaseNotifier):
+    template_fields = ("text",)
+
+    def __init__(self, text: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.text = text
+
+    def notify(self, context: Any) -> None:
+        RENDERED.append(self.text)
+
+
+class Hanging(BaseNotifier):
+    def notify(self, context: Any) -> None:
+        RELEASE.wait(10)
+
+
+def test_the_sender_renders_the_finding_and_gives_up_on_a_notifier_that_hangs() -> None:
+    recording, hanging = entries(
+        '[{"notifier": "test_notify_delivery.Recording", "kwargs": {"text": "{{ finding.summary }} ({{ x }})"}},'
+        ' {"notifier": "test_notify_delivery.Hanging"}]'
+    )
+    send = sender({"x": "from the task"}, timeout_s=0.2)
+    send(recording, Notice("cleared", STALLED))
+    assert RENDERED == ["lagsched eu/orders: pipeline stalled cleared (from the task)"]
+    started = time.monotonic()
+    try:
+        with pytest.raises(NotificationFailed, match=r"TimeoutError: no answer within 0.2 s"):
+            send(hanging, Notice("new", STALLED))
+    finally:
+        RELEASE.set()
+    assert time.monotonic() - started < 5

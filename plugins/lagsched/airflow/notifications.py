@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +44,13 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+SEND_TIMEOUT_S = 10.0
+"""A notifier that has not returned after this long has failed (it may still deliver: then the next
+run's retry is a repeat). Providers' notifiers often have no timeout of their own."""
+BUDGET_S = 15.0
+"""A run sends no more notifications after this long (the lag monitor's task has 50 s in all); what
+is left is sent by the next run."""
 
 
 class NotificationFailed(Exception):
@@ -110,8 +119,9 @@ def notifiers_or_error(raw: RawNotifiers) -> tuple[tuple[NotifierEntry, ...], st
         return (), str(exc)
 
 
-def sender(task_context: Mapping[str, Any] | None = None) -> Send:
-    """A `Send` that builds the entry's notifier and calls it with the task's context plus ``finding``."""
+def sender(task_context: Mapping[str, Any] | None = None, *, timeout_s: float = SEND_TIMEOUT_S) -> Send:
+    """A `Send` that builds the entry's notifier and calls it with the task's context plus ``finding``;
+    a call that has not returned within ``timeout_s`` fails (`TimeoutError`)."""
     classes: dict[str, type[Any]] = {}
 
     def send(entry: NotifierEntry, notice: Notice) -> None:
@@ -119,11 +129,39 @@ def sender(task_context: Mapping[str, Any] | None = None) -> Send:
         context: dict[str, Any] = dict(task_context or {})
         context["finding"] = notice.as_dict()
         try:
-            cls(**entry.kwargs)(context)
+            _within(timeout_s, lambda: cls(**entry.kwargs)(context))
         except Exception as exc:  # noqa: BLE001 - any notifier's own error, reported without its traceback
             raise NotificationFailed(_masked(f"{type(exc).__name__}: {_first_line(exc)}")) from None
 
     return send
+
+
+def _within(timeout_s: float, call: Callable[[], None]) -> None:
+    """``call()`` in a daemon thread, waited for ``timeout_s`` at most: a notifier that hangs can
+    neither hold the task past its timeout nor keep its process from ending."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    worker = threading.Thread(target=run, name="lagsched-notifier", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if not outcome:
+        raise TimeoutError(f"no answer within {timeout_s:g} s")
+    if outcome[0] is not None:
+        raise outcome[0]
+
+
+def _budget(budget_s: float) -> Callable[[], bool]:
+    """True once ``budget_s`` has passed since this call."""
+    started = time.monotonic()
+    return lambda: time.monotonic() - started > budget_s
 
 
 def notify_after_measurement(
@@ -147,7 +185,10 @@ def notify_after_measurement(
         found, scope = monitor_findings(
             summary.cluster, ((t.topic, t.state, t.pipeline.reason) for t in summary.topics), history, summary.at
         )
-        report = notify(NotifiedStore(store.client, summary.cluster), found, scope, notifiers, send or sender(context))
+        report = notify(
+            NotifiedStore(store.client, summary.cluster), found, scope, notifiers, send or sender(context),
+            out_of_time=_budget(BUDGET_S),
+        )  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - the measurement stands whatever happens here
         return _broken(exc)
     return _reported(report, error)
@@ -185,7 +226,7 @@ def notify_after_evaluation(
             active_keys=sent_keys,
             now=now,
         )
-        report = notify(store, found, scope, notifiers, send or sender(context))
+        report = notify(store, found, scope, notifiers, send or sender(context), out_of_time=_budget(BUDGET_S))
     except Exception as exc:  # noqa: BLE001 - the evaluation stands whatever happens here
         return _broken(exc)
     return _reported(report, error)

@@ -54,6 +54,9 @@ log = logging.getLogger(__name__)
 Send = Callable[[NotifierEntry, Notice], None]
 
 
+OUT_OF_TIME = "this run's time for notifications is used up; the next run sends it"
+
+
 class FindingRecord(Protocol):
     """What each notifier was told (`lagsched.adapters.notified.NotifiedStore`)."""
 
@@ -95,12 +98,15 @@ def notify(
     scope: Scope,
     notifiers: Sequence[NotifierEntry],
     send: Send,
+    *,
+    out_of_time: Callable[[], bool] = lambda: False,
 ) -> NotifyReport:
     """Send each notifier the findings in ``scope`` that are new to it and those that cleared.
 
     Cleared messages go first (a stalled topic that stopped reads "stalled cleared", then
     "stopped"). Records of notifiers no longer configured, and of kinds a notifier no longer
     receives, are dropped silently (within ``scope``'s kinds: the other task's are its own).
+    Once ``out_of_time()`` says so, what is left is not sent: reported as failed, sent next run.
     """
     current = list(findings)
     state = store.load()
@@ -122,6 +128,9 @@ def notify(
             for finding in batch:
                 notice = Notice("cleared" if event == "cleared" else "new", finding)
                 row = {"notifier": entry.label, "event": notice.event, "key": finding.key, "summary": notice.summary}
+                if out_of_time():
+                    failed.append({**row, "error": f"not sent: {OUT_OF_TIME}"})
+                    continue
                 try:
                     send(entry, notice)
                 except Exception as exc:  # noqa: BLE001 - any notifier's failure: the next run retries it
