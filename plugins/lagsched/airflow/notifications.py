@@ -180,8 +180,7 @@ def notify_after_measurement(
     if not notifiers:
         return _skipped(error)
     try:
-        names = [t.topic for t in summary.topics]
-        history = store.read_lag_records(names)
+        history = store.read_lag_records([t.topic for t in summary.topics if t.lost])
         found, scope = monitor_findings(
             summary.cluster, ((t.topic, t.state, t.pipeline.reason) for t in summary.topics), history, summary.at
         )

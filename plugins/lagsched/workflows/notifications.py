@@ -32,6 +32,7 @@ from lagsched.adapters.topics import TopicRow
 from lagsched.core.config import Settings
 from lagsched.core.findings import (
     EVALUATOR_KINDS,
+    LOST_WINDOW_S,
     MONITOR_KINDS,
     Finding,
     Notice,
@@ -172,17 +173,30 @@ def monitor_findings(
     now: datetime,
 ) -> tuple[list[Finding], Scope]:
     """The lag monitor's findings and scope: ``topics`` is each measured topic's (name, state, reason);
-    ``history`` its lag records, this measurement's included (its ``lost`` over time)."""
+    ``history`` the lag records, this measurement's included, of the topics that have lost records
+    now (a topic with none has no new loss, so its history is not needed)."""
     at = epoch_s(now)
     found: list[Finding] = []
     for name, state, reason in topics:
         if (stuck := stuck_finding(cluster, name, state, reason)) is not None:
             found.append(stuck)
-        records = history.get(name, ())
-        losses = [(r.at, r.lost) for r in records if r.at <= at]
+        losses = _recent_losses(history.get(name, ()), at)
         if (lost := lost_records_finding(cluster, name, losses, at)) is not None:
             found.append(lost)
     return found, Scope.of(MONITOR_KINDS)
+
+
+def _recent_losses(records: Sequence[LagRecord], at: float) -> list[tuple[float, int]]:
+    """(time, lost) of the records within `LOST_WINDOW_S` before ``at``, oldest first: read from the
+    newest back, so only the window's records are parsed (a topic keeps about 120)."""
+    out: list[tuple[float, int]] = []
+    for i in range(len(records) - 1, -1, -1):
+        r = records[i]
+        if r.at < at - LOST_WINDOW_S:
+            break
+        if r.at <= at:
+            out.append((r.at, r.lost))
+    return out[::-1]
 
 
 def evaluator_findings(
