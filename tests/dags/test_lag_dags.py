@@ -259,3 +259,36 @@ def test_scale_up_counts_on_the_slots_the_consume_dag_can_start(
 
     assert state(run) == "success", run.state
     assert workers_of(env, topic_id) == 5  # hevo's step of 4 would give 6; the live slot alone, 1
+
+
+def test_the_evaluator_dag_tells_the_notifiers_once_with_the_task_s_context(
+    env: Any, redis_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import timedelta
+
+    from lagsched.workflows.overrides import apply_override
+    from notify_support import HTTP, Receiver, webhook_connection
+
+    cluster = f"c-{uuid.uuid4().hex[:8]}"
+    add_topic(env, cluster, "orders", {p: 0 for p in range(4)})
+    # Started 20 minutes ago for 30: the DAG, evaluating at the wall clock, finds it ending in 10.
+    apply_override(env, redis_client, cluster=cluster, topic="orders", linker_workers=3, duration_s=1800.0,
+                   reason="sale", created_by="ana", now=datetime.now(tz=UTC) - timedelta(minutes=20))  # fmt: skip
+    receiver = Receiver()
+    try:
+        monkeypatch.setenv("AIRFLOW_CONN_LAGSCHED_TEST_WEBHOOK", webhook_connection(receiver.port))
+        payload = {"event": "{{ finding.event }}", "key": "{{ finding.key }}", "dag": "{{ dag.dag_id }}",
+                   "run": "{{ run_id }}", "text": "{{ finding.summary }}"}  # fmt: skip
+        entry = {"notifier": HTTP, "kwargs": {"http_conn_id": "lagsched_test_webhook", "json": payload}}
+        monkeypatch.setenv("AIRFLOW_VAR_LAGSCHED_NOTIFIERS", json.dumps([entry]))
+        dag = load_dag("lagsched_scaling_evaluator")
+        first = dag.test(run_conf={"cluster": cluster})
+        second = dag.test(run_conf={"cluster": cluster})
+    finally:
+        receiver.close()
+
+    assert (state(first), state(second)) == ("success", "success")
+    (message,) = receiver.all  # the second run sent nothing more
+    assert message["event"] == "new" and message["key"].startswith("override_expiring:orders:")
+    assert (message["dag"], message["run"]) == ("lagsched_scaling_evaluator", first.run_id)
+    assert message["text"] == f"lagsched {cluster}/orders: manual override expiring"

@@ -229,3 +229,24 @@ def test_a_database_without_the_overrides_table_still_shows_status(db: Any, redi
     assert st.overrides == () and "V006" in st.notes[0]
     assert [t.name for t in st.topics] == ["idle", "orders"]
     assert seeded.cluster in list_clusters(db)
+
+
+def test_garbage_in_the_alert_figures_keys_never_breaks_the_scrape(db: Any, redis_client: Any, seeded: Seeded) -> None:
+    """Someone's redis-cli in the keys the alert figures live in: the scrape leaves out what it cannot
+    read (thresholds fall back to the defaults) rather than fail the whole /metrics."""
+    from lagsched.adapters import redis_store as keys
+
+    c = seeded.cluster
+    redis_client.set(keys.thresholds_key(c), "{oops")
+    redis_client.set(keys.planned_slots_key(c), "many")
+    redis_client.hset(keys.table_commits_key(c), mapping={"lake.t|ok": "x", "no-outcome": "3", "lake.t|error": "2"})
+    redis_client.hset(keys.table_care_key(c), mapping={"ok": "abc", "ok_at": "yesterday", "failed": "1"})
+    text = render_prometheus(metrics(db, redis_client, at(seeded.now), cluster_names=[c]))
+    assert f'lagsched_topic_time_lag_slo_seconds{{cluster="{c}",topic="orders"}} 600' in text
+    assert f'lagsched_measurements_stale_after_seconds{{cluster="{c}"}} 600' in text
+    assert "lagsched_planned_slots{" not in text
+    assert f'lagsched_table_commit_failures_total{{cluster="{c}",reason="error",table="lake.t"}} 2' in text
+    assert f'lagsched_table_commits_total{{cluster="{c}",table="lake.t"}} 0' in text
+    assert f'lagsched_table_care_runs_total{{cluster="{c}",outcome="failed"}} 1' in text
+    assert f'lagsched_table_care_runs_total{{cluster="{c}",outcome="ok"}} 0' in text
+    assert f'lagsched_table_care_last_run_timestamp_seconds{{cluster="{c}",outcome="ok"}}' not in text

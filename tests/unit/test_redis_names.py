@@ -26,6 +26,13 @@ def test_the_lag_history_keys() -> None:
     assert names.HISTORY_KINDS == ("latest", "committed", "lag", "evaluated")
 
 
+def test_the_notification_keys() -> None:
+    from lagsched.adapters.notified import NotifiedStore
+
+    assert names.notified_key("eu-1") == "lagsched:eu-1:notified"
+    assert NotifiedStore(NoRedis(), "eu-1").key == "lagsched:eu-1:notified"  # type: ignore[arg-type]
+
+
 def test_the_slot_keys_and_channels() -> None:
     slot = "5b0c1a0e-6c61-6773-6368-647300000001"
     assert names.slots_key("eu-1") == "lagsched:slots:eu-1"

@@ -102,9 +102,29 @@ def read_table_commits(client: redis.Redis, cluster: str) -> dict[tuple[str, str
     out: dict[tuple[str, str], int] = {}
     for f, v in raw.items():
         table, _, outcome = _text(f).rpartition("|")
-        if table and outcome in COMMIT_OUTCOMES:
-            out[(table, outcome)] = int(_text(v))
+        n = _count(v)
+        if table and outcome in COMMIT_OUTCOMES and n is not None:
+            out[(table, outcome)] = n
     return out
+
+
+def _count(value: str | bytes | None) -> int | None:
+    """A stored counter; None for a field someone overwrote with something else (left out, logged)."""
+    if value is None:
+        return None
+    try:
+        return int(_text(value))
+    except ValueError:
+        log.warning("ignoring a counter that is not an integer in Redis: %r", value)
+        return None
+
+
+def _time(value: str | None) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except ValueError:
+        log.warning("ignoring a time that is not a number in Redis: %r", value)
+        return None
 
 
 def count_table_care(client: redis.Redis, cluster: str, outcome: str, at: datetime) -> None:
@@ -122,6 +142,5 @@ def read_table_care(client: redis.Redis, cluster: str) -> tuple[TableCareRuns, .
     raw: Mapping[str | bytes, str | bytes] = client.hgetall(table_care_key(cluster))
     fields = {_text(f): _text(v) for f, v in raw.items()}
     return tuple(
-        TableCareRuns(o, int(fields.get(o, "0")), float(fields[f"{o}_at"]) if f"{o}_at" in fields else None)
-        for o in TABLE_CARE_OUTCOMES
+        TableCareRuns(o, _count(fields.get(o)) or 0, _time(fields.get(f"{o}_at"))) for o in TABLE_CARE_OUTCOMES
     )

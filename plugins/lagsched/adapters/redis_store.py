@@ -1,8 +1,9 @@
 """lagsched's Redis: the client factory and the name of every key and channel it uses.
 
 The modules that read and write Redis (the lag history, `lagsched.adapters.lag_store`; the slots,
-`lagsched.adapters.slots`; the scaling messages, `lagsched.adapters.scaling_messages`; the health
-probes) build their clients and names here, so what a deployment stores can be read in one place.
+`lagsched.adapters.slots`; the scaling messages, `lagsched.adapters.scaling_messages`; the findings
+notified, `lagsched.adapters.notified`; the health probes) build their clients and names here, so
+what a deployment stores can be read in one place.
 The names are part of the deployed data (the lagsched page and an operator's ``redis-cli`` read
 them): change none without migrating what is stored.
 
@@ -36,6 +37,7 @@ __all__ = [
     "lag_key",
     "latest_key",
     "measured_key",
+    "notified_key",
     "planned_slots_key",
     "redis_client",
     "slot_events_channel",
@@ -148,6 +150,14 @@ def table_care_key(cluster: str, *, prefix: str = PREFIX) -> str:
     """A HASH, no TTL: table care runs by outcome (``ok``, ``failed``), field ``<outcome>``, and the
     time of the latest of each, field ``<outcome>_at``."""
     return f"{prefix}{cluster}:table_care"
+
+
+# -- the notifications (notified) -------------------------------------------------------------
+
+
+def notified_key(cluster: str, *, prefix: str = PREFIX) -> str:
+    """A HASH: the findings sent and not yet cleared, ``<notifier>/<finding key>`` -> the finding (JSON)."""
+    return f"{prefix}{cluster}:notified"
 
 
 # -- the slots (slots) ------------------------------------------------------------------------

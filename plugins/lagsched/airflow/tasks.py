@@ -38,6 +38,7 @@ from lagsched.core.errors import ConfigError
 from lagsched.core.lag import measurement_due
 from lagsched.core.lake import WAREHOUSE_SETTINGS
 from lagsched.core.names import validate_cluster_name
+from lagsched.core.notifiers import RawNotifiers
 from lagsched.core.times import epoch_s
 
 if TYPE_CHECKING:
@@ -239,6 +240,8 @@ def run_monitor(
     when_due: bool = False,
     mysql_conn_id: str = MYSQL_CONN_ID,
     redis_conn_id: str = REDIS_CONN_ID,
+    raw_notifiers: RawNotifiers = None,
+    context: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One measurement; the lag monitor DAG's task.
 
@@ -247,6 +250,11 @@ def run_monitor(
     measures only when ``measure_every_s`` has passed since the cluster's last measurement
     (`lagsched.core.lag.measurement_due`), and otherwise returns ``{"cluster": ..., "skipped": why}``.
 
+    After measuring, the findings (stalled, stopped, lost records) go to the notifiers of
+    ``raw_notifiers`` (the Variable ``lagsched_notifiers``; ``context``: the task's, for their
+    templates), under ``notifications`` in the summary when any are configured
+    (`lagsched.airflow.notifications`): never a reason for the task to fail.
+
     Raises:
         ConfigError: the settings are malformed (nothing was measured or stored).
     """
@@ -254,10 +262,12 @@ def run_monitor(
     from lagsched.adapters.failures import KafkaConnection
     from lagsched.adapters.kafka_admin import admin_client
     from lagsched.adapters.lag_store import LagStore
+    from lagsched.airflow.notifications import notifiers_or_error, notify_after_measurement
     from lagsched.connections import kafka_config
     from lagsched.workflows.lag_monitor import measure
 
     settings = parse_settings({} if raw_settings is None else raw_settings)
+    notifiers, notifiers_error = notifiers_or_error(raw_notifiers)
     c = _cluster(cluster)
     kafka = KafkaConnection(kafka_config(c.kafka_conn_id))
     mysql_p, redis_p = mysql_settings(mysql_conn_id), redis_settings(redis_conn_id)
@@ -272,8 +282,9 @@ def run_monitor(
             return {"cluster": c.name, "skipped": why}
         summary = measure(c.name, mysql=mysql, admin=admin, store=store, settings=settings, now=at)
         _warn_if_redis_ignores_password(redis_p)
+        notified = notify_after_measurement(summary, store, notifiers, error=notifiers_error, context=context)
     log.info("lag summary\n%s", summary.table(top))
-    return summary.as_dict(top)
+    return _with_notifications(summary.as_dict(top), notified)
 
 
 def run_evaluation(
@@ -285,19 +296,25 @@ def run_evaluation(
     slot_timeout_s: float = 60.0,
     mysql_conn_id: str = MYSQL_CONN_ID,
     redis_conn_id: str = REDIS_CONN_ID,
+    raw_notifiers: RawNotifiers = None,
+    context: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One evaluation; the evaluator DAG's task.
 
     Validates the settings before opening any connection, logs `EvaluationSummary.table`, and
-    returns `EvaluationSummary.as_dict` (JSON, for XCom).
+    returns `EvaluationSummary.as_dict` (JSON, for XCom). After the evaluation, its findings (lag
+    rising at the ceiling, an override expiring) go to the notifiers of ``raw_notifiers``, as in
+    `run_monitor`.
 
     Raises:
         ConfigError: the settings are malformed (nothing was read or changed).
     """
     from lagsched.adapters.clients import mysql_and_redis
+    from lagsched.airflow.notifications import notifiers_or_error, notify_after_evaluation
     from lagsched.workflows.scaling import count_live_slots, evaluate_cluster
 
     settings = parse_settings({} if raw_settings is None else raw_settings)  # once, and before connecting
+    notifiers, notifiers_error = notifiers_or_error(raw_notifiers)
     config = _cluster(cluster)
     name = config.name
     at = datetime.now(tz=UTC) if now is None else now
@@ -323,8 +340,19 @@ def run_evaluation(
             live_slots=slots,
         )
         _warn_if_redis_ignores_password(redis_p)
+        notified = notify_after_evaluation(
+            summary, mysql=mysql, redis=redis, settings=settings, notifiers=notifiers, now=at,
+            error=notifiers_error, context=context,
+        )  # fmt: skip
     log.info("scaling evaluation\n%s", summary.table())
-    return summary.as_dict()
+    return _with_notifications(summary.as_dict(), notified)
+
+
+def _with_notifications(summary: dict[str, Any], notified: Mapping[str, Any]) -> dict[str, Any]:
+    """The summary with ``notifications`` when any notifier is configured or the Variable is bad."""
+    if notified.get("notifiers") or notified.get("error"):
+        summary["notifications"] = dict(notified)
+    return summary
 
 
 def changed_workers(results: Iterable[Mapping[str, Any] | None]) -> list[dict[str, Any]]:

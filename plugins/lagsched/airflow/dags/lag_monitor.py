@@ -33,7 +33,11 @@ topic), mapped one task per cluster:
    Variable `lagsched_settings`), where the scaling evaluator reads them;
 5. logs a table of the most lagging topics and every topic with lost records; the same summary is
    the task's XCom. Each successful measurement updates the asset `lagsched://lag/measured`, which
-   starts the scaling evaluator.
+   starts the scaling evaluator;
+6. tells the notifiers of the Variable `lagsched_notifiers` (unset: none) about each new stalled or
+   stopped topic and each new loss of records, once, and once more when it clears
+   (docs/notifications.md). A notifier that fails is a warning and is retried on the next run; it
+   never fails the measurement.
 
 Settings: the Variables `lagsched_settings` and `lagsched_clusters` (JSON, see docs/configuration.md
 and docs/dags.md; absent = defaults), read when the tasks run. A malformed Variable fails the run at
@@ -97,6 +101,8 @@ def lagsched_lag_monitor() -> None:
                 when_due=scheduled,
                 mysql_conn_id=mysql_conn_id,
                 redis_conn_id=redis_conn_id,
+                raw_notifiers=Variable.get("lagsched_notifiers", default=None),
+                context=context,
             )
         if "skipped" in summary:
             raise AirflowSkipException(f"cluster {summary['cluster']}: {summary['skipped']}")

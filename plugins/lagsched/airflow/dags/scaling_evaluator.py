@@ -38,6 +38,11 @@ not running). When slots heartbeat, scale-ups are capped at the cluster's `max_s
 consume DAG can start; `lagsched_clusters`) or the live slots (slot timeout in the `slot_timeout_s`
 param), whichever is more; with no slot registered at all, there is no such cap.
 
+The notifiers of the Variable `lagsched_notifiers` (unset: none) are told, once, about a topic
+whose lag rises while it already runs its most workers, and about a manual override ending within
+15 minutes, and once more when that clears (docs/notifications.md); a notifier that fails is a
+warning, retried on the next run, and never fails the evaluation.
+
 A retry never applies a step twice: decisions are keyed by the run id. A malformed Variable fails
 the run at once with the field, the value and what is allowed, and changes nothing.
 Failures name the Connection to fix (Admin > Connections); what a retry cannot fix (a wrong
@@ -87,6 +92,8 @@ def lagsched_scaling_evaluator() -> None:
                 slot_timeout_s=float(params["slot_timeout_s"]),
                 mysql_conn_id=mysql_conn_id,
                 redis_conn_id=redis_conn_id,
+                raw_notifiers=Variable.get("lagsched_notifiers", default=None),
+                context=context,
             )
 
     # After every cluster's evaluation succeeded: a failed one fails the run (a red run in the UI);
