@@ -48,6 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))  # 
 
 from consumer_support import ConsumerHarness, produce, wait_until
 
+from stack_rows import delete_cluster_rows
+
 RULES = Path(str(files("lagsched") / "monitoring" / "alerts.yml"))
 DASHBOARD = Path(str(files("lagsched") / "monitoring" / "dashboard.json"))
 #: The shortened ``for:`` of every rule, and Prometheus' scrape and evaluation intervals here.
@@ -302,18 +304,7 @@ def drop_cluster(cluster: str, lake: Any) -> None:
     conn = connect(mysql_params())
     try:
         with conn.cursor() as cur:
-            for table in (
-                "scaling_overrides",
-                "scaling_decisions",
-                "retention_gaps",
-                "topic_owners",
-                "topic_partitions",
-            ):
-                cur.execute(
-                    f"DELETE FROM {table} WHERE topic_id IN (SELECT topic_id FROM topics WHERE cluster = %s)",
-                    (cluster,),
-                )
-            cur.execute("DELETE FROM topics WHERE cluster = %s", (cluster,))
+            delete_cluster_rows(cur, cluster)
             cur.execute("SHOW TABLES LIKE 'iceberg_tables'")  # made by the first slot that made a table
             if cur.fetchone() is not None:
                 cur.execute(

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from lagsched_dev.airflow_api import AirflowAPI
+from stack_rows import delete_cluster_rows
 
 #: Every route of the app (relative to its mount point), and whether it answers 200 when logged in.
 ROUTES = [
@@ -75,18 +76,7 @@ def seed_cluster(kafka_config: dict[str, Any], new_topic: Callable[..., str]) ->
 
     def drop_rows() -> None:
         with conn.cursor() as cur:
-            for table in (
-                "scaling_overrides",
-                "scaling_decisions",
-                "retention_gaps",
-                "topic_owners",
-                "topic_partitions",
-            ):
-                cur.execute(
-                    f"DELETE FROM {table} WHERE topic_id IN (SELECT topic_id FROM topics WHERE cluster = %s)",
-                    (cluster,),
-                )
-            cur.execute("DELETE FROM topics WHERE cluster = %s", (cluster,))
+            delete_cluster_rows(cur, cluster)
         conn.commit()
         conn.close()
 
