@@ -11,9 +11,17 @@ every `MEASURE_EVERY_S` in a thread of the test, as the lag monitor DAG would ru
 The tests run in file order, each on the state the one before left:
 1. a healthy run fires nothing;
 2. every dashboard query returns a series;
-3. the slot frozen with SIGSTOP fires LagschedTopicStalled; records deleted past its committed offsets
-   meanwhile fire LagschedRecordsLost; SIGCONT resolves the stall;
-4. the measure step stopped fires LagschedMeasurementsStale.
+3. the slot frozen with SIGSTOP fires LagschedTopicStalled, then (the topic at its max_workers, its
+   time lag growing) LagschedLagRisingAtMaxWorkers and LagschedTopicTimeLagHigh; records deleted past
+   its committed offsets meanwhile fire LagschedRecordsLost; SIGCONT resolves the stall;
+4. a producer's transaction left open fires LagschedOpenTransactionOld, and its abort resolves it;
+5. a registered topic the broker does not have fires LagschedTopicNotMeasured;
+6. a second Prometheus whose scrape the page refuses (a wrong token) fires LagschedMetricsAbsent;
+7. the slot leaving (SIGTERM) fires LagschedFewerLiveSlotsThanPlanned and, the producer writing on,
+   LagschedTopicStopped;
+8. the measure step stopped fires LagschedMeasurementsStale.
+The thresholds are the measure step's settings (`monitor_settings`), as a deployment sets them in
+`lagsched_settings`: short, so that each alert fires within seconds.
 Each prints how long its alert took to fire (``TIME-TO-FIRE`` lines; run with ``-s`` to see them).
 """
 
@@ -64,6 +72,10 @@ STALL_AFTER = 3
 RATE_INTERVAL = "1m"
 #: Seconds of slack on each bound: a loaded 2-core machine, Python threads, the page's own reads.
 SLACK_S = 10.0
+#: The topic's time-lag SLO and open-transaction bound here (settings `time_lag_slo_s`,
+#: `open_transaction_bound_s`): a healthy slot stays within seconds of the head.
+SLO_S = 20.0
+TRANSACTION_BOUND_S = 5.0
 
 #: Time-to-fire figures of this run, printed at the end of the module.
 TIMINGS: dict[str, float] = {}
@@ -117,9 +129,13 @@ class PromAPI:
         data = self._get("/api/v1/query", query=expr)
         return list(data["result"]) if data["resultType"] == "vector" else [data["result"]]
 
+    def all_alerts(self) -> list[dict[str, Any]]:
+        """Every active (pending or firing) alert."""
+        return list(self._get("/api/v1/alerts")["alerts"])
+
     def alerts(self, cluster: str) -> list[dict[str, Any]]:
-        """Active (pending or firing) alerts of ``cluster``."""
-        return [a for a in self._get("/api/v1/alerts")["alerts"] if a["labels"].get("cluster") == cluster]
+        """Active alerts of ``cluster``."""
+        return [a for a in self.all_alerts() if a["labels"].get("cluster") == cluster]
 
     def targets(self) -> list[dict[str, Any]]:
         return list(self._get("/api/v1/targets")["activeTargets"])
@@ -259,7 +275,17 @@ def monitor_settings() -> dict[str, Any]:
     from lagsched.core.lag import MONITOR_SCHEDULE_S
 
     lowest = MONITOR_SCHEDULE_S  # what measure_every_s may be at least
-    return {"measure_every_s": lowest, "stale_after_s": lowest, "defaults": {"stall_after_measurements": STALL_AFTER}}
+    return {
+        "measure_every_s": lowest,
+        "stale_after_s": lowest,
+        "defaults": {
+            "stall_after_measurements": STALL_AFTER,
+            "time_lag_slo_s": SLO_S,
+            "open_transaction_bound_s": TRANSACTION_BOUND_S,
+            # one worker of its two partitions: the topic runs at its ceiling throughout
+            "max_workers": 1,
+        },
+    }
 
 
 @dataclass
@@ -475,6 +501,12 @@ def test_a_frozen_slot_fires_stalled_records_deleted_meanwhile_fire_lost_and_a_t
         fired = p.alert("LagschedTopicStalled")
         assert fired is not None and fired["labels"]["topic"] == p.topic
 
+        # The backlog grows at the topic's ceiling: past half its SLO the lag rising at max_workers
+        # fires, past the SLO the time lag. The oldest unread record is about as old as the freeze.
+        for name, threshold_s in (("LagschedLagRisingAtMaxWorkers", SLO_S / 2), ("LagschedTopicTimeLagHigh", SLO_S)):
+            bound = threshold_s + MEASURE_EVERY_S + 3 * INTERVAL_S + FOR_S + SLACK_S
+            assert fires(p, name, bound, frozen, "SIGSTOP")["labels"]["topic"] == p.topic
+
         # Retention (here Kafka's DeleteRecords) removes records the frozen slot has not read.
         committed = p.harness.committed(p.topic_id)
         admin = AdminClient(p.harness.kafka_config)
@@ -507,6 +539,136 @@ def test_a_frozen_slot_fires_stalled_records_deleted_meanwhile_fire_lost_and_a_t
         lambda: all((p.harness.committed(p.topic_id)[q] or 0) >= cut[q] for q in cut), 60, "commits past the cut"
     )
     assert p.alert("LagschedRecordsLost") is not None
+
+
+def fires(p: Pipeline, name: str, bound: float, since: float, event: str) -> dict[str, Any]:
+    """Wait (at most ``bound`` s) for alert ``name`` of the pipeline's cluster to fire; record and print
+    how long after ``since`` (a monotonic time) it took, and return it."""
+    wait_until(lambda: p.alert(name) is not None, bound, name)
+    took = time.monotonic() - since
+    TIMINGS[f"{name} ({event} -> firing)"] = took
+    print(f"TIME-TO-FIRE {name} {took:.1f} s after {event} (bound {bound:.0f} s)")
+    fired = p.alert(name)
+    assert fired is not None
+    return fired
+
+
+def test_an_open_transaction_fires_open_transaction_old_and_its_abort_resolves_it(pipeline: Pipeline) -> None:
+    from confluent_kafka import Producer as KafkaProducer
+
+    p = pipeline
+    wait_until(lambda: p.alert("LagschedTopicTimeLagHigh") is None, 120, "the backlog of the freeze drained")
+    producer = KafkaProducer({**p.harness.kafka_config, "transactional.id": f"e2e-prom-{uuid.uuid4().hex[:8]}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(p.topic, value=b"open", partition=i % p.partitions)
+    producer.flush(30)
+    opened = time.monotonic()
+    try:
+        # The last stable offset stands from here: the bound, a measurement, a scrape, the `for:`.
+        bound = TRANSACTION_BOUND_S + 2 * MEASURE_EVERY_S + 3 * INTERVAL_S + FOR_S + SLACK_S
+        fired = fires(p, "LagschedOpenTransactionOld", bound, opened, "the transaction opened")
+        assert fired["labels"]["topic"] == p.topic
+        # The held records are not lag, and the slot waits at the stable offset: not stalled.
+        assert p.alert("LagschedTopicStalled") is None and p.alert("LagschedTopicStopped") is None
+    finally:
+        producer.abort_transaction(30)
+    aborted = time.monotonic()
+    wait_until(lambda: p.alert("LagschedOpenTransactionOld") is None, 60, "LagschedOpenTransactionOld resolved")
+    print(f"TIME-TO-RESOLVE LagschedOpenTransactionOld {time.monotonic() - aborted:.1f} s after the abort")
+    check_measurer(p)
+
+
+def test_a_registered_topic_the_broker_does_not_have_fires_not_measured(pipeline: Pipeline) -> None:
+    from lagsched.adapters.mysql import connect
+    from lagsched.connections import mysql_params
+
+    p = pipeline
+    missing = f"prom-missing-{uuid.uuid4().hex[:8]}"
+    conn = connect(mysql_params())
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "INSERT INTO topics (topic_id, cluster, name, partition_count, retention_ms, linker_workers)"
+                " VALUES (%s, %s, %s, 1, 3600000, 1)",
+                (str(uuid.uuid4()), p.cluster, missing),
+            )
+        conn.commit()
+        added = time.monotonic()
+        bound = 2 * MEASURE_EVERY_S + 3 * INTERVAL_S + FOR_S + SLACK_S
+        fired = fires(p, "LagschedTopicNotMeasured", bound, added, "the topic was registered")
+        assert fired["labels"]["topic"] == missing
+        assert p.alert("LagschedMeasurementsStale") is None  # the measured topic is measured on
+    finally:
+        with conn.cursor() as cur:
+            cur.execute("DELETE FROM topics WHERE cluster = %s AND name = %s", (p.cluster, missing))
+        conn.commit()
+        conn.close()
+    wait_until(lambda: p.alert("LagschedTopicNotMeasured") is None, 60, "LagschedTopicNotMeasured resolved")
+
+
+def test_a_scrape_the_page_refuses_fires_metrics_absent(
+    pipeline: Pipeline, stack: StackConfig, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A second Prometheus, same rules, with a wrong token: the page answers 403, so it has no
+    lagsched series at all, and only the alert on that can tell."""
+    from lagsched_dev.stack.process import ServiceError
+    from lagsched_dev.stack.services import Prometheus
+
+    rules = tmp_path_factory.mktemp("prometheus-wrong") / "alerts.yml"
+    rules.write_text(shortened_rules(RULES.read_text(), FOR))
+    service = Prometheus(
+        stack,
+        name="prometheus-e2e-wrong-token",
+        port=free_port(),
+        scrape_interval_s=INTERVAL_S,
+        evaluation_interval_s=INTERVAL_S,
+        rule_files=[rules],
+        token="not-the-scrape-token",  # a wrong one on purpose
+    )
+    service.stop()
+    shutil.rmtree(service.dir / "data", ignore_errors=True)
+    try:
+        started = time.monotonic()
+        try:
+            service.start()
+        except ServiceError as exc:
+            pytest.fail(f"Prometheus could not start: {exc}", pytrace=False)
+        api = PromAPI(service.url)
+
+        def absent_firing() -> bool:
+            return any(
+                a["labels"]["alertname"] == "LagschedMetricsAbsent" and a["state"] == "firing" for a in api.all_alerts()
+            )
+
+        bound = 3 * INTERVAL_S + FOR_S + SLACK_S
+        wait_until(absent_firing, bound, "LagschedMetricsAbsent")
+        took = time.monotonic() - started
+        TIMINGS["LagschedMetricsAbsent (a refused scrape's Prometheus started -> firing)"] = took
+        print(f"TIME-TO-FIRE LagschedMetricsAbsent {took:.1f} s after its Prometheus started (bound {bound:.0f} s)")
+        target = api.targets()[0]
+        assert target["health"] == "down" and "403" in target["lastError"], target
+    finally:
+        service.stop()
+        shutil.rmtree(service.dir / "data", ignore_errors=True)
+    # The module's own Prometheus, whose scrape the page accepts, has the series: no such alert there.
+    assert not [a for a in pipeline.prom.all_alerts() if a["labels"]["alertname"] == "LagschedMetricsAbsent"]
+
+
+def test_the_slot_leaving_fires_fewer_live_slots_than_planned_and_stopped(pipeline: Pipeline) -> None:
+    p = pipeline
+    assert p.alert("LagschedFewerLiveSlotsThanPlanned") is None and p.alert("LagschedTopicStopped") is None
+    p.slot.terminate()  # it finishes its batch, releases its rows and leaves the live set
+    assert p.slot.wait(120) == 0, p.slot.tail()
+    left = time.monotonic()
+    bound = 3 * INTERVAL_S + FOR_S + SLACK_S
+    fires(p, "LagschedFewerLiveSlotsThanPlanned", bound, left, "the slot left")
+    # No holder, and the producer writes on: stuck after STALL_AFTER measurements without a move.
+    bound = (STALL_AFTER + 2) * MEASURE_EVERY_S + 3 * INTERVAL_S + FOR_S + SLACK_S
+    fired = fires(p, "LagschedTopicStopped", bound, left, "the slot left")
+    assert fired["labels"]["topic"] == p.topic
+    check_measurer(p)
 
 
 def test_stopping_the_measure_step_fires_measurements_stale(pipeline: Pipeline) -> None:

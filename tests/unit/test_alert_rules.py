@@ -423,10 +423,14 @@ CASES = [
             f"lagsched_topic_lag_records{{{EU}}}": "1000x10 1000+600x30",  # +10 records/s from 10m
             f"lagsched_topic_linker_workers{{{EU}}}": "4x40",
             f"lagsched_topic_max_workers{{{EU}}}": "4x40",
+            f"lagsched_topic_time_lag_seconds{{{EU}}}": "60x10 400x30",
+            SLO: "600x40",
             # rising as fast, but below its ceiling: the evaluator can still scale it
             'lagsched_topic_lag_records{cluster="eu",topic="clicks"}': "1000x10 1000+600x30",
             'lagsched_topic_linker_workers{cluster="eu",topic="clicks"}': "2x40",
             'lagsched_topic_max_workers{cluster="eu",topic="clicks"}': "8x40",
+            'lagsched_topic_time_lag_seconds{cluster="eu",topic="clicks"}': "400x40",
+            'lagsched_topic_time_lag_slo_seconds{cluster="eu",topic="clicks"}': "600x40",
         },
         quiet_at=("10m", "24m"),  # rising from 10m: the trend is up from 11m, pending for 15m
         fires_at="30m",
@@ -434,22 +438,31 @@ CASES = [
             Fired(
                 {"cluster": "eu", "topic": "orders", "severity": "warning"},
                 "Topic orders of cluster eu falls behind at max_workers",
-                "The lag of topic orders (cluster eu) has risen by 10 records/s for 15 minutes while the topic "
-                "runs its max_workers: the evaluator cannot add workers.",
+                "The lag of topic orders (cluster eu) has risen by 10 records/s for 15 minutes, past half its "
+                "time-lag SLO, while the topic runs its max_workers: the evaluator cannot add workers.",
             ),
         ),
     ),
     Case(
-        # At max_workers with a steady or draining lag.
+        # At max_workers with a steady or draining lag; or rising, but well within the SLO.
         "LagschedLagRisingAtMaxWorkers",
         "healthy",
         {
             f"lagsched_topic_lag_records{{{EU}}}": "50000-300x40",
             f"lagsched_topic_linker_workers{{{EU}}}": "4x40",
             f"lagsched_topic_max_workers{{{EU}}}": "4x40",
+            f"lagsched_topic_time_lag_seconds{{{EU}}}": "500x40",
+            SLO: "600x40",
             'lagsched_topic_lag_records{cluster="eu",topic="clicks"}': "1200x40",
             'lagsched_topic_linker_workers{cluster="eu",topic="clicks"}': "2x40",
             'lagsched_topic_max_workers{cluster="eu",topic="clicks"}': "2x40",
+            'lagsched_topic_time_lag_seconds{cluster="eu",topic="clicks"}': "500x40",
+            'lagsched_topic_time_lag_slo_seconds{cluster="eu",topic="clicks"}': "600x40",
+            'lagsched_topic_lag_records{cluster="eu",topic="small"}': "100+10x40",
+            'lagsched_topic_linker_workers{cluster="eu",topic="small"}': "1x40",
+            'lagsched_topic_max_workers{cluster="eu",topic="small"}': "1x40",
+            'lagsched_topic_time_lag_seconds{cluster="eu",topic="small"}': "20x40",
+            'lagsched_topic_time_lag_slo_seconds{cluster="eu",topic="small"}': "600x40",
         },
         quiet_at=("20m", "40m"),
     ),
@@ -461,6 +474,8 @@ CASES = [
             f"lagsched_topic_lag_records{{{EU}}}": "1000x5 1000+3000x10 31000-3000x10 1000x15",
             f"lagsched_topic_linker_workers{{{EU}}}": "4x40",
             f"lagsched_topic_max_workers{{{EU}}}": "4x40",
+            f"lagsched_topic_time_lag_seconds{{{EU}}}": "60x5 400x20 60x15",
+            SLO: "600x40",
         },
         quiet_at=("15m", "25m", "40m"),
     ),
