@@ -12,7 +12,8 @@ Reading, as the Spark Kafka source did before:
 * read committed (`READER_CONFIG`): records of aborted transactions and transaction markers are
   never seen; a range never ends past the last stable offset (the planner ends it there);
 * a start that retention deleted meanwhile fails the read (``auto.offset.reset=error``), so no
-  record is skipped silently;
+  record is skipped silently: the write raises `RecordsDeletedError`, and the slot plans the batch
+  again, where the deleted range becomes a recorded retention gap;
 * a range may end on an offset no record carries (a transaction marker, a record compacted
   away, an aborted record): a partition's read ends when the consumer's position reaches the end,
   told by the first record at or past it or by the end-of-partition event, never by the last
@@ -108,22 +109,30 @@ class TaskResult:
     """What a task did: the files it wrote, the records it read per partition, or why it failed.
 
     A failed task deleted its files (``files`` is empty). ``unreachable``: the failure was Kafka
-    not answering (a retry may help), not a refused setting or a bug.
+    not answering (a retry may help), not a refused setting or a bug. ``deleted``: records of its
+    ranges were deleted (retention) after the batch was planned.
     """
 
     files: tuple[WrittenFile, ...] = ()
     records: Mapping[tuple[str, int], int] = field(default_factory=dict)
     error: str | None = None
     unreachable: bool = False
+    deleted: bool = False
     read_s: float = 0.0
 
 
 class RangeReadError(RuntimeError):
-    """A range could not be read to its end; ``unreachable`` says whether Kafka stopped answering."""
+    """A range could not be read to its end; ``unreachable`` says whether Kafka stopped answering,
+    ``deleted`` whether the broker no longer has the offsets asked for (retention deleted them)."""
 
-    def __init__(self, message: str, *, unreachable: bool = False) -> None:
+    def __init__(self, message: str, *, unreachable: bool = False, deleted: bool = False) -> None:
         super().__init__(message)
-        self.unreachable = unreachable
+        self.unreachable, self.deleted = unreachable, deleted
+
+
+class RecordsDeletedError(LagschedError):
+    """Records of a batch's ranges were deleted (retention) between its plan and its read. Nothing
+    was written; planned again, the batch reads from the new log start and records the gap."""
 
 
 @dataclass(slots=True)
@@ -168,6 +177,7 @@ def write_ranges(
         return TaskResult(
             error=f"{type(exc).__name__}: {exc}",
             unreachable=getattr(exc, "unreachable", False),
+            deleted=getattr(exc, "deleted", False),
             read_s=clock() - started,
         )
     files = tuple(f for w in writers.values() for f in w.written)
@@ -209,6 +219,7 @@ class RangeWriter:
         Raises:
             KafkaOffsetsError: a task's partitions stopped moving (Kafka unreachable): a slot rides
                 that through. Nothing is left behind: the other tasks' files are deleted too.
+            RecordsDeletedError: records of a range were deleted since the plan; nothing is left behind.
             LagschedError: a task failed otherwise (its message says how); nothing is left behind.
         """
         if not ranges:
@@ -224,6 +235,8 @@ class RangeWriter:
             message = f"{len(failed)} of {len(groups)} task(s) could not write their ranges; first: {failed[0].error}"
             if all(r.unreachable for r in failed):
                 raise KafkaOffsetsError(message)
+            if all(r.deleted or r.unreachable for r in failed):
+                raise RecordsDeletedError(message)
             raise LagschedError(message)
         return files
 
@@ -336,6 +349,9 @@ class _Reading:
             p.next, p.done = p.range.end, True  # what lies before the end has no record: a marker, a hole
             self._finished(p)
             return True
+        if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+            # auto.offset.reset=error: the offset asked for is below the log start now (retention).
+            raise RangeReadError(f"reading {msg.topic() or 'Kafka'}[{msg.partition()}]: {err.str()}", deleted=True)
         if err.fatal() or not (err.retriable() or _is_transient(err)):
             raise RangeReadError(f"reading {msg.topic() or 'Kafka'}[{msg.partition()}]: {err.str()}")
         self.transient = err.str()

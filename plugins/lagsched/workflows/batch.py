@@ -36,7 +36,7 @@ from lagsched.adapters.claims import ClaimStore
 from lagsched.adapters.clock import SYSTEM_CLOCK
 from lagsched.adapters.gaps import RetentionGap, record_gap
 from lagsched.adapters.kafka_admin import MIRROR_BACKOFFS_S, kafka_topic_ids, mirror_group_offsets, read_offsets
-from lagsched.adapters.range_files import RangeWriter
+from lagsched.adapters.range_files import RangeWriter, RecordsDeletedError
 from lagsched.adapters.sink import BatchRead, IcebergSink, SinkConflictError
 from lagsched.core.batches import OffsetAheadError, PartitionPlan, fair_shares, next_batch_at, plan_partition
 from lagsched.core.claims import ClaimLostError, PartitionRow
@@ -332,6 +332,13 @@ class Batches:
             wrote = write_batch(self.sink, self.writer, reads, since, count=self.count_commit)  # 3. write, 4. commit
         except SinkConflictError as exc:
             self._conflict(result, exc, started)
+            return result
+        except RecordsDeletedError as exc:
+            # Retention deleted records of a range between the plan and the read. Nothing was written;
+            # the ranges stay recorded, so the next plan redoes them from the new log start and
+            # records what was deleted as a retention gap (`plan_partition`).
+            log.warning("%s: records were deleted by retention since this batch was planned; planning it again", exc)
+            self.stats.emit("deleted", partitions=len(started))
             return result
         t_written = self.clock.monotonic()
         committed: dict[Key, int] = {}
