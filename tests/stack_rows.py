@@ -17,3 +17,10 @@ def delete_cluster_rows(cur: Any, cluster: str) -> None:
             (cluster,),
         )
     cur.execute("DELETE FROM topics WHERE cluster = %s", (cluster,))
+
+
+def delete_topic_rows(cur: Any, topic_id: str) -> None:
+    """Delete one topic and every row that refers to it (``cur``: a cursor; the caller commits)."""
+    for table in CLUSTER_TABLES:
+        cur.execute(f"DELETE FROM {table} WHERE topic_id = %s", (topic_id,))
+    cur.execute("DELETE FROM topics WHERE topic_id = %s", (topic_id,))
