@@ -650,7 +650,7 @@ def _print_addresses(cfg: StackConfig, url: str, lake: Any) -> None:
   lagsched page  {url}/plugin/lagsched   ("lagsched" in Airflow's navigation)
   DAGs           {url}/dags?tags=lagsched
   Prometheus     {prometheus}/classic/alerts   lagsched's alert rules (docs/alerts.md); watch
-                 LagschedTopicTimeLagHigh and LagschedFewerLiveSlotsThanNeeded go pending while the hot
+                 LagschedTopicTimeLagHigh and LagschedFewerLiveSlotsThanPlanned go pending while the hot
                  topic scales. Graphs (Debian's build serves Prometheus' classic UI):
                  {prometheus}/classic/graph?g0.expr=lagsched_topic_time_lag_seconds&g0.tab=0
   Grafana        import plugins/lagsched/monitoring/dashboard.json (docs/prometheus.md) with a Prometheus
