@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from lagsched.core.errors import ConfigError
 from lagsched.core.findings import Notice
 from lagsched.core.notifiers import NOTIFIERS_LABEL, NotifierEntry, RawNotifiers, parse_notifiers
+from lagsched.workflows.notifications import first_line
 
 if TYPE_CHECKING:
     from lagsched.adapters.lag_store import LagStore
@@ -99,7 +100,7 @@ def load_notifiers(raw: RawNotifiers) -> tuple[NotifierEntry, ...]:
                 _entry_error(
                     f"[{i}].kwargs",
                     f"({names})",
-                    f"{entry.class_name} refuses them: {type(exc).__name__}: {_first_line(exc)}",
+                    f"{entry.class_name} refuses them: {type(exc).__name__}: {first_line(exc)}",
                 )
             )
     if errors:
@@ -131,7 +132,7 @@ def sender(task_context: Mapping[str, Any] | None = None, *, timeout_s: float = 
         try:
             _within(timeout_s, lambda: cls(**entry.kwargs)(context))
         except Exception as exc:  # noqa: BLE001 - any notifier's own error, reported without its traceback
-            raise NotificationFailed(_masked(f"{type(exc).__name__}: {_first_line(exc)}")) from None
+            raise NotificationFailed(_masked(f"{type(exc).__name__}: {first_line(exc)}")) from None
 
     return send
 
@@ -236,7 +237,7 @@ def _skipped(error: str) -> dict[str, Any]:
 
 
 def _broken(exc: BaseException) -> dict[str, Any]:
-    text = _masked(f"{type(exc).__name__}: {_first_line(exc)}")
+    text = _masked(f"{type(exc).__name__}: {first_line(exc)}")
     log.warning("notifications not sent this run (the next run tries again): %s", text, exc_info=True)
     return {"error": text}
 
@@ -248,11 +249,6 @@ def _reported(report: NotifyReport, error: str) -> dict[str, Any]:
     if error:
         out["error"] = error
     return out
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else ""
 
 
 def _masked(text: str) -> str:

@@ -236,6 +236,16 @@ class TopicPolicyConfig(VariableModel):
             raise ValueError(f"must be greater than short_retention_s ({short:g})")
         return v
 
+    def ceiling(self, partitions: int) -> int:
+        """The most workers the evaluator gives a topic of ``partitions`` partitions: ``max_workers``,
+        and never more than one per partition (the rule ``bounds``; the alert on lag rising at
+        max_workers and the ``lag_at_max_workers`` notification compare with it too).
+
+        >>> TopicPolicyConfig(max_workers=8).ceiling(3), TopicPolicyConfig(max_workers=2).ceiling(12)
+        (3, 2)
+        """
+        return min(self.max_workers, partitions)
+
     @property
     def lag_threshold(self) -> int:
         """The 'keda' policy's records of lag per worker: ``keda_lag_threshold``, else the backlog one

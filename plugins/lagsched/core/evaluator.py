@@ -216,7 +216,7 @@ def evaluate(
             )
         return decide(old, "override", f"held at {old} workers by a manual override{note} until {until}")
 
-    upper = min(config.max_workers, snapshot.partitions)
+    upper = config.ceiling(snapshot.partitions)
     lower = min(config.min_workers, upper)
     if old > upper or old < lower:
         new = min(max(old, lower), upper)

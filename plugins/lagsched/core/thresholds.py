@@ -22,6 +22,10 @@ from lagsched.core.config import Settings, TopicPolicyConfig
 
 __all__ = ["ClusterThresholds", "TopicThresholds"]
 
+#: The settings' defaults, built once: every topic the monitor has not measured yet gets them, on
+#: each scrape of /metrics.
+_DEFAULT_POLICY = Settings().defaults
+
 
 @dataclass(frozen=True, slots=True)
 class TopicThresholds:
@@ -46,13 +50,13 @@ class TopicThresholds:
         >>> TopicThresholds.of(TopicPolicyConfig(max_workers=8), 3)
         TopicThresholds(max_workers=3, time_lag_slo_s=600.0, open_transaction_bound_s=300.0)
         """
-        return cls(max(1, min(cfg.max_workers, partitions)), cfg.time_lag_slo_s, cfg.open_transaction_bound_s)
+        return cls(max(1, cfg.ceiling(partitions)), cfg.time_lag_slo_s, cfg.open_transaction_bound_s)
 
     @classmethod
     def default(cls, partitions: int, row_max_workers: int | None = None) -> TopicThresholds:
         """The thresholds before the lag monitor stored any: the settings' defaults, under the
         registry row's ``max_workers`` when it has one."""
-        cfg = Settings().defaults
+        cfg = _DEFAULT_POLICY
         if row_max_workers is not None:
             cfg = cfg.model_copy(update={"max_workers": row_max_workers})
         return cls.of(cfg, partitions)

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from lagsched.adapters.lag_store import LagRecord
 from lagsched.adapters.overrides import OverrideRow
 from lagsched.adapters.topics import TopicRow
-from lagsched.core.config import Settings
+from lagsched.core.config import Settings, effective_config
 from lagsched.core.findings import (
     EVALUATOR_KINDS,
     LOST_WINDOW_S,
@@ -47,7 +47,15 @@ from lagsched.core.findings import (
 from lagsched.core.notifiers import NotifierEntry
 from lagsched.core.times import epoch_s
 
-__all__ = ["FindingRecord", "NotifyReport", "Send", "evaluator_findings", "monitor_findings", "notify"]
+__all__ = [
+    "FindingRecord",
+    "NotifyReport",
+    "Send",
+    "evaluator_findings",
+    "first_line",
+    "monitor_findings",
+    "notify",
+]
 
 log = logging.getLogger(__name__)
 
@@ -156,10 +164,16 @@ def notify(
     )
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of the exception's text, at most 300 characters: enough to say what failed,
+    never a traceback or a whole response body."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else ""
+
+
 def _failure_text(exc: BaseException) -> str:
     """The exception's type and first line, short (the Airflow glue has already masked secrets in it)."""
-    text = str(exc).strip()
-    first = text.splitlines()[0][:300] if text else ""
+    first = first_line(exc)
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
@@ -215,8 +229,6 @@ def evaluator_findings(
     decision were looked at for ``lag_at_max_workers``. ``active_keys``: the keys already sent (the
     rule keeps a weak fit's state). ``overrides``: the cluster's active overrides.
     """
-    from lagsched.workflows.scaling import effective_config
-
     rows = {t.name: t for t in topics}
     active = set(active_keys)
     found: list[Finding] = []
@@ -227,7 +239,7 @@ def evaluator_findings(
             continue
         looked.append(o.topic)
         cfg = effective_config(settings, row)
-        ceiling = min(cfg.max_workers, row.partition_count)
+        ceiling = cfg.ceiling(row.partition_count)
         probe = Finding("lag_at_max_workers", cluster, o.topic, "")
         if d.changed or d.rule in _NOT_AT_MAX_RULES:
             continue
