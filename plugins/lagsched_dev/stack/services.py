@@ -745,18 +745,17 @@ class S3Proxy(Service):
         secret = stack_secrets(self.cfg)
         conf = self.cfg.run / "s3proxy.properties"
         conf.parent.mkdir(parents=True, exist_ok=True)
-        # The file holds the secret key: owner-only, like secrets.env.
-        fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(
-                f"s3proxy.endpoint={self.endpoint}\n"
-                "s3proxy.authorization=aws-v4\n"
-                f"s3proxy.identity={secret['LAGSCHED_S3_ACCESS_KEY']}\n"
-                f"s3proxy.credential={secret['LAGSCHED_S3_SECRET_KEY']}\n"
-                "s3proxy.ignore-unknown-headers=true\n"
-                "jclouds.provider=filesystem\n"
-                f"jclouds.filesystem.basedir={self.cfg.home / 's3'}\n"
-            )
+        # The file holds the secret key.
+        write_private(
+            conf,
+            f"s3proxy.endpoint={self.endpoint}\n"
+            "s3proxy.authorization=aws-v4\n"
+            f"s3proxy.identity={secret['LAGSCHED_S3_ACCESS_KEY']}\n"
+            f"s3proxy.credential={secret['LAGSCHED_S3_SECRET_KEY']}\n"
+            "s3proxy.ignore-unknown-headers=true\n"
+            "jclouds.provider=filesystem\n"
+            f"jclouds.filesystem.basedir={self.cfg.home / 's3'}\n",
+        )
         # S3Proxy's jar from Maven Central carries no logback.xml, and logback's default is DEBUG for
         # everything: every request's Jetty internals, 400 MB of log in an hour of tests. Warnings only.
         self.logback_conf.write_text(
@@ -879,11 +878,7 @@ class Prometheus(Service):
     def prepare(self) -> None:
         (self.dir / "data").mkdir(parents=True, exist_ok=True)
         token = self._token if self._token is not None else stack_secrets(self.cfg)["LAGSCHED_METRICS_TOKEN"]
-        # Owner-only, like secrets.env; rewritten at each start (the token may have been added since).
-        fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(token)
-        os.chmod(self.token_file, 0o600)  # a file from before keeps its mode through O_TRUNC
+        write_private(self.token_file, token)  # rewritten at each start: the token may have been added since
         self.config_file.write_text(json.dumps(self.configuration(), indent=2) + "\n")
 
     def command(self) -> list[str]:
@@ -905,6 +900,15 @@ class Prometheus(Service):
 
     def detail(self) -> str:
         return self.url
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path``, readable by its owner only (like secrets.env): a file that holds
+    a secret, rewritten at each start."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.chmod(path, 0o600)  # a file from before keeps its mode through O_TRUNC
 
 
 def java_binary() -> str:
