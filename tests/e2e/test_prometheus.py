@@ -147,13 +147,43 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def start_prometheus(stack: StackConfig, folder: Path, name: str, token: str | None = None) -> Any:
+    """A real Prometheus of its own (``name``, a free port, its data wiped first), 1 s intervals, the
+    shipped rules with short ``for:`` (written to ``folder``), scraping the stack's Airflow with the
+    stack's token or ``token``; started, or the test fails (never a skip)."""
+    from lagsched_dev.stack.process import ServiceError
+    from lagsched_dev.stack.services import Prometheus
+
+    rules = folder / "alerts.yml"
+    rules.write_text(shortened_rules(RULES.read_text(), FOR))
+    service = Prometheus(
+        stack,
+        name=name,
+        port=free_port(),
+        scrape_interval_s=INTERVAL_S,
+        evaluation_interval_s=INTERVAL_S,
+        rule_files=[rules],
+        token=token,
+    )
+    service.stop()  # one a killed run left behind
+    shutil.rmtree(service.dir / "data", ignore_errors=True)  # no series of an earlier run
+    try:
+        service.start()
+    except ServiceError as exc:
+        pytest.fail(f"Prometheus could not start: {exc}", pytrace=False)
+    return service
+
+
+def stop_prometheus(service: Any) -> None:
+    service.stop()
+    shutil.rmtree(service.dir / "data", ignore_errors=True)
+
+
 @pytest.fixture(scope="module")
 def prometheus(airflow: AirflowAPI, stack: StackConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromAPI]:
     """A real Prometheus of this module (its own name, port and data), 1 s intervals, the shipped rules
     with short ``for:``, scraping the stack's Airflow with the stack's scrape token."""
     from lagsched_dev.stack.config import stack_secrets
-    from lagsched_dev.stack.process import ServiceError
-    from lagsched_dev.stack.services import Prometheus
 
     token = stack_secrets(stack)["LAGSCHED_METRICS_TOKEN"]
     request = urllib.request.Request(
@@ -170,30 +200,13 @@ def prometheus(airflow: AirflowAPI, stack: StackConfig, tmp_path_factory: pytest
             "(by a checkout from before the token). Restart it: `lagsched-dev stack down`, then run again.",
             pytrace=False,
         )
-    rules = tmp_path_factory.mktemp("prometheus") / "alerts.yml"
-    rules.write_text(shortened_rules(RULES.read_text(), FOR))
-    service = Prometheus(
-        stack,
-        name="prometheus-e2e",
-        port=free_port(),
-        scrape_interval_s=INTERVAL_S,
-        evaluation_interval_s=INTERVAL_S,
-        rule_files=[rules],
-    )
-    service.stop()  # one a killed run left behind
-    shutil.rmtree(service.dir / "data", ignore_errors=True)  # no series of an earlier run
-    try:
-        service.start()
-    except ServiceError as exc:
-        # A service that cannot start is a failure, never a skip.
-        pytest.fail(f"Prometheus could not start: {exc}", pytrace=False)
+    service = start_prometheus(stack, tmp_path_factory.mktemp("prometheus"), "prometheus-e2e")
     assert oct(service.token_file.stat().st_mode & 0o777) == "0o600"
     assert token not in service.log.read_text()
     api = PromAPI(service.url)
     wait_until(lambda: any(t["health"] == "up" for t in api.targets()), 60, "the first scrape of /lagsched/metrics")
     yield api
-    service.stop()
-    shutil.rmtree(service.dir / "data", ignore_errors=True)
+    stop_prometheus(service)
     if TIMINGS:
         print("\nTIME-TO-FIRE (seconds, from the event to the alert firing):")
         for what, seconds in TIMINGS.items():
@@ -613,28 +626,10 @@ def test_a_scrape_the_page_refuses_fires_metrics_absent(
 ) -> None:
     """A second Prometheus, same rules, with a wrong token: the page answers 403, so it has no
     lagsched series at all, and only the alert on that can tell."""
-    from lagsched_dev.stack.process import ServiceError
-    from lagsched_dev.stack.services import Prometheus
-
-    rules = tmp_path_factory.mktemp("prometheus-wrong") / "alerts.yml"
-    rules.write_text(shortened_rules(RULES.read_text(), FOR))
-    service = Prometheus(
-        stack,
-        name="prometheus-e2e-wrong-token",
-        port=free_port(),
-        scrape_interval_s=INTERVAL_S,
-        evaluation_interval_s=INTERVAL_S,
-        rule_files=[rules],
-        token="not-the-scrape-token",  # a wrong one on purpose
-    )
-    service.stop()
-    shutil.rmtree(service.dir / "data", ignore_errors=True)
+    started = time.monotonic()
+    folder = tmp_path_factory.mktemp("prometheus-wrong")
+    service = start_prometheus(stack, folder, "prometheus-e2e-wrong-token", token="not-the-scrape-token")
     try:
-        started = time.monotonic()
-        try:
-            service.start()
-        except ServiceError as exc:
-            pytest.fail(f"Prometheus could not start: {exc}", pytrace=False)
         api = PromAPI(service.url)
 
         def absent_firing() -> bool:
@@ -652,8 +647,7 @@ def test_a_scrape_the_page_refuses_fires_metrics_absent(
         target = api.targets()[0]
         assert "403" in target["lastError"], target
     finally:
-        service.stop()
-        shutil.rmtree(service.dir / "data", ignore_errors=True)
+        stop_prometheus(service)
     # The module's own Prometheus, whose scrape the page accepts, has the series: no such alert there.
     assert not [a for a in pipeline.prom.all_alerts() if a["labels"]["alertname"] == "LagschedMetricsAbsent"]
 
