@@ -24,18 +24,16 @@ three JVMs share the machine with everything else.
 from __future__ import annotations
 
 import argparse
-import base64
 import logging
 import os
 import sys
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from lagsched_dev.stack.config import StackConfig, load
 from lagsched_dev.stack.process import ServiceError
-from lagsched_dev.stack.services import Kafka, Status, _port_open, start_together
+from lagsched_dev.stack.services import Kafka, Status, _port_open, new_cluster_id, start_together
 
 __all__ = [
     "RACKS",
@@ -81,7 +79,7 @@ class ClusterNode(Kafka):
         path = self.top / "cluster.id"
         if not path.exists():
             self.top.mkdir(parents=True, exist_ok=True)
-            path.write_text(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=") + "\n")
+            path.write_text(new_cluster_id() + "\n")
         return path.read_text().strip()
 
     def is_healthy(self) -> bool:

@@ -20,7 +20,7 @@ import sys
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -264,6 +264,16 @@ ONE_REPLICA_INTERNAL_TOPICS = {
 }
 
 
+def new_cluster_id(random_bytes: Callable[[], bytes] = lambda: uuid.uuid4().bytes) -> str:
+    """A random KRaft cluster id, by Kafka's own rule (``Uuid.randomUuid``): 16 bytes in URL-safe
+    base64 without padding, never one that starts with ``-``, which a command line reads as an option
+    (1 id in 64 did, and the storage format then failed with "expected one argument")."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(random_bytes()).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 class Kafka(Service):
     """One Apache Kafka node in KRaft mode (combined broker and controller)."""
 
@@ -331,14 +341,13 @@ class Kafka(Service):
         config = self._write_config()
         if (self.dir / "data" / "meta.properties").exists():
             return
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        self._format_storage(config, cluster_id, "--standalone")
+        self._format_storage(config, new_cluster_id(), "--standalone")
 
     def _format_storage(self, config: Path, cluster_id: str, *options: str) -> None:
         """Kafka's StorageTool ``format`` of this node's log dirs (once, before its first start)."""
         result = subprocess.run(  # noqa: S603
             [self._java(), "-cp", self._classpath(), f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
-             "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config), *options],
+             "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(config), *options],
             capture_output=True, text=True, check=False, timeout=120,
         )  # fmt: skip
         if result.returncode != 0:
