@@ -8,12 +8,17 @@ export PYTHONPATH := $(CURDIR)/plugins
 
 # `make demo DURATION=600`: seconds of traffic before the demo winds down (default: until Ctrl-C).
 DURATION ?=
+# `make demo CELERY=1 SPARK_CLUSTER=1`: Airflow with the CeleryExecutor and two workers, the slots on the
+# stack's Spark standalone cluster (docs/celery.md). Off by default: the default demo stays light.
+CELERY ?=
+SPARK_CLUSTER ?=
 
 .PHONY: help deps demo demo-down test test-fast lint typecheck test-unit test-integration bench stack-up stack-down stack-status
 
 help:
 	@echo "make demo          start the stack + Airflow, drive uneven traffic, watch lagsched scale; Ctrl-C ends it"
-	@echo "                   (make demo DURATION=600: ten minutes of traffic, then the summary)"
+	@echo "                   (make demo DURATION=600: ten minutes of traffic, then the summary;"
+	@echo "                   CELERY=1: Airflow on two Celery workers; SPARK_CLUSTER=1: slots on a Spark cluster)"
 	@echo "make demo-down     stop the demo's load generator and the whole stack"
 	@echo "make test          lint, typecheck and run every test tier against the real stack"
 	@echo "make test-fast     the inner loop: lint, unit tests and DAG integrity, no services (under a minute)"
@@ -46,7 +51,7 @@ test-integration: deps
 	$(PY) -m pytest tests -m "not unit"
 
 demo: deps
-	@DURATION="$(DURATION)" bash scripts/demo.sh
+	@DURATION="$(DURATION)" CELERY="$(CELERY)" SPARK_CLUSTER="$(SPARK_CLUSTER)" bash scripts/demo.sh
 
 demo-down:
 	@if [ -x $(LAGSCHED_DEV) ]; then $(LAGSCHED_DEV) demo --down; else echo "nothing installed, nothing running"; fi

@@ -9,5 +9,7 @@ if [ -n "${DURATION:-}" ]; then
   [[ "$DURATION" =~ ^[0-9]+$ ]] || { echo "DURATION must be whole seconds, got '$DURATION'" >&2; exit 2; }
   args+=(--duration "$DURATION")
 fi
+# CELERY=1 (Airflow with the CeleryExecutor and two workers) and SPARK_CLUSTER=1 (the slots on the
+# stack's Spark standalone cluster; docs/celery.md) are read by the demo itself.
 export PYTHONPATH="$PWD/plugins${PYTHONPATH:+:$PYTHONPATH}"
 exec "${VENV:-.venv}/bin/python" -m lagsched_dev.demo "${args[@]}"

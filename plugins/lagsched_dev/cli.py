@@ -13,6 +13,7 @@ import logging
 import shlex
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from lagsched.cli import add_delegated, configure_logging
@@ -43,11 +44,15 @@ def start_stack(cfg: Any, *, airflow: bool = False, spark_cluster: bool = False,
     from lagsched_dev.stack.services import core_services, spark_cluster_services
 
     total = len(core_services(cfg)) + (1 if airflow else 0) + (1 if prometheus else 0)
+    celery = airflow and cfg.airflow_executor == "celery"
+    if celery:
+        total += 3 + cfg.celery_workers  # scheduler, DAG processor, triggerer, the workers
     if spark_cluster:
         _master, workers = spark_cluster_services(cfg)
         total += 1 + len(workers)
     names = "Kafka, MariaDB, Redis, S3Proxy"
-    names += (", Airflow" if airflow else "") + (", Spark cluster" if spark_cluster else "")
+    names += (", Airflow" if airflow else "") + (f" with {cfg.celery_workers} Celery workers" if celery else "")
+    names += ", Spark cluster" if spark_cluster else ""
     names += ", Prometheus" if prometheus else ""
     logger = logging.getLogger("lagsched_dev.stack")
     with Progress(f"starting {names}", total=total, stream=sys.stdout) as progress:
@@ -72,6 +77,13 @@ def _stack(args: argparse.Namespace) -> int:
     from lagsched_dev.stack.environment import stack_environment
 
     cfg = load()
+    if args.celery or args.celery_workers is not None:
+        count = cfg.celery_workers if args.celery_workers is None else args.celery_workers
+        if not 1 <= count <= 8:
+            raise SystemExit(f"lagsched-dev: --celery-workers {count} is out of range; use 1-8")
+        cfg = replace(cfg, airflow_executor="celery", celery_workers=count)
+    if args.celery and args.action == "up" and not args.airflow:
+        raise SystemExit("lagsched-dev: --celery goes with `stack up --airflow`")
     if args.only_spark_cluster and args.action not in ("up", "down"):
         raise SystemExit("lagsched-dev: --only-spark-cluster goes with `stack up` or `stack down`")
     if args.action == "up" and args.only_spark_cluster:
@@ -153,6 +165,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_stack = sub.add_parser("stack", help="start, stop or inspect the local Kafka/MariaDB/Redis/Airflow stack")
     p_stack.add_argument("action", choices=["up", "down", "status", "env"])
     p_stack.add_argument("--airflow", action="store_true", help="with `up`: also start `airflow standalone`")
+    p_stack.add_argument(
+        "--celery",
+        action="store_true",
+        help="with `up --airflow`, `status` or `env`: Airflow with the CeleryExecutor and separate workers "
+        "(as LAGSCHED_AIRFLOW_EXECUTOR=celery; docs/celery.md)",
+    )
+    p_stack.add_argument(
+        "--celery-workers",
+        type=int,
+        metavar="N",
+        help="with --celery: how many Celery workers (default 2, as LAGSCHED_CELERY_WORKERS)",
+    )
     p_stack.add_argument(
         "--spark-cluster",
         action="store_true",

@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import FrameType
@@ -503,6 +503,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     duration = args.duration if args.duration and args.duration > 0 else None
     try:
+        cfg = demo_config(cfg, args)
+    except ValueError as exc:
+        print(f"demo: {exc}", file=sys.stderr)
+        return 2
+    try:
         prepared = _start_and_prepare(cfg, duration, args.peak_rate)
     except KeyboardInterrupt:
         print("\ndemo: interrupted before the traffic started; `make demo-down` stops the stack", file=sys.stderr)
@@ -568,7 +573,7 @@ def _start_and_prepare(
     from lagsched_dev.cli import start_stack
 
     try:
-        start_stack(cfg, airflow=True, prometheus=True)
+        start_stack(cfg, airflow=True, prometheus=True, spark_cluster=cfg.slots_on_spark_cluster)
     except ServiceError as exc:
         print(f"demo: {exc}", file=sys.stderr)
         return 2
@@ -658,9 +663,24 @@ def _print_addresses(cfg: StackConfig, url: str, lake: Any) -> None:
   in a terminal  .venv/bin/lagsched status   (after: eval "$(.venv/bin/lagsched-dev stack env)")
   Iceberg table  {lake.identifier} in {lake.warehouse}
   logs           {cfg.logs}/   task logs {cfg.airflow_home / "logs"}/
-""",
+{_placement_lines(cfg)}""",
         flush=True,
     )
+
+
+def _placement_lines(cfg: StackConfig) -> str:
+    """Where the slots run, when the demo asked for Celery workers or the Spark cluster."""
+    lines = []
+    if cfg.airflow_executor == "celery":
+        from lagsched_dev.stack.celery import workers
+
+        nodes = ", ".join(w.node for w in workers(cfg))
+        lines.append(f"  Celery         {nodes}: the slots' host column on the lagsched page, and each task's")
+        lines.append("                 Hostname in Airflow (docs/celery.md)")
+    if cfg.slots_on_spark_cluster:
+        lines.append(f"  Spark cluster  http://127.0.0.1:{cfg.spark_master_webui_port}   the slots' applications and")
+        lines.append(f"                 executors on {cfg.spark_workers} workers (master {cfg.spark_master_url})")
+    return "".join(line + "\n" for line in lines)
 
 
 def _wait_first_measurement(view: Stack, started: float, stopper: Stopper, loadgen: subprocess.Popen[bytes]) -> None:
@@ -999,7 +1019,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="at the end, let the running slots finish their budget (up to 10 minutes) instead of stopping them "
         "gracefully at once",
     )
+    parser.add_argument(
+        "--celery",
+        action="store_true",
+        default=_env_flag("CELERY"),
+        help="Airflow with the CeleryExecutor and separate Celery workers (default: $CELERY; docs/celery.md)",
+    )
+    parser.add_argument(
+        "--celery-workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --celery: how many workers (default 2)",
+    )
+    parser.add_argument(
+        "--spark-cluster",
+        action="store_true",
+        default=_env_flag("SPARK_CLUSTER"),
+        help="the slots submit to the stack's Spark standalone master, executors on its two workers "
+        "(default: $SPARK_CLUSTER; docs/spark-cluster.md)",
+    )
     parser.add_argument("--down", action="store_true", help="stop a demo's load generator and the whole stack")
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
+
+
+def demo_config(cfg: StackConfig, args: argparse.Namespace) -> StackConfig:
+    """The stack the demo asks for: Celery workers, slots on the Spark cluster (each a whole machine's
+    worth of processes; the default demo is the light one)."""
+    if args.celery or args.celery_workers is not None:
+        count = cfg.celery_workers if args.celery_workers is None else args.celery_workers
+        if not 1 <= count <= 8:
+            raise ValueError(f"--celery-workers {count} is out of range; use 1-8")
+        cfg = replace(cfg, airflow_executor="celery", celery_workers=count)
+    if args.spark_cluster:
+        # Three slots at once, one core and a 1g executor each: 2 workers of 2 cores and 2g hold 4,
+        # unless LAGSCHED_SPARK_WORKER_* say otherwise.
+        cores = cfg.spark_worker_cores if "LAGSCHED_SPARK_WORKER_CORES" in os.environ else 2
+        memory = cfg.spark_worker_memory if "LAGSCHED_SPARK_WORKER_MEMORY" in os.environ else "2g"
+        cfg = replace(cfg, slots_on_spark_cluster=True, spark_worker_cores=cores, spark_worker_memory=memory)
+    return cfg
 
 
 def main(argv: Sequence[str] | None = None) -> int:

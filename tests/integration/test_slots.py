@@ -130,6 +130,9 @@ def test_a_lock_held_by_a_dead_process_of_this_host_is_taken_over_at_once(redis_
     assert not holder_is_gone(mine)  # this very process
     assert not holder_is_gone(f"elsewhere:{int(gone.stdout)}:x")  # another host's: never judged from here
     assert not holder_is_gone("garbage")
+    # A Celery worker of this machine (name@host), killed with its slot: another worker here judges it.
+    assert holder_is_gone(f"w1@{socket.gethostname()}:{int(gone.stdout)}:deadbeef")
+    assert not holder_is_gone(f"w1@elsewhere:{int(gone.stdout)}:deadbeef")
     assert lock.acquire(slot, dead, 60) is None
     assert lock.acquire(slot, mine, 60) == dead
     assert lock.take_over(slot, "someone-else", mine, 60) is False  # only from the holder named

@@ -64,6 +64,8 @@ __all__ = [
     "lock_token",
     "new_slot_id",
     "slot_id_for",
+    "token_worker",
+    "worker_name",
 ]
 
 log = logging.getLogger(__name__)
@@ -340,20 +342,49 @@ def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+#: The environment variable that names the worker a slot runs on (a Celery worker's
+#: ``--celery-hostname``, a pod's name); unset, the machine's host name. Shown on the page.
+WORKER_ENV = "LAGSCHED_WORKER"
+
+
+def worker_name() -> str:
+    """The worker this process runs on: ``$LAGSCHED_WORKER``, else the machine's host name.
+
+    Several Airflow workers on one machine share its host name; the stack gives each its Celery
+    node name (``name@host``) here, so the page tells their slots apart.
+    """
+    name = os.environ.get(WORKER_ENV, "").strip() or socket.gethostname()
+    if ":" in name or len(name) > 200 or not name.isprintable():
+        raise ValueError(f"{WORKER_ENV}={name!r} is not a worker name: printable, at most 200 characters, no ':'")
+    return name
+
+
 def lock_token() -> str:
-    """This process's lock token: ``<host>:<pid>:<random>`` (who runs a slot, for the operator)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    """This process's lock token: ``<worker>:<pid>:<random>`` (who runs a slot, for the operator)."""
+    return f"{worker_name()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def token_worker(token: str) -> str:
+    """The worker named in a lock token (`lock_token`)."""
+    return token.partition(":")[0]
+
+
+def _machine(worker: str) -> str:
+    # A Celery node name is ``name@host``: the machine is what follows the last ``@``.
+    return worker.rpartition("@")[2]
 
 
 def holder_is_gone(token: str) -> bool:
-    """Whether ``token`` names a process of this host that no longer runs (killed, crashed).
+    """Whether ``token`` names a process of this machine that no longer runs (killed, crashed).
 
     Such a holder's lock would free itself within one slot timeout; a restart right after a crash
-    need not wait for that. A process elsewhere, or one merely stopped, is never judged gone.
+    need not wait for that, also when another worker of the same machine restarts it (an Airflow
+    retry after its first worker was killed). A process elsewhere, or one merely stopped, is never
+    judged gone.
     """
-    host, _, rest = token.partition(":")
+    worker, _, rest = token.partition(":")
     pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
+    if _machine(worker) != socket.gethostname() or not pid_text.isdigit():
         return False
     if not Path("/proc/self").exists():  # no procfs: ask the kernel whether the pid exists
         return _no_such_process(int(pid_text))

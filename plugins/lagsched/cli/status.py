@@ -76,7 +76,8 @@ def format_status(status: ClusterStatus) -> str:
         state = "live" if s["live"] else "NOT LIVE"
         seen, held = _ago(s["last_seen"], status.at), len(s["claims"])
         label = s["name"] or s["slot_id"]
-        lines.append(f"  {label} ({s['slot_id']}) {state}, last heartbeat {seen}, {held} partition(s)")
+        host = f" on {s['host']}" if s["host"] else ""
+        lines.append(f"  {label} ({s['slot_id']}) {state}{host}, last heartbeat {seen}, {held} partition(s)")
         for c in s["claims"]:
             offset = "none" if c["committed_offset"] is None else f"{c['committed_offset']:,}"
             lines.append(f"    {c['topic']}[{c['partition']}] committed {offset}, lease until {c['lease_expires_at']}")

@@ -105,6 +105,8 @@ class SlotView:
         last_seen: its last heartbeat, None when it never beat or left.
         live: its heartbeat is within the timeout.
         claims: the rows of the cluster it holds, by topic then partition.
+        host: the worker running it (its lock's holder, `lagsched.adapters.slots.worker_name`),
+            None when no process holds its lock.
     """
 
     slot_id: str
@@ -112,6 +114,7 @@ class SlotView:
     last_seen: float | None
     live: bool
     claims: tuple[PartitionLine, ...] = ()
+    host: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -119,6 +122,7 @@ class SlotView:
             "name": self.name,
             "last_seen": iso(self.last_seen),
             "live": self.live,
+            "host": self.host,
             "claims": [c.as_dict() for c in self.claims],
         }
 

@@ -27,7 +27,7 @@ from lagsched.adapters.alert_figures import read_planned_slots, read_table_care,
 from lagsched.adapters.decisions import recent_decisions
 from lagsched.adapters.lag_store import LagRecord, LagStore
 from lagsched.adapters.mysql import aware_utc
-from lagsched.adapters.slots import SlotRegistry, slot_id_for
+from lagsched.adapters.slots import SlotLock, SlotRegistry, slot_id_for, token_worker
 from lagsched.adapters.status_queries import (
     clusters,
     overrides_if_migrated,
@@ -145,9 +145,18 @@ def cluster_status(
         claims_by_slot.setdefault(holder, []).append(p)
         owners.setdefault(p.topic, set()).add(holder)
     slot_names = _slot_names(cluster)
+    slot_ids = sorted(set(live) | set(claims_by_slot), key=lambda s: _slot_order(s, slot_names))
+    holders = SlotLock(redis).holders(slot_ids)
     slots = tuple(
-        SlotView(s, slot_names.get(s), registry.last_seen(s), s in live, tuple(claims_by_slot.get(s, ())))
-        for s in sorted(set(live) | set(claims_by_slot), key=lambda s: _slot_order(s, slot_names))
+        SlotView(
+            s,
+            slot_names.get(s),
+            registry.last_seen(s),
+            s in live,
+            tuple(claims_by_slot.get(s, ())),
+            token_worker(holders[s]) if s in holders else None,
+        )
+        for s in slot_ids
     )
 
     override_by_topic = {str(o.get("topic_id")): o for o in overrides}

@@ -36,6 +36,10 @@ def up(
         groups += [[master], list(workers)]
     if airflow:
         groups.append([Airflow(cfg)])
+        if cfg.airflow_executor == "celery":
+            from lagsched_dev.stack import celery
+
+            groups += [celery.components(cfg), list(celery.workers(cfg))]
     if prometheus:
         groups.append([Prometheus(cfg)])
     with _one_start_at_a_time(cfg):
@@ -77,19 +81,26 @@ def down(cfg: StackConfig) -> list[str]:
 
     The 3-broker rack cluster (docs/rack.md) too, when it runs.
     """
+    from lagsched_dev.stack import celery
     from lagsched_dev.stack.kafka_cluster import brokers
 
     master, workers = spark_cluster_services(cfg)
     rack_brokers: list[Service] = list(reversed(brokers(cfg)))
-    return _stop(
-        [Prometheus(cfg), Airflow(cfg), *reversed(workers), master, *rack_brokers, *reversed(core_services(cfg))]
-    )
+    # Whichever executor ran: the Celery workers and Airflow's own processes before its API server.
+    airflow: list[Service] = [*celery.workers(cfg, celery.MAX_WORKERS), *celery.components(cfg), Airflow(cfg)]
+    return _stop([Prometheus(cfg), *airflow, *reversed(workers), master, *rack_brokers, *reversed(core_services(cfg))])
 
 
 def status(cfg: StackConfig) -> list[Status]:
     """Every service's status: the data services first, then Airflow, the Spark cluster and Prometheus."""
+    from lagsched_dev.stack import celery
+
     master, workers = spark_cluster_services(cfg)
-    return [s.status() for s in [*core_services(cfg), Airflow(cfg), master, *workers, Prometheus(cfg)]]
+    # Celery's processes when the stack runs that executor, or any of them runs (started with --celery).
+    wanted = cfg.airflow_executor == "celery"
+    extra = [*celery.components(cfg), *celery.workers(cfg, cfg.celery_workers if wanted else celery.MAX_WORKERS)]
+    airflow: list[Service] = [Airflow(cfg), *(s for s in extra if wanted or s.pid() is not None)]
+    return [s.status() for s in [*core_services(cfg), *airflow, master, *workers, Prometheus(cfg)]]
 
 
 def _start_group(group: list[Service]) -> None:

@@ -62,6 +62,23 @@ def _memory(name: str, default: str) -> str:
     return raw
 
 
+EXECUTORS = ("local", "celery")
+
+
+def _flag(name: str) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if raw not in ("", "0", "1", "true", "false", "yes", "no"):
+        raise ValueError(f"{name}={raw!r} is not a yes/no value; use 1 or 0")
+    return raw in ("1", "true", "yes")
+
+
+def _executor(raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in EXECUTORS:
+        raise ValueError(f"LAGSCHED_AIRFLOW_EXECUTOR={raw!r} is not one of {', '.join(EXECUTORS)}")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class StackConfig:
     """Paths and ports of the local stack; built from the environment by :func:`load`."""
@@ -97,6 +114,18 @@ class StackConfig:
     kafka_rack_controller_port: int = 19195
     #: The optional Prometheus server (``lagsched-dev stack up --prometheus``), on loopback.
     prometheus_port: int = 19090
+    #: Airflow's executor: ``local`` (``airflow standalone``) or ``celery`` (the API server, scheduler,
+    #: DAG processor and triggerer as processes of their own, and :attr:`celery_workers` Celery
+    #: workers; ``lagsched-dev stack up --airflow --celery``, docs/celery.md).
+    airflow_executor: str = "local"
+    celery_workers: int = 2
+    #: Task processes per Celery worker (``[celery] worker_concurrency``).
+    celery_concurrency: int = 4
+    #: The Redis DB of the stack's Redis that is Celery's broker (lagsched's own data is in DB 0).
+    celery_broker_db: int = 1
+    #: The consume DAG's slots submit to the stack's Spark standalone master (the ``lagsched_spark``
+    #: Connection's host) instead of ``local[1]``: ``LAGSCHED_SLOTS_ON_SPARK_CLUSTER=1``.
+    slots_on_spark_cluster: bool = False
 
     @property
     def logs(self) -> Path:
@@ -147,6 +176,10 @@ class StackConfig:
         return self.home / "secrets.env"
 
     @property
+    def celery_broker_url(self) -> str:
+        return f"redis://127.0.0.1:{self.redis_port}/{self.celery_broker_db}"
+
+    @property
     def kafka_bootstrap(self) -> str:
         return f"127.0.0.1:{self.kafka_port}"
 
@@ -187,6 +220,11 @@ def load() -> StackConfig:
         kafka_rack_port=_port("LAGSCHED_KAFKA_RACK_PORT", 19192),
         kafka_rack_controller_port=_port("LAGSCHED_KAFKA_RACK_CONTROLLER_PORT", 19195),
         prometheus_port=_port("LAGSCHED_PROMETHEUS_PORT", 19090),
+        airflow_executor=_executor(os.environ.get("LAGSCHED_AIRFLOW_EXECUTOR", "local")),
+        celery_workers=_count("LAGSCHED_CELERY_WORKERS", 2, 1, 8),
+        celery_concurrency=_count("LAGSCHED_CELERY_CONCURRENCY", 4, 1, 32),
+        celery_broker_db=_count("LAGSCHED_CELERY_BROKER_DB", 1, 1, 15),
+        slots_on_spark_cluster=_flag("LAGSCHED_SLOTS_ON_SPARK_CLUSTER"),
     )
     for name, ports in (
         ("LAGSCHED_KAFKA_RACK_PORT", cfg.kafka_rack_ports),

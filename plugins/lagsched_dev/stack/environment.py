@@ -52,8 +52,13 @@ def connection_environment(cfg: StackConfig) -> dict[str, str]:
             "schema": MYSQL_DATABASE,
         },
         REDIS_CONN_ID: {"conn_type": "redis", "host": "127.0.0.1", "port": cfg.redis_port, "extra": {"db": 0}},
-        # Each consumer slot is its own driver: one task thread each, parallelism comes from slots.
-        SPARK_CONN_ID: {"conn_type": "spark", "host": "local[1]"},
+        # Each consumer slot is its own driver: one task thread each, parallelism comes from slots. Or
+        # the stack's standalone master (client mode: the driver runs in the Airflow task's process).
+        SPARK_CONN_ID: (
+            {"conn_type": "spark", "host": "spark://127.0.0.1", "port": cfg.spark_master_port}
+            if cfg.slots_on_spark_cluster
+            else {"conn_type": "spark", "host": "local[1]"}
+        ),
     }
     return {f"AIRFLOW_CONN_{cid.upper()}": json.dumps(value) for cid, value in conns.items()}
 
@@ -135,4 +140,25 @@ def stack_environment(cfg: StackConfig) -> dict[str, str]:
     }
     env.update(connection_environment(cfg))
     env.update(s3_environment(cfg))
+    if cfg.airflow_executor == "celery":
+        env.update(celery_environment(cfg))
     return env
+
+
+def celery_environment(cfg: StackConfig) -> dict[str, str]:
+    """Airflow with the CeleryExecutor: the stack's Redis as the broker (a DB of its own), the metadata
+    DB as the result backend. Every Airflow process of the stack gets these (docs/celery.md)."""
+    return {
+        "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
+        "AIRFLOW__CELERY__BROKER_URL": cfg.celery_broker_url,
+        "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + airflow_metadata_url(cfg),
+        "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(cfg.celery_concurrency),
+        # A task instance records the worker that ran it as its hostname (the UI's Hostname column):
+        # LAGSCHED_WORKER, the Celery node name the stack gives each worker, as the slots' locks do.
+        "AIRFLOW__CORE__HOSTNAME_CALLABLE": "lagsched.adapters.slots.worker_name",
+        # A task whose worker died is failed (and retried elsewhere) after a minute without its
+        # heartbeat, not Airflow's default five.
+        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": os.environ.get(
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT", "60"
+        ),
+    }

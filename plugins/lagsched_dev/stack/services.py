@@ -466,7 +466,12 @@ def _postgres_bins() -> list[str]:
 
 
 class Airflow(Service):
-    """``airflow standalone``: API server with the UI, scheduler, DAG processor and triggerer."""
+    """``airflow standalone``: API server with the UI, scheduler, DAG processor and triggerer.
+
+    With the CeleryExecutor (``cfg.airflow_executor``), which standalone would replace by the local
+    one, only ``airflow api-server``: the other processes are services of their own
+    (`lagsched_dev.stack.celery`).
+    """
 
     name = "airflow"
     start_timeout_s = 180.0
@@ -474,6 +479,11 @@ class Airflow(Service):
     stop_signal = signal.SIGINT
 
     def prepare(self) -> None:
+        if self.cfg.airflow_executor == "celery" and not airflow_uses_postgres():
+            raise ServiceError(
+                "the CeleryExecutor needs PostgreSQL as Airflow's metadata DB (its result backend too); "
+                "unset LAGSCHED_AIRFLOW_DB=sqlite"
+            )
         migrate_airflow_db(self.cfg)  # starts PostgreSQL first when it is the metadata DB
         self._migrate_lagsched_schema()
         self._write_admin_password()
@@ -518,8 +528,41 @@ class Airflow(Service):
             Postgres(self.cfg).stop()
         return stopped
 
+    def mode(self) -> dict[str, str]:
+        """What this Airflow was started with that a later `up` cannot change while it runs."""
+        c = self.cfg
+        return {
+            "executor": f"celery ({c.celery_workers} workers)" if c.airflow_executor == "celery" else "local",
+            "slots": c.spark_master_url if c.slots_on_spark_cluster else "local[1]",
+        }
+
+    @property
+    def mode_file(self) -> Path:
+        return self.cfg.run / "airflow-mode.json"
+
+    def launch(self) -> bool:
+        """As `Service.launch`; an Airflow already running with another executor or Spark master for
+        the slots is an error (stop the stack first), never silently the wrong one."""
+        if self.pid() is not None and self.is_healthy():
+            try:
+                running = json.loads(self.mode_file.read_text())
+            except (OSError, ValueError):
+                running = None
+            if running is not None and running != self.mode():
+                raise ServiceError(
+                    f"Airflow already runs with executor {running['executor']} and slots on {running['slots']}; "
+                    f"this start asks for {self.mode()['executor']} and {self.mode()['slots']}: "
+                    "`lagsched-dev stack down` (or `make demo-down`) first"
+                )
+            return False
+        spawned = super().launch()
+        if spawned:
+            self.mode_file.write_text(json.dumps(self.mode()) + "\n")
+        return spawned
+
     def command(self) -> list[str]:
-        return [str(Path(sys.executable).parent / "airflow"), "standalone"]
+        mode = "api-server" if self.cfg.airflow_executor == "celery" else "standalone"
+        return [str(Path(sys.executable).parent / "airflow"), mode]
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)

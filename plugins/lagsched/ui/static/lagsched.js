@@ -188,9 +188,9 @@
       }
       if (!s.claims.length) claims.append(el("span", { class: "muted", text: "no claims in this cluster" }));
       return el("tr", { "data-slot": s.slot_id }, td(s.name || s.slot_id, undefined, s.slot_id), el("td", {}, badge(s.live ? "live" : "dead")),
-        td(fmtAgo(s.last_seen), undefined, s.last_seen || ""), td(s.claims.length, "num"), claims);
+        td(s.host || "–", "host"), td(fmtAgo(s.last_seen), undefined, s.last_seen || ""), td(s.claims.length, "num"), claims);
     });
-    fillBody("slots", rows, "no live slot and no claimed partition (is the consume DAG running?)", 5);
+    fillBody("slots", rows, "no live slot and no claimed partition (is the consume DAG running?)", 6);
   }
 
   function renderDecisions(st) {

@@ -1,0 +1,414 @@
+"""A Celery worker lost mid-run: SIGKILL it with its slots, time the failover, count every record.
+
+Run from the repository root (starts the stack with Airflow's CeleryExecutor and two workers; a
+standalone Airflow that runs is stopped first, and started again at the end)::
+
+    PYTHONPATH=plugins python -m lagsched_dev.bench failover
+
+The scenario, on the real stack through Airflow's own scheduler and Celery workers: a 6-partition
+topic pinned at 3 workers (the override DAG), records arriving all along
+(``LAGSCHED_BENCH_FAILOVER_RATE`` records/s), the consume DAG's 3 slots spread over both workers.
+``LAGSCHED_BENCH_FAILOVER_KILLS`` times (default 3):
+
+1. the slots run on both workers (else they are stopped and started again until they do);
+2. the worker running most slots is SIGKILLed with every process below it (its slots' task
+   supervisors, spark-submits, JVMs and Python drivers): nothing of it leaves gracefully;
+3. ``takeover_s``: kill -> every partition held by a live slot of the surviving worker (the dead
+   slots' leases run out, the survivors' rendezvous takes their rows);
+   ``recovered_s``: kill -> every partition committed past its offset at the kill (consumed again);
+   ``lag_at_kill``, ``peak_lag``, ``lag_at_recovery``: the topic's records not yet committed;
+   ``rerun_s``: kill -> the lost slots running again (Airflow fails their tasks when their
+   heartbeats stop, ``task_instance_heartbeat_timeout``, and retries them on the survivor);
+4. the worker is started again: ``rejoin_s`` is start -> answering Celery's ping.
+
+At the end the producer stops, the slots drain the topic, and every offset must be in the
+cluster's Iceberg table exactly once. Writes ``bench/results/failover.json``; the figures are the
+worst over the kills.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from lagsched_dev.bench.lifecycle import Producer, env_number, summarize, wait
+
+DEFAULT_OUT = "bench/results/failover.json"
+CONSUME, OVERRIDE = "lagsched_consume", "lagsched_override"
+PARTITIONS = 6
+SLOTS = 3
+ROOT = Path(os.environ.get("LAGSCHED_BENCH_SINK_ROOT", "/var/tmp"))  # noqa: S108
+
+
+class Failover:
+    """One scenario's cluster, topic, producer and table, on a stack running Celery workers."""
+
+    def __init__(self, api: Any, cfg: Any, rate: float, tag: str | None = None) -> None:
+        from lagsched.adapters.slots import slot_id_for
+        from lagsched.core.lake import LakeTable
+
+        self.api, self.cfg, self.rate = api, cfg, rate
+        self.tag = tag or uuid.uuid4().hex[:6]
+        self.cluster, self.topic = f"failover_{self.tag}", f"failover-{self.tag}"
+        self.warehouse = ROOT / f"lagsched-failover-{self.tag}"
+        self.sink = {"warehouse": self.warehouse.as_uri()}
+        self.lake = LakeTable.of(self.cluster, self.sink, default_warehouse=self.sink["warehouse"])
+        self.slot_ids = {n: slot_id_for(f"{self.cluster}-slot-{n}") for n in range(1, SLOTS + 1)}
+        self.producer: Producer | None = None
+        self._saved: str | None = None
+        self._paused: dict[str, bool] = {}
+
+    # -- set-up and tear-down -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Topic, Variable, pin at 3 workers, records arriving, the consume DAG unpaused and triggered."""
+        from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+        from lagsched.adapters.mysql import connect
+        from lagsched.connections import kafka_config, mysql_params
+        from lagsched.workflows.topic_sync import sync_registry
+
+        kafka = kafka_config()
+        self.admin = AdminClient(kafka)
+        self.admin.create_topics([NewTopic(self.topic, PARTITIONS, 1)])[self.topic].result(60)
+        self._saved = self.api.get_variable("lagsched_clusters")
+        self._paused = {d: bool((self.api.get_dag(d) or {}).get("is_paused", True)) for d in (CONSUME, OVERRIDE)}
+        settings = {"topic_pattern": self.topic, "max_slots": SLOTS, "sink": self.sink}
+        self.api.set_variable("lagsched_clusters", json.dumps({self.cluster: settings}))
+        conn = connect(mysql_params())
+        try:
+            sync_registry(conn, self.admin, self.cluster, only=[self.topic])
+            conn.commit()
+        finally:
+            conn.close()
+        self.api.set_paused(OVERRIDE, False)
+        run_id = self.api.trigger(
+            OVERRIDE,
+            {"topic": self.topic, "linker_workers": SLOTS, "duration": "2h", "reason": "failover benchmark",
+             "cluster": self.cluster},
+        )  # fmt: skip
+        state = self.api.wait_for_run(OVERRIDE, run_id, timeout_s=180, sleep=lambda _s: time.sleep(0.5))
+        if state != "success":
+            raise RuntimeError(f"override run {run_id} ended {state}")
+        self.producer = Producer(kafka, self.topic, self.rate)
+        self.producer.start()
+        self.api.set_paused(CONSUME, False)
+        self.api.trigger(CONSUME)
+
+    def stop(self) -> None:
+        """Producer, consume runs, Variables and paused states back; the topic and table go."""
+        if self.producer is not None:
+            self.producer.stop.set()
+        _quietly(lambda: self.api.set_paused(CONSUME, True))
+        _quietly(lambda: stop_runs(self.api))
+        _quietly(lambda: self.api.set_paused(OVERRIDE, self._paused.get(OVERRIDE, True)))
+        if self._saved is None:
+            _quietly(lambda: self.api.delete_variable("lagsched_clusters"))
+        else:
+            _quietly(lambda: self.api.set_variable("lagsched_clusters", self._saved))
+        _quietly(self._disable)
+        time.sleep(15)  # the stopped slots finish their batch before their topic goes
+        _quietly(lambda: self.admin.delete_topics([self.topic])[self.topic].result(60))
+        shutil.rmtree(self.warehouse, ignore_errors=True)
+
+    def _disable(self) -> None:
+        from lagsched.adapters.mysql import connect
+        from lagsched.connections import mysql_params
+
+        conn = connect(mysql_params())
+        try:
+            with conn.cursor() as cur:
+                cur.execute("UPDATE topics SET enabled = FALSE WHERE cluster = %s", (self.cluster,))
+            conn.commit()
+        finally:
+            conn.close()
+
+    # -- what Redis, MySQL and Kafka say ----------------------------------------------------------
+
+    def placement(self) -> dict[int, str]:
+        """Slot number -> the worker whose process holds its lock (the running slots)."""
+        from lagsched.adapters.redis_store import redis_client
+        from lagsched.adapters.slots import SlotLock, token_worker
+        from lagsched.connections import redis_params
+
+        client = redis_client(redis_params())
+        try:
+            holders = SlotLock(client).holders(list(self.slot_ids.values()))
+        finally:
+            client.close()
+        return {n: token_worker(holders[s]) for n, s in self.slot_ids.items() if s in holders}
+
+    def live_slots(self) -> set[int]:
+        from lagsched.adapters.redis_store import redis_client
+        from lagsched.adapters.slots import SlotRegistry
+        from lagsched.connections import redis_params
+
+        client = redis_client(redis_params())
+        try:
+            live = set(SlotRegistry(client, cluster=self.cluster).live_slots(datetime.now(UTC), 15.0))
+        finally:
+            client.close()
+        return {n for n, s in self.slot_ids.items() if s in live}
+
+    def rows(self) -> dict[int, tuple[str | None, int, bool]]:
+        """Partition -> (holder slot id, committed offset, lease live by the database's clock)."""
+        from lagsched.adapters.mysql import connect
+        from lagsched.connections import mysql_params
+
+        conn = connect(mysql_params())
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SELECT p.partition_id, p.claimed_by, COALESCE(p.committed_offset, 0),"
+                    " p.lease_expires_at > CURRENT_TIMESTAMP(6) FROM topic_partitions p JOIN topics t USING (topic_id)"
+                    " WHERE t.cluster = %s AND t.name = %s AND t.enabled",
+                    (self.cluster, self.topic),
+                )
+                return {int(r[0]): (r[1], int(r[2]), bool(r[3])) for r in cur.fetchall()}
+        finally:
+            conn.close()
+
+    def latest(self) -> dict[int, int]:
+        from confluent_kafka import Consumer, TopicPartition
+
+        from lagsched.connections import kafka_config
+
+        consumer = Consumer({**kafka_config(), "group.id": f"failover-probe-{self.tag}", "enable.auto.commit": False})
+        try:
+            return {
+                p: consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)[1]
+                for p in range(PARTITIONS)
+            }
+        finally:
+            consumer.close()
+
+    def lag(self) -> int:
+        committed = {p: row[1] for p, row in self.rows().items()}
+        return sum(max(0, end - committed.get(p, 0)) for p, end in self.latest().items())
+
+    # -- the scenario ------------------------------------------------------------------------------
+
+    def spread(self, nodes: Sequence[str], attempts: int = 4) -> dict[int, str]:
+        """Wait for the 3 slots to run, on every worker of ``nodes``; if Celery put them all on one,
+        stop the runs (the slots leave gracefully) and trigger the consume DAG again."""
+        for attempt in range(1, attempts + 1):
+            wait(lambda: len(self.placement()) == SLOTS and self.live_slots() == set(self.slot_ids), 300,
+                 "the 3 slots to run and be live", poll=2)  # fmt: skip
+            placed = self.placement()
+            if set(placed.values()) >= set(nodes):
+                return placed
+            print(
+                f"   attempt {attempt}: every slot on {sorted(set(placed.values()))}; starting them again", flush=True
+            )
+            stop_runs(self.api)
+            wait(lambda: not self.placement(), 120, "the slots to leave", poll=2)
+            self.api.trigger(CONSUME)
+        raise RuntimeError(f"the slots never ran on all of {list(nodes)} in {attempts} starts")
+
+    def kill(self, worker: Any, survivor: str, timeout_s: float = 600) -> dict[str, Any]:
+        """SIGKILL ``worker`` (a `CeleryWorker`) and its whole tree; the failover's figures."""
+        from lagsched_dev.stack.celery import kill_tree
+
+        placed = self.placement()
+        lost = sorted(n for n, w in placed.items() if w == worker.node)
+        before = self.rows()
+        lag_at_kill = self.lag()
+        pid = worker.pid()
+        if pid is None:
+            raise RuntimeError(f"{worker.name} is not running")
+        killed_at = time.monotonic()
+        killed = kill_tree(pid, signal.SIGKILL)
+        print(f"   killed {worker.node}: {len(killed)} processes, slots {lost} with it", flush=True)
+        survivor_ids = {self.slot_ids[n] for n, w in placed.items() if w == survivor}
+        marks: dict[str, float] = {}
+        peak = lag_at_kill
+        deadline = killed_at + timeout_s
+        while time.monotonic() < deadline:
+            now = time.monotonic() - killed_at
+            rows = self.rows()
+            peak = max(peak, self.lag())
+            if "takeover_s" not in marks and all(live and holder in survivor_ids for holder, _, live in rows.values()):
+                marks["takeover_s"] = now
+            if "recovered_s" not in marks and all(rows[p][1] > before[p][1] for p in rows):
+                marks["recovered_s"] = now
+                marks["lag_at_recovery"] = self.lag()
+            placed_now = self.placement()
+            if "rerun_s" not in marks and len(placed_now) == SLOTS and set(placed_now.values()) == {survivor}:
+                marks["rerun_s"] = now
+            if {"takeover_s", "recovered_s", "rerun_s"} <= set(marks):
+                break
+            time.sleep(1)
+        else:
+            raise TimeoutError(f"the failover did not complete in {timeout_s:.0f} s: {marks}")
+        return {
+            "worker": worker.node,
+            "slots_lost": lost,
+            "processes_killed": len(killed),
+            "takeover_s": round(marks["takeover_s"], 1),
+            "recovered_s": round(marks["recovered_s"], 1),
+            "rerun_s": round(marks["rerun_s"], 1),
+            "lag_at_kill": lag_at_kill,
+            "peak_lag": peak,
+            "lag_at_recovery": int(marks["lag_at_recovery"]),
+        }
+
+    def drain(self, timeout_s: float = 300) -> dict[int, int]:
+        """Stop producing; wait for every record to be committed. The topic's end offsets."""
+        assert self.producer is not None
+        self.producer.stop.set()
+        self.producer.join(60)
+        latest = self.latest()
+        wait(lambda: all(self.rows()[p][1] == end for p, end in latest.items()), timeout_s,
+             "every record committed", poll=2)  # fmt: skip
+        return latest
+
+    def exactly_once(self, latest: dict[int, int]) -> dict[str, int]:
+        """Every offset below ``latest`` in the table once: counts of rows, duplicates, missing, extra."""
+        from lagsched.adapters.lake_reader import read_rows
+        from lagsched.connections import mysql_params
+
+        table = read_rows(self.lake, mysql_params(), topic=self.topic)
+        seen = list(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(), strict=True))
+        expected = {(p, o) for p, end in latest.items() for o in range(end)}
+        return {
+            "rows": len(seen),
+            "expected": len(expected),
+            "duplicates": len(seen) - len(set(seen)),
+            "missing": len(expected - set(seen)),
+            "extra": len(set(seen) - expected),
+        }
+
+
+def stop_runs(api: Any) -> None:
+    """Mark every unfinished consume run failed: its slot tasks are stopped, their drivers leave gracefully."""
+    for run in api.dag_runs(CONSUME, limit=20):
+        if run["state"] in ("queued", "running"):
+            api.mark_run(CONSUME, run["dag_run_id"], "failed")
+
+
+def _quietly(step: Callable[[], Any]) -> Any:
+    try:
+        return step()
+    except Exception as exc:  # noqa: BLE001 - cleanup goes on; say what failed
+        print(f"   cleanup step failed: {exc}", file=sys.stderr)
+        return None
+
+
+def celery_stack(cfg: Any) -> Any:
+    """The stack with Airflow on Celery (2 workers), a standalone Airflow stopped first; the API."""
+    from dataclasses import replace
+
+    from lagsched_dev import stack as local_stack
+    from lagsched_dev.airflow_api import AirflowAPI
+    from lagsched_dev.stack.services import Airflow
+
+    celery_cfg = replace(cfg, airflow_executor="celery", celery_workers=2)
+    standalone = Airflow(cfg)
+    if standalone.pid() is not None and not _runs_celery(celery_cfg):
+        standalone.stop(with_database=False)
+    local_stack.up(celery_cfg, airflow=True)
+    return celery_cfg, AirflowAPI.for_simple_auth(f"http://127.0.0.1:{cfg.airflow_port}", cfg.airflow_home)
+
+
+def _runs_celery(cfg: Any) -> bool:
+    from lagsched_dev.stack.celery import components
+
+    return any(c.pid() is not None for c in components(cfg))
+
+
+def measure(api: Any, cfg: Any, kills: int, rate: float) -> dict[str, Any]:
+    from lagsched_dev.stack.celery import workers
+
+    nodes = workers(cfg)
+    scenario = Failover(api, cfg, rate)
+    result: dict[str, Any] = {"cluster": scenario.cluster, "rate_records_per_s": rate, "partitions": PARTITIONS,
+                              "slots": SLOTS, "workers": [w.node for w in nodes]}  # fmt: skip
+    try:
+        scenario.start()
+        runs = []
+        for n in range(1, kills + 1):
+            print(f"-- kill {n} of {kills}", flush=True)
+            placed = scenario.spread([w.node for w in nodes])
+            counts = {w.node: sum(1 for v in placed.values() if v == w.node) for w in nodes}
+            victim = max(nodes, key=lambda w: counts[w.node])
+            survivor = next(w for w in nodes if w is not victim)
+            time.sleep(20)  # steady state before the kill
+            run = {"placement_before": {str(k): v for k, v in sorted(placed.items())},
+                   **scenario.kill(victim, survivor.node)}  # fmt: skip
+            restarted = time.monotonic()
+            victim.start()
+            run["rejoin_s"] = round(time.monotonic() - restarted, 1)
+            print(f"   {run}", flush=True)
+            runs.append(run)
+        latest = scenario.drain()
+        result["exactly_once"] = scenario.exactly_once(latest)
+        result["kills"] = runs
+        for key in ("takeover_s", "recovered_s", "rerun_s", "rejoin_s", "peak_lag", "lag_at_recovery"):
+            result[key] = summarize([r[key] for r in runs])
+        return result
+    finally:
+        scenario.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m lagsched_dev.bench.failover", description=(__doc__ or "").split("\n")[0]
+    )
+    parser.add_argument("--out", default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    from lagsched_dev.bench.consumer import _use_local_stack
+    from lagsched_dev.stack.config import load
+
+    _use_local_stack()
+    kills = int(env_number("LAGSCHED_BENCH_FAILOVER_KILLS", 3, 1))
+    rate = env_number("LAGSCHED_BENCH_FAILOVER_RATE", 300, 10)
+    cfg, api = celery_stack(load())
+    for dag_id in (CONSUME, OVERRIDE):
+        api.wait_for_dag(dag_id)
+    consume = api.get_dag(CONSUME)
+    if consume is not None and not consume["is_paused"]:
+        print(
+            "lagsched_consume is unpaused (a demo?): pause it first; its slots would share ownership", file=sys.stderr
+        )
+        return 1
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    load_start = os.getloadavg()
+    result = measure(api, cfg, kills, rate)
+    doc = {
+        "started_at": started_at,
+        "machine": {
+            "cores": os.cpu_count(),
+            "platform": platform.platform(),
+            "load_average_start": [round(x, 2) for x in load_start],
+            "load_average_end": [round(x, 2) for x in os.getloadavg()],
+        },
+        "settings": {
+            "task_instance_heartbeat_timeout_s": int(
+                os.environ.get("AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT", "60")
+            ),
+            "retry_delay_s": 30,
+            "slot_lease_s": 60,
+            "slot_timeout_s": 15,
+        },
+        **result,
+    }
+    print(json.dumps(doc, indent=2, default=str))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    ok = result["exactly_once"]["duplicates"] == 0 and result["exactly_once"]["missing"] == 0
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
