@@ -21,6 +21,8 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("lagsched_dev.bench.lifecycle", []),
     # Starts (and stops) the 3-broker rack cluster unless it is up.
     ("lagsched_dev.bench.rack", []),
+    # Airflow on Celery with two workers (a standalone Airflow is stopped first); the consume DAG must be paused.
+    ("lagsched_dev.bench.failover", []),
     ("lagsched_dev.sim.__main__", ["--keda-sweep", f"{RESULTS}/simulation_keda_sweep.json"]),
     (
         "lagsched_dev.sim.__main__",

@@ -34,7 +34,10 @@ marks its log directory offline and, having one, shuts down; past ``vm.max_map_c
 fails. So before creating a section's topics on the stack's broker (found by its pid file), the
 benchmark reads its limits from ``/proc`` and, if the topics would take it past 90% of any of
 them, creates the largest number of topics that fits instead and says which limit bound it
-(``limited_by_100k``). A broker it cannot inspect is taken at its word.
+(``limited_by_100k``). A broker it cannot inspect is taken at its word. When one broker cannot hold
+the large section, it runs on a cluster of as many brokers as the limits need (``brokers_100k``),
+and the ``one_broker`` section measures the largest count that fits on the stack's own broker, with
+the time per partition (keys ending ``_one_broker``; ``limited_by_one_broker`` names the limit).
 
 Writes ``bench/results/lag.json``.
 """
@@ -66,7 +69,7 @@ DEFAULT_OUT = "bench/results/lag.json"
 #: Targets of issue 16: (measure, sync) seconds, worst of the runs.
 TARGETS = {"measure_s": 2.0, "sync_s": 5.0, "measure_s_full": 2.0, "measure_s_100k": 10.0, "sync_s_100k": 20.0}
 #: The sections, in the order they run: idle windows, full windows (``_full``), 100,000 partitions.
-SECTIONS = ("small", "full", "large")
+SECTIONS = ("small", "full", "large", "one_broker")
 
 #: Live heap per partition on the stack's broker (Kafka 4.1: 10,000 partitions took ~280 MB
 #: after a full GC, mostly per-partition metrics and log objects).
@@ -583,6 +586,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if before is not None:
             _wait_for_files_to_close(before.open_files + 200)
         figures |= _large_section(args.large_topics, args.partitions, args.large_runs)
+    if "one_broker" in sections and args.large_topics:
+        if before is not None:
+            _wait_for_files_to_close(before.open_files + 200)
+        figures |= _one_broker_section(args.large_topics, args.partitions, args.large_runs)
     figures.setdefault("measured_at", {}).update(
         dict.fromkeys(sections, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     )
@@ -632,6 +639,25 @@ def _large_section(wanted: int, partitions: int, runs: int) -> dict[str, Any]:
             f"under vm.max_map_count, {LIMIT_SHARE:.0%} of each), so {need:,} partitions ran on "
             f"{count} brokers (node 1 also the KRaft controller), as a cluster of that size would"
         ),
+    }
+
+
+def _one_broker_section(wanted: int, partitions: int, runs: int) -> dict[str, Any]:
+    """The 100k section's topics on the stack's one broker, as many as fit under its limits (the
+    largest count one broker process holds here), with the time per partition (keys ``_one_broker``)."""
+    topics, reason = fit_topics(wanted, partitions)
+    limits = broker_limits()
+    if topics == 0:
+        raise SystemExit(f"the stack's broker has no room for the one_broker section: {reason}")
+    figures = run(topics, partitions, runs)
+    count = topics * partitions
+    per_partition = {
+        f"{k}_per_partition_us": round(figures[k] / count * 1e6, 2) for k in ("measure_s", "sync_s") if k in figures
+    }
+    return {f"{k}_one_broker": v for k, v in (figures | per_partition).items()} | {
+        "requested_partitions_one_broker": wanted * partitions,
+        "limited_by_one_broker": reason,
+        "broker_limits_one_broker": None if limits is None else limits.describe(),
     }
 
 

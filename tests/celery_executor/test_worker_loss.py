@@ -88,12 +88,12 @@ def test_a_worker_killed_mid_run_loses_nothing_and_its_slots_come_back(celery: t
         assert figures["rerun_s"] <= RERUN_BOUND_S, figures
         assert scenario.placement() == dict.fromkeys(placed, survivor.node)
 
-        # 3. Airflow failed the lost slots' tasks (no heartbeat) and retried them on the survivor.
-        retried = [t for t in _slot_tasks(api, scenario.cluster, states={"running"}) if t["try_number"] > 1]
-        assert {t["rendered_map_index"] for t in retried} == {
-            f"{scenario.cluster}-slot-{n}" for n in figures["slots_lost"]
-        }
-        assert {t["hostname"] for t in retried} == {survivor.node}
+        # 3. Airflow failed the lost slots' tasks (no heartbeat) and started the slots again on the
+        #    survivor: a retry of the lost task, or the task of a consume run waiting for the pool.
+        running = _slot_tasks(api, scenario.cluster, states={"running"})
+        assert all(t["hostname"] == survivor.node for t in running), running
+        lost_names = {f"{scenario.cluster}-slot-{n}" for n in figures["slots_lost"]}
+        assert lost_names <= {t["rendered_map_index"] for t in running}, running
 
         # 4. The worker starts again and takes work: the next start of the slots uses both workers.
         victim.start()
