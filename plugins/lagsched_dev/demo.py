@@ -551,7 +551,9 @@ def run(args: argparse.Namespace) -> int:
         "    " + ("until Ctrl-C" if duration is None else f"for {format_duration(duration)} (or until Ctrl-C)"),
         flush=True,
     )
-    demo = Demo(api, view, loads, started, duration, stopper, loadgen, stats_path, baseline, heads_at_start, lake)
+    demo = Demo(
+        api, view, loads, started, duration, stopper, loadgen, stats_path, baseline, heads_at_start, lake, cfg=cfg
+    )
     try:
         _wait_first_measurement(view, started, stopper, loadgen)
         _watch(demo)
@@ -723,6 +725,11 @@ class Demo:
     history: list[Snapshot] = field(default_factory=list)
     #: The table's figures before and after the table care run at the end (`_compact`).
     compaction: dict[str, Any] | None = None
+    #: Where the slots ran: slot name -> the hosts (workers) seen running it (`_sample_placement`).
+    slot_hosts: dict[str, set[str]] = field(default_factory=dict)
+    #: With the slots on the Spark cluster: each Spark worker's most cores in use at once.
+    spark_cores: dict[str, int] = field(default_factory=dict)
+    cfg: StackConfig | None = None
 
 
 def _watch(demo: Demo) -> None:
@@ -744,6 +751,7 @@ def _watch(demo: Demo) -> None:
         else:
             history.append(snap)
             print(status_line(elapsed, snap, _sent(_read_stats(stats_path))), flush=True)
+        _sample_placement(demo)
         if time.monotonic() >= next_check:
             next_check = time.monotonic() + 60
             try:
@@ -757,6 +765,33 @@ def _watch(demo: Demo) -> None:
         if duration is not None:
             wait = min(wait, max(0.0, duration - (time.time() - started)))
         stopper.stop.wait(wait)
+
+
+def _sample_placement(demo: Demo) -> None:
+    """Which worker runs each demo slot now (their locks), and the Spark workers' cores in use."""
+    from lagsched.adapters.redis_store import redis_client
+    from lagsched.adapters.slots import SlotLock, slot_id_for, token_worker
+    from lagsched.connections import redis_params
+
+    names = {slot_id_for(f"{DEMO_CLUSTER}-slot-{n}"): f"slot-{n}" for n in range(1, 11)}
+    try:
+        client = redis_client(redis_params())
+        try:
+            holders = SlotLock(client).holders(list(names))
+        finally:
+            client.close()
+    except Exception:  # noqa: BLE001 - a missed sample is no reason to stop the demo
+        return
+    for slot_id, token in holders.items():
+        demo.slot_hosts.setdefault(names[slot_id], set()).add(token_worker(token))
+    if demo.cfg is not None and demo.cfg.slots_on_spark_cluster:
+        from lagsched_dev.stack.services import spark_master_state
+
+        state = spark_master_state(demo.cfg) or {}
+        for worker in state.get("workers", []):
+            if isinstance(worker, dict) and worker.get("state") == "ALIVE":
+                key = f"{worker.get('host')}:{worker.get('port')}"
+                demo.spark_cores[key] = max(demo.spark_cores.get(key, 0), int(worker.get("coresused") or 0))
 
 
 def _compact(api: AirflowAPI, lake: Any) -> dict[str, Any] | None:
@@ -909,6 +944,12 @@ def _summary(demo: Demo) -> dict[str, Any]:
                 else "NO: the table and the committed offsets differ"
             )
         )
+    if demo.slot_hosts:
+        where = "; ".join(f"{n} on {', '.join(sorted(h))}" for n, h in sorted(demo.slot_hosts.items()))
+        lines.append(f"slots ran: {where}")
+    if demo.spark_cores:
+        used = ", ".join(f"{w} up to {c} core(s)" for w, c in sorted(demo.spark_cores.items()))
+        lines.append(f"Spark workers with executors: {used}")
     lines.append(f"scaling decisions ({len(decisions)}), each with the evidence its policy saw:")
     for d in decisions:
         at = datetime.fromtimestamp(d.decided_at, tz=UTC).strftime("%H:%M:%S")
@@ -940,6 +981,8 @@ def _summary(demo: Demo) -> dict[str, Any]:
             "median_file_bytes_after": compaction["after"].median_file_bytes,
         },
         "exactly_once": exactly_once,
+        "slot_hosts": {n: sorted(h) for n, h in sorted(demo.slot_hosts.items())},
+        "spark_worker_cores_used": dict(sorted(demo.spark_cores.items())),
         "decisions": [
             {
                 "at": d.decided_at,

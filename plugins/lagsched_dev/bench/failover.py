@@ -31,18 +31,26 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import signal
 import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lagsched_dev.bench.lifecycle import Producer, env_number, summarize, wait
+from lagsched_dev.bench.lifecycle import (
+    Producer,
+    consume_paused,
+    env_number,
+    quietly,
+    record,
+    stop_consume_runs,
+    summarize,
+    wait,
+)
 
 DEFAULT_OUT = "bench/results/failover.json"
 CONSUME, OVERRIDE = "lagsched_consume", "lagsched_override"
@@ -110,16 +118,16 @@ class Failover:
         """Producer, consume runs, Variables and paused states back; the topic and table go."""
         if self.producer is not None:
             self.producer.stop.set()
-        _quietly(lambda: self.api.set_paused(CONSUME, True))
-        _quietly(lambda: stop_runs(self.api))
-        _quietly(lambda: self.api.set_paused(OVERRIDE, self._paused.get(OVERRIDE, True)))
+        quietly(lambda: self.api.set_paused(CONSUME, True))
+        quietly(lambda: stop_consume_runs(self.api))
+        quietly(lambda: self.api.set_paused(OVERRIDE, self._paused.get(OVERRIDE, True)))
         if self._saved is None:
-            _quietly(lambda: self.api.delete_variable("lagsched_clusters"))
+            quietly(lambda: self.api.delete_variable("lagsched_clusters"))
         else:
-            _quietly(lambda: self.api.set_variable("lagsched_clusters", self._saved))
-        _quietly(self._disable)
+            quietly(lambda: self.api.set_variable("lagsched_clusters", self._saved))
+        quietly(self._disable)
         time.sleep(15)  # the stopped slots finish their batch before their topic goes
-        _quietly(lambda: self.admin.delete_topics([self.topic])[self.topic].result(60))
+        quietly(lambda: self.admin.delete_topics([self.topic])[self.topic].result(60))
         shutil.rmtree(self.warehouse, ignore_errors=True)
 
     def _disable(self) -> None:
@@ -211,7 +219,7 @@ class Failover:
             print(
                 f"   attempt {attempt}: every slot on {sorted(set(placed.values()))}; starting them again", flush=True
             )
-            stop_runs(self.api)
+            stop_consume_runs(self.api)
             wait(lambda: not self.placement(), 120, "the slots to leave", poll=2)
             self.api.trigger(CONSUME)
         raise RuntimeError(f"the slots never ran on all of {list(nodes)} in {attempts} starts")
@@ -290,21 +298,6 @@ class Failover:
         }
 
 
-def stop_runs(api: Any) -> None:
-    """Mark every unfinished consume run failed: its slot tasks are stopped, their drivers leave gracefully."""
-    for run in api.dag_runs(CONSUME, limit=20):
-        if run["state"] in ("queued", "running"):
-            api.mark_run(CONSUME, run["dag_run_id"], "failed")
-
-
-def _quietly(step: Callable[[], Any]) -> Any:
-    try:
-        return step()
-    except Exception as exc:  # noqa: BLE001 - cleanup goes on; say what failed
-        print(f"   cleanup step failed: {exc}", file=sys.stderr)
-        return None
-
-
 def celery_stack(cfg: Any) -> Any:
     """The stack with Airflow on Celery (2 workers), a standalone Airflow stopped first; the API."""
     from dataclasses import replace
@@ -376,36 +369,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg, api = celery_stack(load())
     for dag_id in (CONSUME, OVERRIDE):
         api.wait_for_dag(dag_id)
-    consume = api.get_dag(CONSUME)
-    if consume is not None and not consume["is_paused"]:
-        print(
-            "lagsched_consume is unpaused (a demo?): pause it first; its slots would share ownership", file=sys.stderr
-        )
+    if not consume_paused(api):
         return 1
-    started_at = datetime.now(UTC).isoformat(timespec="seconds")
-    load_start = os.getloadavg()
-    result = measure(api, cfg, kills, rate)
-    doc = {
-        "started_at": started_at,
-        "machine": {
-            "cores": os.cpu_count(),
-            "platform": platform.platform(),
-            "load_average_start": [round(x, 2) for x in load_start],
-            "load_average_end": [round(x, 2) for x in os.getloadavg()],
-        },
-        "settings": {
-            "task_instance_heartbeat_timeout_s": int(
-                os.environ.get("AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT", "60")
-            ),
-            "retry_delay_s": 30,
-            "slot_lease_s": 60,
-            "slot_timeout_s": 15,
-        },
-        **result,
+    settings = {
+        "task_instance_heartbeat_timeout_s": int(
+            os.environ.get("AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT", "60")
+        ),
+        "retry_delay_s": 30,
+        "slot_lease_s": 60,
+        "slot_timeout_s": 15,
     }
-    print(json.dumps(doc, indent=2, default=str))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    result = record(args.out, lambda: measure(api, cfg, kills, rate), settings=settings)
     ok = result["exactly_once"]["duplicates"] == 0 and result["exactly_once"]["missing"] == 0
     return 0 if ok else 1
 

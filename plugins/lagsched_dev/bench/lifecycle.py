@@ -497,21 +497,21 @@ def measure(api: Any, trials: int, steady_s: float, rate: float, standby: int = 
     finally:
         producer.stop.set()
         bench.joins.stop.set()
-        _quietly(lambda: api.set_paused(CONSUME, True))
-        _quietly(lambda: _stop_runs(api))
-        _quietly(lambda: api.set_paused(OVERRIDE, paused[OVERRIDE]))
-        _quietly(lambda: api.set_paused(CONSUME, paused[CONSUME]))
+        quietly(lambda: api.set_paused(CONSUME, True))
+        quietly(lambda: stop_consume_runs(api))
+        quietly(lambda: api.set_paused(OVERRIDE, paused[OVERRIDE]))
+        quietly(lambda: api.set_paused(CONSUME, paused[CONSUME]))
         if saved is None:
-            _quietly(lambda: api.delete_variable("lagsched_clusters"))
+            quietly(lambda: api.delete_variable("lagsched_clusters"))
         else:
-            _quietly(lambda: api.set_variable("lagsched_clusters", saved))
-        _quietly(lambda: _disable(bench))
+            quietly(lambda: api.set_variable("lagsched_clusters", saved))
+        quietly(lambda: _disable(bench))
         time.sleep(20)  # the stopped slots finish their batch before their topic goes
-        _quietly(lambda: admin.delete_topics([bench.topic])[bench.topic].result(60))
+        quietly(lambda: admin.delete_topics([bench.topic])[bench.topic].result(60))
         shutil.rmtree(bench.warehouse, ignore_errors=True)
 
 
-def _stop_runs(api: Any) -> None:
+def stop_consume_runs(api: Any) -> None:
     """Mark every unfinished consume run failed: its slot tasks are killed, their drivers stop gracefully."""
     for run in api.dag_runs(CONSUME, limit=20):
         if run["state"] in ("queued", "running"):
@@ -531,7 +531,7 @@ def _disable(bench: Bench) -> None:
         conn.close()
 
 
-def _quietly(step: Callable[[], Any]) -> Any:
+def quietly(step: Callable[[], Any]) -> Any:
     try:
         return step()
     except Exception as exc:  # noqa: BLE001 - cleanup goes on; say what failed
@@ -560,15 +560,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     api = AirflowAPI.for_simple_auth(f"http://127.0.0.1:{cfg.airflow_port}", cfg.airflow_home)
     for dag_id in (CONSUME, OVERRIDE):
         api.wait_for_dag(dag_id)
+    if not consume_paused(api):
+        return 1
+    record(args.out, lambda: measure(api, trials, steady_s, rate, standby))
+    return 0
+
+
+def consume_paused(api: Any) -> bool:
+    """Whether lagsched_consume is paused, as a benchmark through Airflow needs it (said if not)."""
     consume = api.get_dag(CONSUME)
     if consume is not None and not consume["is_paused"]:
         print(
             "lagsched_consume is unpaused (a demo?): pause it first; its slots would share ownership", file=sys.stderr
         )
-        return 1
+        return False
+    return True
+
+
+def record(out: str, measure_it: Callable[[], dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    """Run ``measure_it``; its figures with the start time, the machine and its load before and after
+    (and ``extra``), printed and written to ``out`` as JSON."""
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     load_start = os.getloadavg()
-    result = measure(api, trials, steady_s, rate, standby)
+    result = measure_it()
     doc = {
         "started_at": started_at,
         "machine": {
@@ -577,12 +591,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             "load_average_start": [round(x, 2) for x in load_start],
             "load_average_end": [round(x, 2) for x in os.getloadavg()],
         },
+        **extra,
         **result,
     }
     print(json.dumps(doc, indent=2, default=str))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(doc, indent=2, default=str) + "\n")
-    return 0
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    return doc
 
 
 if __name__ == "__main__":
