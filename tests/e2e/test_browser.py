@@ -19,7 +19,7 @@ import pytest
 from lagsched_dev.airflow_api import PASSWORDS_FILE, AirflowAPI
 from lagsched_dev.stack.config import StackConfig
 
-from .test_ui import Seed, seed_cluster
+from .test_ui import Seed, host_of, seed_cluster
 
 CHROMIUM = "/usr/bin/chromium"
 SCREENSHOT = Path(__file__).parents[2] / "docs" / "img" / "lagsched-page.png"
@@ -72,6 +72,7 @@ def check_page(frame: Any, seed: Seed) -> None:
         slot_row = frame.locator(f'#slots tr[data-slot="{slot}"]')
         expect(slot_row).to_contain_text(f"{seed.cluster}-slot-{n}")
         expect(slot_row).to_contain_text("live")
+        expect(slot_row.locator("td.host")).to_have_text(host_of(n))
     first = frame.locator(f'#slots tr[data-slot="{seed.slots[0]}"]')
     expect(first.locator(".claim")).to_have_count(2)
     expect(first.locator(f'.claim[data-claim="{seed.topic}[0]"]')).to_contain_text("@100 until")

@@ -58,7 +58,7 @@ def seed_cluster(kafka_config: dict[str, Any], new_topic: Callable[..., str]) ->
     from lagsched.adapters.lag_store import LagRecord, LagStore
     from lagsched.adapters.mysql import connect
     from lagsched.adapters.redis_store import redis_client
-    from lagsched.adapters.slots import SlotRegistry, slot_id_for
+    from lagsched.adapters.slots import SlotLock, SlotRegistry, slot_id_for
     from lagsched.adapters.topics import load_topics
     from lagsched.adapters.worker_changes import apply_change
     from lagsched.connections import mysql_params, redis_params
@@ -128,19 +128,27 @@ def seed_cluster(kafka_config: dict[str, Any], new_topic: Callable[..., str]) ->
     registry = SlotRegistry(redis, cluster=cluster)
     claims = ClaimStore(conn, server_lock_mode(conn))
     held: dict[str, list[Any]] = {}
-    for slot, wants in zip(seed.slots, (2, 1), strict=True):
+    for n, (slot, wants) in enumerate(zip(seed.slots, (2, 1), strict=True)):
         registry.heartbeat(slot, datetime.now(UTC), 60)
+        # The slot's process holds its lock, whose token names its worker (the page's host column).
+        SlotLock(redis).acquire(slot, f"{host_of(n)}:4242:{tag}", 300)
         held[slot] = claims.claim(slot, {row.topic_id: wants}, lease_s=300).claims
         held[slot] = [claims.commit_offset(slot, c, 100 + c.partition_id) for c in held[slot]]
 
     def leave() -> None:
         # Gone at once, so the evaluators of the stack stop counting these slots.
-        for slot in seed.slots:
+        for n, slot in enumerate(seed.slots):
             claims.release(slot, held[slot])
             registry.leave(slot)
+            SlotLock(redis).release(slot, f"{host_of(n)}:4242:{tag}")
 
     seed.cleanup.append(leave)
     return seed
+
+
+def host_of(n: int) -> str:
+    """The worker the seed's slot ``n`` runs on, as its lock token names it."""
+    return f"lagsched-w{n + 1}@e2e"
 
 
 @pytest.fixture
@@ -200,6 +208,7 @@ def test_status_json_holds_the_seeded_cluster(airflow: AirflowAPI, seeded: Seed)
     slots = {s["slot_id"]: s for s in st["slots"]}
     assert {s for s in seeded.slots if slots.get(s, {}).get("live")} == set(seeded.slots)
     assert [(c["partition"], c["committed_offset"]) for c in slots[seeded.slots[0]]["claims"]] == [(0, 100), (1, 101)]
+    assert [slots[s]["host"] for s in seeded.slots] == [host_of(0), host_of(1)]
     assert [d["reason"] for d in st["decisions"]] == seeded.reasons[::-1]
 
     status, body = get(

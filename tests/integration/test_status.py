@@ -25,7 +25,7 @@ from lagsched.adapters.alert_figures import (
 from lagsched.adapters.claims import ClaimStore, server_lock_mode
 from lagsched.adapters.gaps import RetentionGap, record_gap
 from lagsched.adapters.lag_store import LagRecord, LagStore
-from lagsched.adapters.slots import SlotRegistry, slot_id_for
+from lagsched.adapters.slots import SlotLock, SlotRegistry, slot_id_for
 from lagsched.adapters.topics import apply_sync
 from lagsched.adapters.worker_changes import apply_change, create_override
 from lagsched.cli.status import format_status
@@ -61,6 +61,8 @@ def seeded(db: Any, redis_client: Any, cluster: str) -> Seeded:
 
     registry = SlotRegistry(redis_client, cluster=cluster)
     registry.heartbeat(slot_a, at(now - 5), 15)  # live
+    # Its process holds its lock: the lock token names the worker it runs on (the page's host column).
+    assert SlotLock(redis_client).acquire(slot_a, "lagsched-w2@box:4242:abcdef12", 600) is None
     registry.heartbeat(slot_dead, at(now - 500), 15)  # silent for long: dead, holds nothing
     # slot_b never beats: it holds a row whose lease is live, so the row is blocked.
 
@@ -130,6 +132,7 @@ def test_cluster_status_shows_every_section(db: Any, redis_client: Any, seeded: 
     assert set(slots) == {seeded.slot_a, seeded.slot_b}  # the long-dead slot holds nothing: not listed
     a, b = slots[seeded.slot_a], slots[seeded.slot_b]
     assert a["live"] and not b["live"] and d["live_slots"] == 1
+    assert (a["host"], b["host"]) == ("lagsched-w2@box", None)  # b's process is gone: no lock, no host
     assert a["name"] == f"{seeded.cluster}-slot-0"
     assert [(c["topic"], c["partition"], c["committed_offset"]) for c in a["claims"]] == [
         ("orders", 0, 40),
@@ -215,7 +218,7 @@ def test_metrics_per_partition_and_per_topic(db: Any, redis_client: Any, seeded:
 def test_cli_table_names_slots_and_claims(db: Any, redis_client: Any, seeded: Seeded) -> None:
     out = format_status(cluster_status(db, redis_client, seeded.cluster, at(seeded.now)))
     assert re.search(r"^orders\s+3\s+900\s+10\s+60\.0\s+3\*\s+stalled\s+" + re.escape(seeded.cluster), out, re.M)
-    assert f"{seeded.cluster}-slot-0 ({seeded.slot_a}) live" in out
+    assert f"{seeded.cluster}-slot-0 ({seeded.slot_a}) live on lagsched-w2@box" in out
     assert "orders[0] committed 40, lease until" in out
     assert "STALLED orders: committed offsets unchanged" in out
     assert "ANOMALY offset_ahead orders[2]" in out
