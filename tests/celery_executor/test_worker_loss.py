@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from lagsched_dev.bench.failover import Failover, celery_stack, stop_runs
+from lagsched_dev.bench.failover import Failover, celery_stack
 from lagsched_dev.stack.config import StackConfig
 
 pytestmark = [
@@ -98,8 +98,7 @@ def test_a_worker_killed_mid_run_loses_nothing_and_its_slots_come_back(celery: t
         # 4. The worker starts again and takes work: the next start of the slots uses both workers.
         victim.start()
         assert ping_workers(cfg, [victim.node]) == {victim.node}
-        stop_runs(api)
-        api.trigger(CONSUME)
+        scenario.restart_slots()
         again = scenario.spread([w.node for w in nodes])
         assert set(again.values()) == {w.node for w in nodes}, again
 

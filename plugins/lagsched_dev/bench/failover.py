@@ -219,10 +219,15 @@ class Failover:
             print(
                 f"   attempt {attempt}: every slot on {sorted(set(placed.values()))}; starting them again", flush=True
             )
-            stop_consume_runs(self.api)
-            wait(lambda: not self.placement(), 120, "the slots to leave", poll=2)
-            self.api.trigger(CONSUME)
+            self.restart_slots()
         raise RuntimeError(f"the slots never ran on all of {list(nodes)} in {attempts} starts")
+
+    def restart_slots(self) -> None:
+        """Stop the consume runs (each slot finishes its batch and leaves), then start the slots anew. A
+        consume run plans only the slots not running, so the trigger waits for them to be gone."""
+        stop_consume_runs(self.api)
+        wait(lambda: not self.placement(), 180, "the slots to leave", poll=2)
+        self.api.trigger(CONSUME)
 
     def kill(self, worker: Any, survivor: str, timeout_s: float = 600) -> dict[str, Any]:
         """SIGKILL ``worker`` (a `CeleryWorker`) and its whole tree; the failover's figures."""
