@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from lagsched_dev.demo import demo_config
-from lagsched_dev.stack.celery import CeleryWorker, components, kill_tree, process_tree
+from lagsched_dev.stack.celery import CeleryWorker, components
 from lagsched_dev.stack.config import load
 from lagsched_dev.stack.environment import connection_environment, stack_environment
-from lagsched_dev.stack.process import ServiceError
+from lagsched_dev.stack.process import ServiceError, kill_tree, process_tree
 from lagsched_dev.stack.services import Airflow
 
 pytestmark = pytest.mark.unit

@@ -231,7 +231,7 @@ class Failover:
 
     def kill(self, worker: Any, survivor: str, timeout_s: float = 600) -> dict[str, Any]:
         """SIGKILL ``worker`` (a `CeleryWorker`) and its whole tree; the failover's figures."""
-        from lagsched_dev.stack.celery import kill_tree
+        from lagsched_dev.stack.process import kill_tree
 
         placed = self.placement()
         lost = sorted(n for n, w in placed.items() if w == worker.node)

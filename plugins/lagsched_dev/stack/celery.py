@@ -10,37 +10,15 @@ DB (`lagsched_dev.stack.environment.celery_environment`). docs/celery.md has the
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 import signal
 import socket
-import sys
-import time
-import urllib.request
-from pathlib import Path
 
+from lagsched_dev.stack import process
 from lagsched_dev.stack.config import StackConfig
-from lagsched_dev.stack.environment import stack_environment
-from lagsched_dev.stack.services import Service
+from lagsched_dev.stack.services import Service, airflow_binary, airflow_environment, airflow_health
 
 #: The most workers `stack down` looks for (LAGSCHED_CELERY_WORKERS is 1-8).
 MAX_WORKERS = 8
-
-
-def airflow_binary() -> str:
-    return str(Path(sys.executable).parent / "airflow")
-
-
-def airflow_health(cfg: StackConfig) -> dict[str, object] | None:
-    """The API server's ``/api/v2/monitor/health`` (each component's status), None if it does not answer."""
-    url = f"http://127.0.0.1:{cfg.airflow_port}/api/v2/monitor/health"
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            body = json.loads(resp.read())
-    except (OSError, ValueError):
-        return None
-    return body if isinstance(body, dict) else None
 
 
 class AirflowComponent(Service):
@@ -59,7 +37,7 @@ class AirflowComponent(Service):
         return [airflow_binary(), self._command]
 
     def environment(self) -> dict[str, str]:
-        return {**os.environ, **stack_environment(self.cfg)}
+        return airflow_environment(self.cfg)
 
     def is_healthy(self) -> bool:
         health = airflow_health(self.cfg)
@@ -96,21 +74,19 @@ class CeleryWorker(Service):
                 "--concurrency", str(self.cfg.celery_concurrency), "--skip-serve-logs"]  # fmt: skip
 
     def environment(self) -> dict[str, str]:
-        return {**os.environ, **stack_environment(self.cfg), "LAGSCHED_WORKER": self.node}
+        return {**airflow_environment(self.cfg), "LAGSCHED_WORKER": self.node}
 
     def is_healthy(self) -> bool:
         return self.node in ping_workers(self.cfg, [self.node])
 
     def stop(self) -> bool:
         pid = self.pid()
-        if pid is None:
-            (self.cfg.run / f"{self.name}.pid").unlink(missing_ok=True)
-            return False
-        # SIGTERM to every process of the tree: the slots finish their batch and leave, and Celery's
-        # warm shutdown then has no task to wait for.
-        stop_tree(pid, signal.SIGTERM, timeout_s=60.0)
+        if pid is not None:
+            # SIGTERM to every process of the tree: the slots finish their batch and leave, and
+            # Celery's warm shutdown then has no task to wait for.
+            process.stop_tree(pid, signal.SIGTERM, timeout_s=60.0)
         (self.cfg.run / f"{self.name}.pid").unlink(missing_ok=True)
-        return True
+        return pid is not None
 
     def detail(self) -> str:
         return f"{self.node}, {self.cfg.celery_concurrency} task process(es), broker {self.cfg.celery_broker_url}"
@@ -128,57 +104,6 @@ def ping_workers(cfg: StackConfig, nodes: list[str], timeout_s: float = 1.0) -> 
     finally:
         app.close()
     return {name for reply in replies for name in reply} & set(nodes)
-
-
-def process_tree(pid: int) -> list[int]:
-    """``pid`` and every process below it, parents first (read from /proc, at this instant)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        children.setdefault(int(fields[1]), []).append(int(entry.name))
-    tree, todo = [], [pid]
-    while todo:
-        current = todo.pop(0)
-        tree.append(current)
-        todo.extend(children.get(current, []))
-    return tree
-
-
-def kill_tree(pid: int, sig: int = signal.SIGKILL) -> list[int]:
-    """Send ``sig`` to ``pid`` and all its descendants at once (a snapshot first, so a child that
-    outlives its parent is not missed); the pids signalled."""
-    tree = process_tree(pid)
-    for member in tree:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(member, sig)
-    return tree
-
-
-def stop_tree(pid: int, sig: int, *, timeout_s: float) -> None:
-    """``sig`` to the tree of ``pid``; SIGKILL to whatever of it still runs after ``timeout_s``."""
-    tree = kill_tree(pid, sig)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not any(_alive(p) for p in tree):
-            return
-        time.sleep(0.25)
-    for member in tree:
-        if _alive(member):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(member, signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 def components(cfg: StackConfig) -> list[Service]:

@@ -7,6 +7,7 @@ signal its whole process group) with stdout/stderr in ``logs/<name>.log`` and it
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -114,6 +115,62 @@ def _group_alive(pgid: int) -> bool:
         if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
             return True
     return False
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every process below it, parents first (read from /proc, at this instant).
+
+    A process that started a session of its own (an Airflow task under its Celery worker) is in no
+    process group of its parent's, so a group's signal misses it; its place in the tree does not.
+    """
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    tree, todo = [], [pid]
+    while todo:
+        current = todo.pop(0)
+        tree.append(current)
+        todo.extend(children.get(current, []))
+    return tree
+
+
+def kill_tree(pid: int, sig: int = signal.SIGKILL) -> list[int]:
+    """Send ``sig`` to ``pid`` and all its descendants at once (a snapshot first, so a child that
+    outlives its parent is not missed); the pids signalled."""
+    tree = process_tree(pid)
+    for member in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(member, sig)
+    return tree
+
+
+def stop_tree(pid: int, sig: int, *, timeout_s: float) -> None:
+    """``sig`` to the tree of ``pid``; SIGKILL to whatever of it still runs after ``timeout_s``."""
+    tree = kill_tree(pid, sig)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not any(running(p) for p in tree):
+            return
+        time.sleep(0.25)
+    for member in tree:
+        if running(member):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(member, signal.SIGKILL)
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a process that runs (not gone, not a zombie waiting to be reaped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
 
 
 def wait_until(

@@ -562,12 +562,10 @@ class Airflow(Service):
 
     def command(self) -> list[str]:
         mode = "api-server" if self.cfg.airflow_executor == "celery" else "standalone"
-        return [str(Path(sys.executable).parent / "airflow"), mode]
+        return [airflow_binary(), mode]
 
     def environment(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(stack_environment(self.cfg))
-        return env
+        return airflow_environment(self.cfg)
 
     def after_start(self) -> None:
         """Create the consume DAG's pool (its size bounds the slots running at once) unless it exists."""
@@ -579,15 +577,31 @@ class Airflow(Service):
         )
 
     def is_healthy(self) -> bool:
-        url = f"http://127.0.0.1:{self.cfg.airflow_port}/api/v2/monitor/health"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                return bool(resp.status == 200)
-        except OSError:
-            return False
+        return airflow_health(self.cfg) is not None
 
     def detail(self) -> str:
         return f"http://127.0.0.1:{self.cfg.airflow_port}"
+
+
+def airflow_binary() -> str:
+    """The venv's ``airflow`` command."""
+    return str(Path(sys.executable).parent / "airflow")
+
+
+def airflow_environment(cfg: StackConfig) -> dict[str, str]:
+    """What every Airflow process of the stack runs with: this environment and the stack's."""
+    return {**os.environ, **stack_environment(cfg)}
+
+
+def airflow_health(cfg: StackConfig) -> dict[str, object] | None:
+    """The API server's ``/api/v2/monitor/health`` (each component's status), None if it does not answer."""
+    url = f"http://127.0.0.1:{cfg.airflow_port}/api/v2/monitor/health"
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            body = json.loads(resp.read())
+    except (OSError, ValueError):
+        return None
+    return body if isinstance(body, dict) else None
 
 
 def pyspark_home() -> Path:
@@ -758,7 +772,7 @@ def migrate_airflow_db(cfg: StackConfig) -> None:
     env = dict(os.environ)
     env.update(stack_environment(cfg))
     result = subprocess.run(  # noqa: S603
-        [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
+        [airflow_binary(), "db", "migrate"],
         env=env, capture_output=True, text=True, check=False, timeout=600,
     )  # fmt: skip
     if result.returncode != 0:
