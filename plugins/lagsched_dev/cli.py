@@ -13,7 +13,6 @@ import logging
 import shlex
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from lagsched.cli import add_delegated, configure_logging
@@ -73,15 +72,15 @@ def start_stack(cfg: Any, *, airflow: bool = False, spark_cluster: bool = False,
 
 def _stack(args: argparse.Namespace) -> int:
     from lagsched_dev import stack
-    from lagsched_dev.stack.config import load
+    from lagsched_dev.stack.config import load, with_celery
     from lagsched_dev.stack.environment import stack_environment
 
     cfg = load()
     if args.celery or args.celery_workers is not None:
-        count = cfg.celery_workers if args.celery_workers is None else args.celery_workers
-        if not 1 <= count <= 8:
-            raise SystemExit(f"lagsched-dev: --celery-workers {count} is out of range; use 1-8")
-        cfg = replace(cfg, airflow_executor="celery", celery_workers=count)
+        try:
+            cfg = with_celery(cfg, args.celery_workers)
+        except ValueError as exc:
+            raise SystemExit(f"lagsched-dev: {exc}") from None
     if args.celery and args.action == "up" and not args.airflow:
         raise SystemExit("lagsched-dev: --celery goes with `stack up --airflow`")
     if args.only_spark_cluster and args.action not in ("up", "down"):

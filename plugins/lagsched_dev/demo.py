@@ -42,7 +42,7 @@ from typing import Any
 from lagsched.core.load_profile import DEMO_PEAK_RATE, DEMO_SLOT_MAX_RATE, TopicLoad, demo_profile
 from lagsched_dev.airflow_api import PASSWORDS_FILE, AirflowAPI, AirflowAPIError
 from lagsched_dev.progress import Progress, format_duration
-from lagsched_dev.stack.config import StackConfig, load
+from lagsched_dev.stack.config import StackConfig, load, with_celery
 from lagsched_dev.stack.process import ServiceError
 
 __all__ = [
@@ -195,6 +195,8 @@ class Snapshot:
     measured_at: dict[str, float | None]
     live_slots: int
     states: dict[str, str] = field(default_factory=dict)
+    #: Each running slot (``slot-<n>``) and the host (worker) running it, from its lock.
+    slot_hosts: dict[str, str] = field(default_factory=dict)
 
 
 class Stack:
@@ -241,6 +243,7 @@ class Stack:
             measured_at={t: views[t].measured_at if t in views else None for t in self.topics},
             live_slots=sum(1 for s in status.slots if s.live),
             states={t: views[t].state for t in views},
+            slot_hosts={s.name.removeprefix(f"{DEMO_CLUSTER}-"): s.host for s in status.slots if s.name and s.host},
         )
 
     def committed(self) -> dict[tuple[str, int], int | None]:
@@ -725,8 +728,6 @@ class Demo:
     history: list[Snapshot] = field(default_factory=list)
     #: The table's figures before and after the table care run at the end (`_compact`).
     compaction: dict[str, Any] | None = None
-    #: Where the slots ran: slot name -> the hosts (workers) seen running it (`_sample_placement`).
-    slot_hosts: dict[str, set[str]] = field(default_factory=dict)
     #: With the slots on the Spark cluster: each Spark worker's most cores in use at once.
     spark_cores: dict[str, int] = field(default_factory=dict)
     cfg: StackConfig | None = None
@@ -751,7 +752,7 @@ def _watch(demo: Demo) -> None:
         else:
             history.append(snap)
             print(status_line(elapsed, snap, _sent(_read_stats(stats_path))), flush=True)
-        _sample_placement(demo)
+        _sample_spark(demo)
         if time.monotonic() >= next_check:
             next_check = time.monotonic() + 60
             try:
@@ -767,31 +768,26 @@ def _watch(demo: Demo) -> None:
         stopper.stop.wait(wait)
 
 
-def _sample_placement(demo: Demo) -> None:
-    """Which worker runs each demo slot now (their locks), and the Spark workers' cores in use."""
-    from lagsched.adapters.redis_store import redis_client
-    from lagsched.adapters.slots import SlotLock, slot_id_for, token_worker
-    from lagsched.connections import redis_params
-
-    names = {slot_id_for(f"{DEMO_CLUSTER}-slot-{n}"): f"slot-{n}" for n in range(1, 11)}
-    try:
-        client = redis_client(redis_params())
-        try:
-            holders = SlotLock(client).holders(list(names))
-        finally:
-            client.close()
-    except Exception:  # noqa: BLE001 - a missed sample is no reason to stop the demo
+def _sample_spark(demo: Demo) -> None:
+    """With the slots on the Spark cluster: each Spark worker's cores in use now (the most seen is kept)."""
+    if demo.cfg is None or not demo.cfg.slots_on_spark_cluster:
         return
-    for slot_id, token in holders.items():
-        demo.slot_hosts.setdefault(names[slot_id], set()).add(token_worker(token))
-    if demo.cfg is not None and demo.cfg.slots_on_spark_cluster:
-        from lagsched_dev.stack.services import spark_master_state
+    from lagsched_dev.stack.services import spark_master_state
 
-        state = spark_master_state(demo.cfg) or {}
-        for worker in state.get("workers", []):
-            if isinstance(worker, dict) and worker.get("state") == "ALIVE":
-                key = f"{worker.get('host')}:{worker.get('port')}"
-                demo.spark_cores[key] = max(demo.spark_cores.get(key, 0), int(worker.get("coresused") or 0))
+    state = spark_master_state(demo.cfg) or {}
+    for worker in state.get("workers", []):
+        if isinstance(worker, dict) and worker.get("state") == "ALIVE":
+            key = f"{worker.get('host')}:{worker.get('port')}"
+            demo.spark_cores[key] = max(demo.spark_cores.get(key, 0), int(worker.get("coresused") or 0))
+
+
+def _slot_hosts(history: Sequence[Snapshot]) -> dict[str, list[str]]:
+    """Where the slots ran over the demo: slot -> every host (worker) the status readings saw run it."""
+    hosts: dict[str, set[str]] = {}
+    for snap in history:
+        for slot, host in snap.slot_hosts.items():
+            hosts.setdefault(slot, set()).add(host)
+    return {slot: sorted(h) for slot, h in sorted(hosts.items())}
 
 
 def _compact(api: AirflowAPI, lake: Any) -> dict[str, Any] | None:
@@ -944,8 +940,9 @@ def _summary(demo: Demo) -> dict[str, Any]:
                 else "NO: the table and the committed offsets differ"
             )
         )
-    if demo.slot_hosts:
-        where = "; ".join(f"{n} on {', '.join(sorted(h))}" for n, h in sorted(demo.slot_hosts.items()))
+    slot_hosts = _slot_hosts(history)
+    if slot_hosts:
+        where = "; ".join(f"{n} on {', '.join(h)}" for n, h in slot_hosts.items())
         lines.append(f"slots ran: {where}")
     if demo.spark_cores:
         used = ", ".join(f"{w} up to {c} core(s)" for w, c in sorted(demo.spark_cores.items()))
@@ -981,7 +978,7 @@ def _summary(demo: Demo) -> dict[str, Any]:
             "median_file_bytes_after": compaction["after"].median_file_bytes,
         },
         "exactly_once": exactly_once,
-        "slot_hosts": {n: sorted(h) for n, h in sorted(demo.slot_hosts.items())},
+        "slot_hosts": slot_hosts,
         "spark_worker_cores_used": dict(sorted(demo.spark_cores.items())),
         "decisions": [
             {
@@ -1093,10 +1090,7 @@ def demo_config(cfg: StackConfig, args: argparse.Namespace) -> StackConfig:
     """The stack the demo asks for: Celery workers, slots on the Spark cluster (each a whole machine's
     worth of processes; the default demo is the light one)."""
     if args.celery or args.celery_workers is not None:
-        count = cfg.celery_workers if args.celery_workers is None else args.celery_workers
-        if not 1 <= count <= 8:
-            raise ValueError(f"--celery-workers {count} is out of range; use 1-8")
-        cfg = replace(cfg, airflow_executor="celery", celery_workers=count)
+        cfg = with_celery(cfg, args.celery_workers)
     if args.spark_cluster:
         # Three slots at once, one core and a 1g executor each: 2 workers of 2 cores and 2g hold 4,
         # unless LAGSCHED_SPARK_WORKER_* say otherwise.

@@ -16,6 +16,7 @@ from lagsched_dev.demo import (
     Snapshot,
     _loadgen_argv,
     _profile,
+    _slot_hosts,
     demo_lake,
     merge_clusters,
     merge_settings,
@@ -146,3 +147,17 @@ def test_the_demo_settings_scale_the_demo_profile_up_step_by_step_and_back_in_th
     assert workers[-1] == 1 and run.figures.records_lost == 0 and run.figures.final_lag == 0, run.figures
     # It reached 3 workers within the ramp's hold (the hot phase ends at 300 s).
     assert run.times[workers.index(3)] <= 360, workers
+
+
+def test_the_summary_names_every_worker_each_slot_ran_on() -> None:
+    def snap(hosts: dict[str, str]) -> Snapshot:
+        return Snapshot(0.0, {}, {}, {}, len(hosts), slot_hosts=hosts)
+
+    history = [
+        snap({"slot-1": "lagsched-w1@vm"}),
+        snap({"slot-1": "lagsched-w1@vm", "slot-2": "lagsched-w2@vm"}),
+        snap({}),  # a reading while both were restarting
+        snap({"slot-2": "lagsched-w1@vm"}),  # slot 2 came back on the other worker
+    ]
+    assert _slot_hosts(history) == {"slot-1": ["lagsched-w1@vm"], "slot-2": ["lagsched-w1@vm", "lagsched-w2@vm"]}
+    assert _slot_hosts([]) == {}

@@ -51,6 +51,8 @@ from lagsched_dev.bench.lifecycle import (
     summarize,
     wait,
 )
+from lagsched_dev.stack.config import with_celery
+from lagsched_dev.stack.environment import celery_environment
 
 DEFAULT_OUT = "bench/results/failover.json"
 CONSUME, OVERRIDE = "lagsched_consume", "lagsched_override"
@@ -74,6 +76,7 @@ class Failover:
         self.lake = LakeTable.of(self.cluster, self.sink, default_warehouse=self.sink["warehouse"])
         self.slot_ids = {n: slot_id_for(f"{self.cluster}-slot-{n}") for n in range(1, SLOTS + 1)}
         self.producer: Producer | None = None
+        self._probe: Any = None
         self._saved: str | None = None
         self._paused: dict[str, bool] = {}
 
@@ -126,6 +129,8 @@ class Failover:
         else:
             quietly(lambda: self.api.set_variable("lagsched_clusters", self._saved))
         quietly(self._disable)
+        if self._probe is not None:
+            quietly(self._probe.close)
         time.sleep(15)  # the stopped slots finish their batch before their topic goes
         quietly(lambda: self.admin.delete_topics([self.topic])[self.topic].result(60))
         shutil.rmtree(self.warehouse, ignore_errors=True)
@@ -164,7 +169,9 @@ class Failover:
 
         client = redis_client(redis_params())
         try:
-            live = set(SlotRegistry(client, cluster=self.cluster).live_slots(datetime.now(UTC), 15.0))
+            live = set(
+                SlotRegistry(client, cluster=self.cluster).live_slots(datetime.now(UTC), slot_defaults().slot_timeout_s)
+            )
         finally:
             client.close()
         return {n for n, s in self.slot_ids.items() if s in live}
@@ -188,22 +195,20 @@ class Failover:
             conn.close()
 
     def latest(self) -> dict[int, int]:
+        """Each partition's end offset (one probe consumer for the scenario, asked every second)."""
         from confluent_kafka import Consumer, TopicPartition
 
         from lagsched.connections import kafka_config
 
-        consumer = Consumer({**kafka_config(), "group.id": f"failover-probe-{self.tag}", "enable.auto.commit": False})
-        try:
-            return {
-                p: consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)[1]
-                for p in range(PARTITIONS)
-            }
-        finally:
-            consumer.close()
+        if self._probe is None:
+            settings = {**kafka_config(), "group.id": f"failover-probe-{self.tag}", "enable.auto.commit": False}
+            self._probe = Consumer(settings)
+        probe = self._probe
+        return {p: probe.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)[1] for p in range(PARTITIONS)}
 
-    def lag(self) -> int:
-        committed = {p: row[1] for p, row in self.rows().items()}
-        return sum(max(0, end - committed.get(p, 0)) for p, end in self.latest().items())
+    def lag(self, rows: dict[int, tuple[str | None, int, bool]]) -> int:
+        """Records not yet committed, against ``rows`` (`rows`) read just before."""
+        return sum(max(0, end - (rows[p][1] if p in rows else 0)) for p, end in self.latest().items())
 
     # -- the scenario ------------------------------------------------------------------------------
 
@@ -236,7 +241,7 @@ class Failover:
         placed = self.placement()
         lost = sorted(n for n, w in placed.items() if w == worker.node)
         before = self.rows()
-        lag_at_kill = self.lag()
+        lag_at_kill = self.lag(before)
         pid = worker.pid()
         if pid is None:
             raise RuntimeError(f"{worker.name} is not running")
@@ -250,12 +255,13 @@ class Failover:
         while time.monotonic() < deadline:
             now = time.monotonic() - killed_at
             rows = self.rows()
-            peak = max(peak, self.lag())
+            lag = self.lag(rows)
+            peak = max(peak, lag)
             if "takeover_s" not in marks and all(live and holder in survivor_ids for holder, _, live in rows.values()):
                 marks["takeover_s"] = now
             if "recovered_s" not in marks and all(rows[p][1] > before[p][1] for p in rows):
                 marks["recovered_s"] = now
-                marks["lag_at_recovery"] = self.lag()
+                marks["lag_at_recovery"] = lag
             placed_now = self.placement()
             if "rerun_s" not in marks and len(placed_now) == SLOTS and set(placed_now.values()) == {survivor}:
                 marks["rerun_s"] = now
@@ -303,26 +309,26 @@ class Failover:
         }
 
 
-def celery_stack(cfg: Any) -> Any:
-    """The stack with Airflow on Celery (2 workers), a standalone Airflow stopped first; the API."""
-    from dataclasses import replace
+def slot_defaults() -> Any:
+    """The `ConsumerSettings` a slot of the consume DAG runs with (its lease, its heartbeat timeout)."""
+    from lagsched.adapters.slots import new_slot_id
+    from lagsched.workflows.slot_settings import ConsumerSettings
 
+    return ConsumerSettings(slot_id=new_slot_id())
+
+
+def celery_stack(cfg: Any) -> Any:
+    """The stack with Airflow on Celery (2 workers), an Airflow running otherwise stopped first; the API."""
     from lagsched_dev import stack as local_stack
     from lagsched_dev.airflow_api import AirflowAPI
     from lagsched_dev.stack.services import Airflow
 
-    celery_cfg = replace(cfg, airflow_executor="celery", celery_workers=2)
-    standalone = Airflow(cfg)
-    if standalone.pid() is not None and not _runs_celery(celery_cfg):
-        standalone.stop(with_database=False)
+    celery_cfg = with_celery(cfg, 2)
+    wanted = Airflow(celery_cfg)
+    if wanted.running_mode() not in (None, wanted.mode()):
+        wanted.stop(with_database=False)
     local_stack.up(celery_cfg, airflow=True)
     return celery_cfg, AirflowAPI.for_simple_auth(f"http://127.0.0.1:{cfg.airflow_port}", cfg.airflow_home)
-
-
-def _runs_celery(cfg: Any) -> bool:
-    from lagsched_dev.stack.celery import components
-
-    return any(c.pid() is not None for c in components(cfg))
 
 
 def measure(api: Any, cfg: Any, kills: int, rate: float) -> dict[str, Any]:
@@ -376,13 +382,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         api.wait_for_dag(dag_id)
     if not consume_paused(api):
         return 1
+    slot = slot_defaults()
     settings = {
         "task_instance_heartbeat_timeout_s": int(
-            os.environ.get("AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT", "60")
+            celery_environment(cfg)["AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT"]
         ),
-        "retry_delay_s": 30,
-        "slot_lease_s": 60,
-        "slot_timeout_s": 15,
+        "retry_delay_s": 30,  # the consume DAG's default_args
+        "slot_lease_s": slot.lease_s,
+        "slot_timeout_s": slot.slot_timeout_s,
     }
     result = record(args.out, lambda: measure(api, cfg, kills, rate), settings=settings)
     ok = result["exactly_once"]["duplicates"] == 0 and result["exactly_once"]["missing"] == 0

@@ -9,7 +9,7 @@ import logging
 import time
 from collections.abc import Iterator
 
-from lagsched_dev.stack.config import StackConfig
+from lagsched_dev.stack.config import MAX_CELERY_WORKERS, StackConfig
 from lagsched_dev.stack.services import (
     Airflow,
     Prometheus,
@@ -87,7 +87,7 @@ def down(cfg: StackConfig) -> list[str]:
     master, workers = spark_cluster_services(cfg)
     rack_brokers: list[Service] = list(reversed(brokers(cfg)))
     # Whichever executor ran: the Celery workers and Airflow's own processes before its API server.
-    airflow: list[Service] = [*celery.workers(cfg, celery.MAX_WORKERS), *celery.components(cfg), Airflow(cfg)]
+    airflow: list[Service] = [*celery.workers(cfg, MAX_CELERY_WORKERS), *celery.components(cfg), Airflow(cfg)]
     return _stop([Prometheus(cfg), *airflow, *reversed(workers), master, *rack_brokers, *reversed(core_services(cfg))])
 
 
@@ -98,7 +98,7 @@ def status(cfg: StackConfig) -> list[Status]:
     master, workers = spark_cluster_services(cfg)
     # Celery's processes when the stack runs that executor, or any of them runs (started with --celery).
     wanted = cfg.airflow_executor == "celery"
-    extra = [*celery.components(cfg), *celery.workers(cfg, cfg.celery_workers if wanted else celery.MAX_WORKERS)]
+    extra = [*celery.components(cfg), *celery.workers(cfg, cfg.celery_workers if wanted else MAX_CELERY_WORKERS)]
     airflow: list[Service] = [Airflow(cfg), *(s for s in extra if wanted or s.pid() is not None)]
     return [s.status() for s in [*core_services(cfg), *airflow, master, *workers, Prometheus(cfg)]]
 

@@ -17,9 +17,6 @@ from lagsched_dev.stack import process
 from lagsched_dev.stack.config import StackConfig
 from lagsched_dev.stack.services import Service, airflow_binary, airflow_environment, airflow_health
 
-#: The most workers `stack down` looks for (LAGSCHED_CELERY_WORKERS is 1-8).
-MAX_WORKERS = 8
-
 
 class AirflowComponent(Service):
     """The scheduler, the DAG processor or the triggerer, healthy when the API server says so (their
@@ -116,4 +113,5 @@ def components(cfg: StackConfig) -> list[Service]:
 
 
 def workers(cfg: StackConfig, count: int | None = None) -> list[CeleryWorker]:
+    """The stack's Celery workers: ``cfg``'s count, or ``count`` (`MAX_CELERY_WORKERS`: any that may run)."""
     return [CeleryWorker(cfg, i) for i in range(1, (cfg.celery_workers if count is None else count) + 1)]

@@ -11,7 +11,7 @@ import os
 import re
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -63,6 +63,8 @@ def _memory(name: str, default: str) -> str:
 
 
 EXECUTORS = ("local", "celery")
+#: The most Celery workers the stack runs (``LAGSCHED_CELERY_WORKERS``, ``--celery-workers``).
+MAX_CELERY_WORKERS = 8
 
 
 def _flag(name: str) -> bool:
@@ -197,6 +199,14 @@ class StackConfig:
         return ",".join(f"127.0.0.1:{p}" for p in self.kafka_rack_ports)
 
 
+def with_celery(cfg: StackConfig, workers: int | None = None) -> StackConfig:
+    """``cfg`` with Airflow on the CeleryExecutor and ``workers`` workers (default: ``cfg``'s)."""
+    count = cfg.celery_workers if workers is None else workers
+    if not 1 <= count <= MAX_CELERY_WORKERS:
+        raise ValueError(f"--celery-workers {count} is out of range; use 1-{MAX_CELERY_WORKERS}")
+    return replace(cfg, airflow_executor="celery", celery_workers=count)
+
+
 def load() -> StackConfig:
     """Read the stack's settings from the environment (no I/O beyond reading variables)."""
     home = Path(os.environ.get("LAGSCHED_HOME", REPO_ROOT / ".local")).resolve()
@@ -221,7 +231,7 @@ def load() -> StackConfig:
         kafka_rack_controller_port=_port("LAGSCHED_KAFKA_RACK_CONTROLLER_PORT", 19195),
         prometheus_port=_port("LAGSCHED_PROMETHEUS_PORT", 19090),
         airflow_executor=_executor(os.environ.get("LAGSCHED_AIRFLOW_EXECUTOR", "local")),
-        celery_workers=_count("LAGSCHED_CELERY_WORKERS", 2, 1, 8),
+        celery_workers=_count("LAGSCHED_CELERY_WORKERS", 2, 1, MAX_CELERY_WORKERS),
         celery_concurrency=_count("LAGSCHED_CELERY_CONCURRENCY", 4, 1, 32),
         celery_broker_db=_count("LAGSCHED_CELERY_BROKER_DB", 1, 1, 15),
         slots_on_spark_cluster=_flag("LAGSCHED_SLOTS_ON_SPARK_CLUSTER"),

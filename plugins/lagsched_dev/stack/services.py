@@ -540,14 +540,21 @@ class Airflow(Service):
     def mode_file(self) -> Path:
         return self.cfg.run / "airflow-mode.json"
 
+    def running_mode(self) -> dict[str, str] | None:
+        """The `mode` the running Airflow was started with; None when none runs or it is not known."""
+        if self.pid() is None:
+            return None
+        try:
+            running = json.loads(self.mode_file.read_text())
+        except (OSError, ValueError):
+            return None
+        return running if isinstance(running, dict) else None
+
     def launch(self) -> bool:
         """As `Service.launch`; an Airflow already running with another executor or Spark master for
         the slots is an error (stop the stack first), never silently the wrong one."""
         if self.pid() is not None and self.is_healthy():
-            try:
-                running = json.loads(self.mode_file.read_text())
-            except (OSError, ValueError):
-                running = None
+            running = self.running_mode()
             if running is not None and running != self.mode():
                 raise ServiceError(
                     f"Airflow already runs with executor {running['executor']} and slots on {running['slots']}; "
