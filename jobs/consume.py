@@ -76,6 +76,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=float,
         help="records/s this slot reads at most (the cluster's slot_max_rate in lagsched_clusters; default: no cap)",
     )
+    p.add_argument(
+        "--commit-interval-s", type=float, default=default("commit_interval_s"),
+        help="commit written batches to the table at most this often, and no later once they wait "
+        "(the cluster's commit_interval_s; 0: every batch; default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--commit-max-records", type=_bound, default=default("commit_max_records"),
+        help="... sooner once this many records wait (0: no such bound; default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--commit-max-bytes", type=_bound, default=default("commit_max_bytes"),
+        help="... or this many bytes of data files (0: no such bound; default: %(default)s)",
+    )  # fmt: skip
     add_job_arguments(p)
     p.add_argument("--lease-s", type=float, default=default("lease_s"), help="claim lease (default: %(default)s)")
     p.add_argument(
@@ -100,6 +113,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="where a never-consumed partition starts (default: %(default)s)",
     )  # fmt: skip
     return p.parse_args(argv)
+
+
+def _bound(text: str) -> int | None:
+    """A volume bound of the commit cadence: a positive integer, or 0 for none."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value}: use a positive number, or 0 for no bound")
+    return value or None
 
 
 def main(argv: list[str]) -> int:
@@ -158,6 +179,9 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
         max_slots=args.max_slots,
         standby_slots=args.standby_slots,
         max_rate=args.max_rate,
+        commit_interval_s=args.commit_interval_s,
+        commit_max_records=args.commit_max_records,
+        commit_max_bytes=args.commit_max_bytes,
     )
     kafka = kafka_config()
     mysql = mysql_params()
@@ -316,6 +340,7 @@ def _run_slot(
             print(f"lagsched consume: {exc}", file=sys.stderr)
             return EXIT_LOST
         finally:
+            batches.close()
             listener.stop()
             conn.close()
             if stats_file is not None:

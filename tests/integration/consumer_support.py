@@ -198,7 +198,8 @@ class ConsumerHarness:
         self.spark_local.mkdir(exist_ok=True)
         argv = [
             "--slot", name, "--cluster", self.cluster, "--stats-file", str(stats), *self._lake_args(),
-            "--min-interval-s", "0", "--min-records", "1", "--heartbeat-s", "1", "--lease-s", "6", *args,
+            "--min-interval-s", "0", "--min-records", "1", "--commit-interval-s", "0",
+            "--heartbeat-s", "1", "--lease-s", "6", *args,
         ]  # fmt: skip
         with log.open("wb") as out:
             proc = subprocess.Popen(

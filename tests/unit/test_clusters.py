@@ -140,6 +140,7 @@ def test_plan_names_slots_per_cluster_and_carries_the_options() -> None:
         "application_args": [
             "--slot", "eu-slot-1", "--cluster", "eu", "--slot-number", "1", "--max-slots", "2", "--budget-s", "90",
             "--min-interval-s", "2.5", "--min-records", "100",
+            "--commit-interval-s", "30", "--commit-max-records", "10000000", "--commit-max-bytes", "1073741824",
             "--warehouse", "s3a://lake/eu", "--s3-endpoint", "http://s3.local:9000",
         ],
         "kafka_conn_id": "k_eu",
@@ -147,6 +148,29 @@ def test_plan_names_slots_per_cluster_and_carries_the_options() -> None:
     assert plan.slots[2].kafka_conn_id == "lagsched_kafka"
     # A cluster without sink settings: the job's defaults (no lake option at all).
     assert "--warehouse" not in plan.slots[2].args
+
+
+def test_plan_carries_each_clusters_commit_cadence() -> None:
+    eu, us = parse_clusters({"eu": {"commit_interval_s": 120, "commit_max_records": None}, "us": {}})
+    assert (eu.cadence.interval_s, eu.cadence.max_records, us.cadence.interval_s) == (120, None, 30)
+    plan = ConsumePlan.of({"eu": 1, "us": 1}, {"eu": 1, "us": 1}, SlotOptions(), cadences={"eu": eu.cadence})
+    args = {s.cluster: s.args for s in plan.slots}
+    assert args["eu"][args["eu"].index("--commit-interval-s") :][:6] == (
+        "--commit-interval-s", "120", "--commit-max-records", "0", "--commit-max-bytes", "1073741824",
+    )  # fmt: skip
+    assert args["us"][args["us"].index("--commit-interval-s") + 1] == "30"
+    # A round trip through XCom keeps it.
+    assert ClusterConfig.from_dict(eu.as_dict()).cadence == eu.cadence
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"commit_interval_s": -1}, {"commit_interval_s": 3601}, {"commit_max_records": 0}, {"commit_max_bytes": "1GB"}],
+)
+def test_a_bad_commit_cadence_is_refused_naming_the_field(body: dict[str, object]) -> None:
+    field = next(iter(body))
+    with pytest.raises(ConfigError, match=field):
+        parse_clusters({"eu": body})
 
 
 def test_plan_starts_only_needed_slots_not_running_with_each_clusters_budget() -> None:

@@ -355,6 +355,13 @@ class IcebergSink:
             )
         return files
 
+    def delete(self, locations: Iterable[str]) -> None:
+        """Delete data files that will never be committed (a batch voided before its commit); one
+        that cannot be deleted is an orphan the table care removes."""
+        locations = list(locations)
+        if locations:
+            self._delete(self._table(), locations)
+
     def _delete(self, table: Any, locations: Iterable[str]) -> None:
         io = table.io()
         for location in locations:

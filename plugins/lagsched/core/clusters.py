@@ -33,6 +33,15 @@ Fields of a cluster (all optional):
   within a second of the scaling decision instead of after a Spark start (tens of seconds on YARN or
   Kubernetes), and on a scale-down the surplus slot stands by again rather than exiting. Each
   costs one idle Spark driver (and its pool slot in ``lagsched_consume``).
+* ``commit_interval_s``, ``commit_max_records``, ``commit_max_bytes``: the commit cadence of the
+  cluster's slots (`lagsched.core.cadence`; docs/lake.md, "The commit cadence"). A slot writes its
+  batches' files as records arrive and commits them to the table at most once every
+  ``commit_interval_s`` (0 to 3,600 seconds; default 30; 0 commits every batch), sooner once
+  ``commit_max_records`` records (default 10,000,000) or ``commit_max_bytes`` bytes of files
+  (default 1 GiB) wait; null for no volume bound. Shorter means fresher tables and more snapshots
+  (every commit is one, and each makes the next commit's metadata larger until it is expired); the
+  lag counts a record until its commit, so keep the scaling thresholds above the records a
+  topic receives in one interval.
 * ``sink``: the Iceberg table the cluster's records land in (`lagsched.core.lake.LakeTable`):
   ``warehouse`` (``file://``, ``s3a://``, ``hdfs://``; default ``$LAGSCHED_WAREHOUSE``, else
   ``file://$LAGSCHED_HOME/warehouse``; with neither, no default: docs/install.md), ``catalog``
@@ -62,6 +71,12 @@ from typing import Annotated, Any
 import re2
 from pydantic import AfterValidator, Field, ValidationError, field_validator
 
+from lagsched.core.cadence import (
+    DEFAULT_COMMIT_INTERVAL_S,
+    DEFAULT_COMMIT_MAX_BYTES,
+    DEFAULT_COMMIT_MAX_RECORDS,
+    CommitCadence,
+)
 from lagsched.core.errors import ConfigError, TopicNameError
 from lagsched.core.lake import LakeTable, sink_problems
 from lagsched.core.names import validate_cluster_name
@@ -114,6 +129,7 @@ class ClusterConfig(VariableModel):
         slot_budget_s: seconds one slot runs before it leaves and is started again.
         slot_max_rate: records/s one slot reads at most; None: no cap.
         standby_slots: warm slots kept beyond the need, ready to join on a scale-up.
+        commit_interval_s, commit_max_records, commit_max_bytes: the slots' commit cadence (`cadence`).
     """
 
     name: Annotated[str, AfterValidator(validate_cluster_name)]
@@ -126,6 +142,9 @@ class ClusterConfig(VariableModel):
     slot_budget_s: int = Field(default=DEFAULT_SLOT_BUDGET_S, ge=SLOT_BUDGET_RANGE_S[0], le=SLOT_BUDGET_RANGE_S[1])
     slot_max_rate: float | None = Field(default=None, gt=0, le=MAX_SLOT_RATE)
     standby_slots: int = Field(default=0, ge=0, le=MAX_STANDBY_SLOTS)
+    commit_interval_s: float = Field(default=DEFAULT_COMMIT_INTERVAL_S, ge=0, le=3600)
+    commit_max_records: int | None = Field(default=DEFAULT_COMMIT_MAX_RECORDS, ge=1)
+    commit_max_bytes: int | None = Field(default=DEFAULT_COMMIT_MAX_BYTES, ge=1)
 
     @field_validator("kafka_conn_id")
     @classmethod
@@ -168,6 +187,11 @@ class ClusterConfig(VariableModel):
             return tuple(sorted((k, v) for k, v in sink.items() if v is not None))
         return sink
 
+    @property
+    def cadence(self) -> CommitCadence:
+        """When the cluster's slots commit to its table."""
+        return CommitCadence(self.commit_interval_s, self.commit_max_records, self.commit_max_bytes)
+
     def sink_settings(self) -> dict[str, str]:
         """The ``sink`` object (`lagsched.core.lake.LakeTable.of` fills in the defaults)."""
         return dict(self.sink)
@@ -193,6 +217,9 @@ class ClusterConfig(VariableModel):
             "slot_budget_s": self.slot_budget_s,
             "slot_max_rate": self.slot_max_rate,
             "standby_slots": self.standby_slots,
+            "commit_interval_s": self.commit_interval_s,
+            "commit_max_records": self.commit_max_records,
+            "commit_max_bytes": self.commit_max_bytes,
             "sink": self.sink_settings(),
         }
 

@@ -29,16 +29,19 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from lagsched.adapters.claims import ClaimStore
 from lagsched.adapters.clock import SYSTEM_CLOCK
+from lagsched.adapters.data_files import WrittenFile
 from lagsched.adapters.gaps import RetentionGap, record_gap
 from lagsched.adapters.kafka_admin import MIRROR_BACKOFFS_S, kafka_topic_ids, mirror_group_offsets, read_offsets
 from lagsched.adapters.range_files import RangeWriter, RecordsDeletedError
 from lagsched.adapters.sink import BatchRead, IcebergSink, SinkConflictError
 from lagsched.core.batches import OffsetAheadError, PartitionPlan, fair_shares, next_batch_at, plan_partition
+from lagsched.core.cadence import Uncommitted
 from lagsched.core.claims import ClaimLostError, PartitionRow
 from lagsched.core.errors import KafkaOffsetsError, LagschedError
 from lagsched.core.offsets import OffsetRange
@@ -220,6 +223,16 @@ class Batches:
         self.rate_ready_at = float("-inf")
         self._said: set[tuple[str, str | None, str]] = set()  # topic id mismatches already logged
         self._count = 0
+        self._commits = 0
+        #: Batches written but not yet committed to the table (the commit cadence, `core.cadence`),
+        #: each file with its partition key.
+        self.waiting: Uncommitted[Key, tuple[Key, WrittenFile]] = Uncommitted()
+        #: The next batch's tasks run from here while the driver commits the last ones.
+        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lagsched-read")
+
+    def close(self) -> None:
+        """Stop the reading thread (nothing is in flight between batches)."""
+        self._reader.shutdown(wait=True)
 
     # ------------------------------------------------------------------ planning
 
@@ -251,6 +264,11 @@ class Batches:
         plans: dict[Key, PartitionPlan] = {}
         replan: dict[Key, Callable[..., Any]] = {}
         skipped = 0
+        stray = [k for k in self.waiting.ranges if k in pending]
+        if stray:
+            # Recorded by an earlier attempt whose commit failed: the redo decides, not these files.
+            log.warning("%d partition(s) have a recorded range to redo: dropping their written batches", len(stray))
+            self.forget(stray)
         for c in held:
             name = topics[c.topic_id].name
             if name not in counts:
@@ -261,9 +279,11 @@ class Batches:
                 log.warning("%s[%d] is claimed but the broker does not report it; skipped", name, c.partition_id)
                 skipped += 1
                 continue
+            waiting_end = self.waiting.end_of(c.key)
             plan_for = functools.partial(
                 plan_partition,
-                committed=c.committed_offset,
+                # Batches written and waiting for their commit: the next one reads on after them.
+                committed=c.committed_offset if waiting_end is None else waiting_end,
                 pending=pending.get(c.key),
                 log_start=o.log_start,
                 latest=o.latest,
@@ -384,6 +404,242 @@ class Batches:
         )
         return result
 
+    # ------------------------------------------------------------------ batches on the commit cadence
+
+    @staticmethod
+    def streams(batch: BatchPlan) -> bool:
+        """Whether ``batch`` goes on the commit cadence (`stream`): only new reads, no redo, gap or
+        pinned start, which go through `run` (after the waiting batches are committed)."""
+        return bool(batch.plans) and all(
+            p.batch is not None and p.reads and not p.redo and p.gap is None for p in batch.plans.values()
+        )
+
+    def stream(self, batch: BatchPlan, topics: Mapping[str, TopicRow]) -> BatchResult:
+        """Write ``batch`` (new reads only, `streams`) and keep its files waiting for the commit
+        cadence; while its tasks read, commit the batches already waiting if they are due.
+
+        Nothing is recorded in MySQL for a waiting batch: its ranges are recorded, under the
+        mark, by the commit that lands them (`_commit_waiting`), so a crash before that commit
+        leaves only orphan files and the offsets where they were (docs/lake.md, "The commit cadence").
+        """
+        t0 = self.clock.monotonic()
+        result = BatchResult()
+        reads = {
+            key: OffsetRange(topics[key[0]].name, key[1], plan.read_start, plan.batch[1])
+            for key, plan in sorted(batch.plans.items())
+            if plan.batch is not None
+        }
+        settings = self.sink.file_settings()
+        writing: Future[list[WrittenFile]] = self._reader.submit(self.writer.write, list(reads.values()), settings)
+        commit: _CommitFigures | None = None
+        voided: set[Key] = set()
+        if self.s.cadence.due(self.waiting, t0) is not None:
+            try:
+                commit = self._commit_waiting(batch.claims, topics, result, voided)
+            except BaseException:
+                self._void(writing)  # planned after the batches this commit failed to land
+                raise
+        try:
+            files = writing.result()
+        except RecordsDeletedError as exc:
+            log.warning("%s: records were deleted by retention since this batch was planned; planning it again", exc)
+            self.stats.emit("deleted", partitions=len(reads))
+            return result
+        if commit is not None and commit.refused:
+            self.sink.delete(f.location for f in files)  # read on from ranges the table refused
+            return result
+        ids = topics_by_name(topics)
+        keyed = [((ids[f.topic], f.partition), f) for f in files]
+        kept = [(k, f) for k, f in keyed if k not in voided]
+        if voided:
+            self.sink.delete(f.location for k, f in keyed if k in voided)  # rows lost by the commit
+        self.waiting.add(
+            {k: (r.start, r.end) for k, r in reads.items() if k not in voided},
+            files=kept,
+            records=sum(f.records for _k, f in kept),
+            size_bytes=sum(f.size_bytes for _k, f in kept),
+            now=t0,
+        )
+        written = self.clock.monotonic()
+        offsets = sum(r.end - r.start for k, r in reads.items() if k not in voided)
+        self.rate_ready_at = next_batch_at(t0, offsets, max_rate=self.s.max_rate)
+        records = sum(f.records for _k, f in kept)
+        result.landed, result.records = True, records
+        self._count += 1
+        log.info(
+            "batch %d: %d records of %d partition(s) written in %.2f s, waiting for the commit "
+            "(%d batch(es), %d records)%s",
+            self._count, records, len(reads), written - t0, self.waiting.reads, self.waiting.records,
+            "" if commit is None else f"; earlier ones committed meanwhile ({commit.table_s + commit.offsets_s:.2f} s)",
+        )  # fmt: skip
+        self.stats.emit(
+            "batch",
+            n=self._count,
+            records=records,
+            offsets=offsets,
+            partitions=len(reads),
+            read_s=round(written - t0, 4),
+            table_commit_s=round(0.0 if commit is None else commit.table_s, 4),
+            files=len(kept),
+            snapshot_id=None if commit is None else commit.snapshot_id,
+            already_there=0,
+            plan_s=0.0,
+            commit_s=round(0.0 if commit is None else commit.offsets_s, 4),
+            wall_s=round(written - t0, 4),
+            t_end=self.clock.now().timestamp(),
+            waiting_records=self.waiting.records,
+        )
+        return result
+
+    def commit_if_due(self, claims: dict[Key, PartitionRow], topics: Mapping[str, TopicRow]) -> BatchResult:
+        """Commit the waiting batches if the cadence says so now (`CommitCadence.due`)."""
+        if self.s.cadence.due(self.waiting, self.clock.monotonic()) is None:
+            return BatchResult()
+        return self.flush(claims, topics)
+
+    def flush(self, claims: dict[Key, PartitionRow], topics: Mapping[str, TopicRow]) -> BatchResult:
+        """Commit every waiting batch now (before a redo, a hand-back, a stop). ``claims`` (this
+        slot's rows) are updated in place to the committed offsets."""
+        result = BatchResult()
+        if self.waiting:
+            self._commit_waiting(claims, topics, result, set())
+        return result
+
+    def wait_s(self) -> float | None:
+        """Seconds until the waiting batches are due by the interval; None when none waits."""
+        return self.s.cadence.wait_s(self.waiting, self.clock.monotonic())
+
+    def forget(self, keys: Sequence[Key]) -> None:
+        """Drop the waiting batches of ``keys`` (rows handed back or lost): nothing of them was
+        recorded or committed, so the next holder reads them again; their files are deleted."""
+        gone = self.waiting.drop(set(keys), _key_of)
+        if gone:
+            self.sink.delete(f.location for _k, f in gone)
+
+    def _void(self, writing: Future[list[WrittenFile]]) -> None:
+        """Wait for a batch being written and delete its files: it read on after batches whose commit
+        failed, from offsets that were never committed."""
+        try:
+            files = writing.result()
+        except Exception:  # noqa: BLE001 - a failed write leaves nothing behind (RangeWriter.write)
+            return
+        self.sink.delete(f.location for f in files)
+
+    def _commit_waiting(
+        self,
+        claims: dict[Key, PartitionRow],
+        topics: Mapping[str, TopicRow],
+        result: BatchResult,
+        voided: set[Key],
+    ) -> _CommitFigures:
+        """Land the waiting batches in one table commit (docs/lake.md, "Exactly once"): mark, record
+        each partition's waiting range under its epoch, commit the files conditionally, commit the
+        offsets. Rows lost on the way go into ``voided`` (and ``result.lost``), their files deleted.
+        Nothing waits afterwards, whatever happened.
+
+        A refusal (`SinkConflictError`) is handled (`_conflict`) and returned as ``refused``: the
+        recorded ranges are redone. Anything else is raised: files not yet handed to the table
+        commit are deleted, the others are left (an unknown commit: the redo's check decides).
+        """
+        waiting = self.waiting
+        t0 = self.clock.monotonic()
+        reason = self.s.cadence.due(waiting, t0) or "flush"
+        waited = None if waiting.since is None else t0 - waiting.since
+        batches, ranges = waiting.reads, dict(waiting.ranges)
+        handed_to_table = False
+        try:
+            since, started = self._record(ranges, claims, result, voided)
+            files = [f for k, f in waiting.files if k in started]
+            self.sink.delete(f.location for k, f in waiting.files if k not in started)
+            t_table = self.clock.monotonic()
+            landed = None
+            if files:
+                handed_to_table = True
+                named = {(topics[k[0]].name, k[1]): ranges[k] for k in started}
+                try:
+                    landed = self.sink.commit(files, named, since)
+                except SinkConflictError as exc:
+                    self.count_commit("refused")
+                    self._conflict(result, exc, started)
+                    return _CommitFigures(refused=True)
+                except Exception:
+                    self.count_commit("error")
+                    raise
+                self.count_commit("ok")
+            t_offsets = self.clock.monotonic()
+            committed: dict[tuple[str, int], int] = {}
+            for key, claim in started.items():
+                try:
+                    claims[key] = self.store.commit_offset(self.s.slot_id, claim, ranges[key][1])
+                except ClaimLostError as exc:
+                    self._lost(result, exc)
+                    voided.add(key)
+                    continue
+                committed[(topics[key[0]].name, key[1])] = ranges[key][1]
+            done = self.clock.monotonic()
+            self.mirror.send(committed)
+        except BaseException:
+            if not handed_to_table:
+                self.sink.delete(f.location for _k, f in waiting.files)
+            raise
+        finally:
+            waiting.clear()
+        self._commits += 1
+        figures = _CommitFigures(
+            table_s=0.0 if landed is None else landed.seconds,
+            offsets_s=done - t_offsets,
+            snapshot_id=None if landed is None else landed.snapshot_id,
+        )
+        rows = 0 if landed is None else landed.records
+        log.info(
+            "commit %d (%s): %d records of %d batch(es), %d partition(s) in snapshot %s; table %.2f s, offsets "
+            "%.2f s; the oldest waited %.1f s",
+            self._commits, reason, rows, batches, len(started), figures.snapshot_id, figures.table_s,
+            figures.offsets_s, waited or 0.0,
+        )  # fmt: skip
+        self.stats.emit(
+            "commit",
+            n=self._commits,
+            reason=reason,
+            records=rows,
+            batches=batches,
+            partitions=len(started),
+            files=len(files),
+            snapshot_id=figures.snapshot_id,
+            mark_s=round(t_table - t0, 4),
+            table_commit_s=round(figures.table_s, 4),
+            commit_s=round(figures.offsets_s, 4),
+            waited_s=None if waited is None else round(waited, 3),
+            # How old the oldest record's batch was when it became visible in the table.
+            freshness_s=None if waited is None else round(done - t0 + waited, 3),
+            t_end=self.clock.now().timestamp(),
+        )
+        return figures
+
+    def _record(
+        self,
+        ranges: Mapping[Key, tuple[int, int]],
+        claims: Mapping[Key, PartitionRow],
+        result: BatchResult,
+        voided: set[Key],
+    ) -> tuple[int | None, dict[Key, PartitionRow]]:
+        """The mark, then each waiting range recorded under its claim's epoch (`ClaimStore.begin_batch`);
+        rows not held or lost go into ``voided``. The mark and the claims as recorded."""
+        for key in [k for k in ranges if k not in claims]:
+            log.warning("%s[%d]: written but no longer held; its batches are dropped", key[0], key[1])
+            voided.add(key)
+        since = self.sink.mark()  # before any range is recorded (docs/lake.md)
+        started: dict[Key, PartitionRow] = {}
+        for key, (start, end) in sorted(ranges.items()):
+            if key in voided:
+                continue
+            try:
+                started[key] = self.store.begin_batch(self.s.slot_id, claims[key], start, end)
+            except ClaimLostError as exc:
+                self._lost(result, exc)
+                voided.add(key)
+        return since, started
+
     def _conflict(self, result: BatchResult, exc: SinkConflictError, started: Mapping[Key, PartitionRow]) -> None:
         """The table refused the batch: another holder committed its ranges. Rows this slot no longer
         holds are lost claims (it was stale); rows it still holds are redone at the next boundary."""
@@ -399,3 +655,22 @@ class Batches:
     def _lost(self, result: BatchResult, exc: ClaimLostError) -> None:
         log.error("%s", exc)
         result.lost.append(str(exc))
+
+
+@dataclass(frozen=True, slots=True)
+class _CommitFigures:
+    """One commit of waiting batches: its times and snapshot, or that the table refused it."""
+
+    table_s: float = 0.0
+    offsets_s: float = 0.0
+    snapshot_id: int | None = None
+    refused: bool = False
+
+
+def _key_of(item: tuple[Key, WrittenFile]) -> Key:
+    return item[0]
+
+
+def topics_by_name(topics: Mapping[str, TopicRow]) -> dict[str, str]:
+    """Topic name -> topic id of the registry rows ``topics`` (keyed by id)."""
+    return {t.name: topic_id for topic_id, t in topics.items()}

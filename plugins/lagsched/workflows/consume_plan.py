@@ -38,6 +38,7 @@ from typing import Any
 
 from lagsched.adapters.slots import SlotLock, slot_id_for
 from lagsched.adapters.topics import load_topics
+from lagsched.core.cadence import CommitCadence
 from lagsched.core.clusters import DEFAULT_SLOT_BUDGET_S, ClusterConfig
 from lagsched.core.lake import job_args
 from lagsched.core.registry import TopicRow
@@ -107,6 +108,19 @@ class SlotOptions:
         return [arg for name, value in given.items() if value is not None for arg in (option(name), _number(value))]
 
 
+def cadence_args(cadence: CommitCadence) -> tuple[str, ...]:
+    """The job's options for a commit cadence (a volume bound of None is 0, no bound).
+
+    >>> cadence_args(CommitCadence(interval_s=60, max_records=None))
+    ('--commit-interval-s', '60', '--commit-max-records', '0', '--commit-max-bytes', '1073741824')
+    """
+    return (
+        option("commit_interval_s"), _number(cadence.interval_s),
+        option("commit_max_records"), str(cadence.max_records or 0),
+        option("commit_max_bytes"), str(cadence.max_bytes or 0),
+    )  # fmt: skip
+
+
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
@@ -154,11 +168,13 @@ class ConsumePlan:
         budgets: Mapping[str, int] | None = None,
         rates: Mapping[str, float | None] | None = None,
         standbys: Mapping[str, int] | None = None,
+        cadences: Mapping[str, CommitCadence] | None = None,
         running: Collection[str] = (),
     ) -> ConsumePlan:
         """``sinks``: each cluster's ``sink`` settings (``lagsched_clusters``), passed on as job options;
         ``budgets``: each cluster's ``slot_budget_s``; ``rates``: each cluster's ``slot_max_rate``;
-        ``standbys``: each cluster's ``standby_slots``; ``running``: slot names already running."""
+        ``standbys``: each cluster's ``standby_slots``; ``cadences``: each cluster's commit cadence
+        (`ClusterConfig.cadence`); ``running``: slot names already running."""
         slots: list[SlotPlan] = []
         skipped: list[str] = []
         planned: dict[str, int] = {}
@@ -177,7 +193,11 @@ class ConsumePlan:
                 rate = (rates or {}).get(cluster)
                 capped = () if rate is None else ("--max-rate", _number(rate))
                 warm = ("--standby-slots", str(standby)) if standby else ()
-                args = ("--slot", name, "--cluster", cluster, *numbers, *warm, *options.args(budget), *capped, *sink)
+                cadence = cadence_args((cadences or {}).get(cluster, CommitCadence()))
+                args = (
+                    "--slot", name, "--cluster", cluster, *numbers, *warm, *options.args(budget), *capped, *cadence,
+                    *sink,
+                )  # fmt: skip
                 slots.append(SlotPlan(cluster, name, conn_id, args))
         return cls(dict(wanted), tuple(slots), tuple(skipped), planned)
 
@@ -233,6 +253,7 @@ def plan_consume(
         budgets={c.name: c.slot_budget_s for c in clusters},
         rates={c.name: c.slot_max_rate for c in clusters},
         standbys={c.name: c.standby_slots for c in clusters},
+        cadences={c.name: c.cadence for c in clusters},
         running=running,
     )
     log.info("consume plan: %s", plan.as_dict())

@@ -126,6 +126,9 @@ class SlotRun:
         self._answered = False
         #: Standing by (`_stand_by`): Spark is up, nothing is claimed, the slot is not live.
         self._standing_by = False
+        #: The last boundary's shares and rack targets: when they change, written batches land first.
+        self._wants: dict[str, int] = {}
+        self._targets: dict[str, frozenset[int]] | None = None
 
     # ------------------------------------------------------------------ the loop
 
@@ -148,6 +151,7 @@ class SlotRun:
                 if done is not None:
                     self.outcome.reason = done
                     break
+            self._land_written()
         except SlotTakenError as exc:
             # The rows and the heartbeat under this slot id are the new process's now: touch nothing.
             self.outcome.reason = StopReason.LOST
@@ -165,6 +169,14 @@ class SlotRun:
         self.batches.mirror.send({}, retry=False)  # the run is ending: one try, not a wait
         self._release_all()
         return self.outcome
+
+    def _land_written(self) -> None:
+        """At the end of a run: commit the written batches before the rows go back (one try: a
+        failure leaves orphan files and the offsets where they were, for the next holder)."""
+        try:
+            self._flush()
+        except Exception as exc:  # noqa: BLE001 - nothing was lost: the next holder reads them again
+            log.warning("could not commit the written batches at the end of the run (%s); they are read again", exc)
 
     def _fence_earlier_runs(self) -> None:
         """Hand back rows an earlier run of this slot still holds, so this run claims them anew.
@@ -236,31 +248,64 @@ class SlotRun:
             log.info("this slot no longer owns any topic (scaled in, or its topics were disabled); ending the run")
             return StopReason.RESCALED
         targets = self._rack_targets(view, wants, topics)
+        if self.batches.waiting and (wants != self._wants or targets != self._targets):
+            # Ownership moves: land what was written first, so no row goes back with written batches.
+            self._flush(topics)
+        self._wants, self._targets = dict(wants), targets
         handed = self.store.rebalance(self.s.slot_id, wants, targets=targets)
         if handed:
             log.info("handed over %s", _keys(handed, topics))
+            self.batches.forget([c.key for c in handed])
         result = self.store.claim(self.s.slot_id, wants, self.s.lease_s, targets=targets)
         held = [c for c in result.claims if c.topic_id in wants]
         self.keeper.hold(held)
         if result.new:
             log.info("claimed %s", _keys(result.new, topics))
-        batch = self.batches.plan(held, topics)
+        return self._work(self.batches.plan(held, topics), topics, short=bool(result.short))
+
+    def _work(self, batch: BatchPlan, topics: Mapping[str, TopicRow], *, short: bool) -> StopReason | None:
+        """Run ``batch`` when it is due: written and left for the commit cadence, or (a redo, a gap)
+        landed at once after the batches written so far; commit those when their cadence says so.
+        ``short``: the claim got fewer rows than the slot's share."""
         if not batch.plans:
-            self.batches.mirror.send({})
-            if self.s.exit_when_idle and not result.short and not batch.skipped:
+            if self.s.exit_when_idle and not short and not batch.skipped:
+                self.outcome.lost_claims += self.batches.flush(batch.claims, topics).lost
+                if self.outcome.lost_claims:
+                    return None
+                self.batches.mirror.send({})
                 log.info("every claimed partition is caught up; exiting (--exit-when-idle)")
                 return StopReason.IDLE
+            self.outcome.lost_claims += self.batches.commit_if_due(batch.claims, topics).lost
+            self.batches.mirror.send({})
             self._wait(self.s.poll_s)
             return None
         if not self._due(batch):
+            self.outcome.lost_claims += self.batches.commit_if_due(batch.claims, topics).lost
             return None
-        ran = self.batches.run(batch, topics)
+        if self.batches.streams(batch):
+            ran = self.batches.stream(batch, topics)
+        else:
+            # A redo, a gap or a pinned start fixes state: the batches written so far land first.
+            flushed = self.batches.flush(batch.claims, topics)
+            self.outcome.lost_claims += flushed.lost
+            if flushed.lost:
+                return None
+            ran = self.batches.run(batch, topics)
         self.outcome.lost_claims += ran.lost
         if ran.landed:
             self._last_batch = self.clock.monotonic()
             self.outcome.batches += 1
             self.outcome.records += ran.records
         return None
+
+    def _flush(self, topics: Mapping[str, TopicRow] | None = None) -> None:
+        """Commit the written batches now, against the rows the slot holds (a stop, a hand-back)."""
+        if not self.batches.waiting:
+            return
+        if topics is None:
+            topics = {t.topic_id: t for t in load_topics(self.conn, self.s.cluster)}
+        claims = {c.key: c for c in self.store.held(self.s.slot_id)}
+        self.outcome.lost_claims += self.batches.flush(claims, topics).lost
 
     def _due(self, batch: BatchPlan) -> bool:
         """Whether ``batch`` goes now; if not, wait a little (the caller looks again)."""
@@ -307,6 +352,7 @@ class SlotRun:
                 needed, self.s.slot_number, self.s.standby_slots,
             )  # fmt: skip
             if self.keeper.live:
+                self._land_written()
                 self.batches.mirror.send({}, retry=False)
                 self._release_all()
                 self.keeper.stand_by()
@@ -351,6 +397,9 @@ class SlotRun:
         return targets or None
 
     def _wait(self, seconds: float) -> None:
+        due = self.batches.wait_s()
+        if due is not None:
+            seconds = min(seconds, due)  # written batches are never left past their commit interval
         if seconds > 0 and self.wake.wait(seconds):
             self.wake.clear()
 

@@ -11,6 +11,12 @@ from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
 from lagsched.core.batches import StartFrom
+from lagsched.core.cadence import (
+    DEFAULT_COMMIT_INTERVAL_S,
+    DEFAULT_COMMIT_MAX_BYTES,
+    DEFAULT_COMMIT_MAX_RECORDS,
+    CommitCadence,
+)
 
 __all__ = ["ConsumerSettings", "default", "option"]
 
@@ -53,6 +59,13 @@ class ConsumerSettings:
     #: Batches then hold at most ``max_rate x max(min_interval_s, 1)`` records and start no sooner
     #: than their predecessor's records allow at that rate (`lagsched.core.batches.next_batch_at`).
     max_rate: float | None = None
+    #: The commit cadence (`lagsched.core.cadence.CommitCadence`, the cluster's ``commit_*``): batches
+    #: are written at the pace above and committed to the table at most once every
+    #: ``commit_interval_s``, sooner once ``commit_max_records`` records or ``commit_max_bytes`` bytes
+    #: wait (None: no such bound); 0 commits every batch.
+    commit_interval_s: float = DEFAULT_COMMIT_INTERVAL_S
+    commit_max_records: int | None = DEFAULT_COMMIT_MAX_RECORDS
+    commit_max_bytes: int | None = DEFAULT_COMMIT_MAX_BYTES
 
     def __post_init__(self) -> None:
         checks = {
@@ -70,6 +83,9 @@ class ConsumerSettings:
             "standby_slots": self.standby_slots >= 0,
             "outage_s": self.outage_s is None or self.outage_s >= 0,
             "max_rate": self.max_rate is None or self.max_rate > 0,
+            "commit_interval_s": 0 <= self.commit_interval_s <= 3600,
+            "commit_max_records": self.commit_max_records is None or self.commit_max_records >= 1,
+            "commit_max_bytes": self.commit_max_bytes is None or self.commit_max_bytes >= 1,
         }
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
@@ -78,6 +94,11 @@ class ConsumerSettings:
                 + ", ".join(f"{k}={getattr(self, k)!r}" for k in bad)
                 + " (lease_s must be at least 3 x heartbeat_s)"
             )
+
+    @property
+    def cadence(self) -> CommitCadence:
+        """When the slot commits its written batches to the table."""
+        return CommitCadence(self.commit_interval_s, self.commit_max_records, self.commit_max_bytes)
 
     @property
     def slot_timeout_s(self) -> float:
