@@ -334,6 +334,8 @@ def _run_slot(
             announce_joined=True,
         )
         listener.start()
+        # The tasks' Python workers start and import now, before the first claim, not in the first batch.
+        batches.warm_up()
         try:
             outcome = run_slot(settings, run)
         except SlotTakenError as exc:

@@ -147,7 +147,8 @@ def test_airflow_scales_consumes_and_scales_back(
     # For the test's few minutes its cluster is the only one: the continuous consume runs (default
     # params) then consume nothing but its topics. The per-topic settings join whatever is set.
     sink = {"warehouse": f"file://{tmp_path / 'warehouse'}"}
-    clusters = {cluster: {"topic_pattern": f"e2e-{tag}-.*", "max_slots": 3, "sink": sink}}
+    # The demo's cadence (5 s, not 30): the loop scales on the lag, which counts records until their commit.
+    clusters = {cluster: {"topic_pattern": f"e2e-{tag}-.*", "max_slots": 3, "sink": sink, "commit_interval_s": 5}}
     settings = json.loads(saved_settings) if saved_settings else {}
     settings.setdefault("topics", {}).update(tuned([hot, cold]))
     started = time.monotonic()

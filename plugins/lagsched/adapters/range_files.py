@@ -53,6 +53,7 @@ __all__ = [
     "TaskResult",
     "headers_array",
     "reader_config",
+    "warm_task",
     "write_ranges",
     "write_task",
 ]
@@ -213,6 +214,16 @@ class RangeWriter:
         self._spark, self._config = spark, reader_config(kafka_config, rack)
         self._tasks, self._stall_s = tasks, stall_s
 
+    def warm_up(self) -> float:
+        """Start the Python workers a batch's tasks run in and warm them (`warm_task`), one task per
+        core, so a slot's first batch reads at about its steady rate. Spark reuses a Python worker
+        between tasks (``spark.python.worker.reuse``) but stops one idle for a minute: a slot that
+        stands by warms them again now and then. The slowest task's seconds."""
+        context = self._spark.sparkContext
+        tasks = self._tasks or context.defaultParallelism
+        task = functools.partial(warm_task, kafka_config=self._config)
+        return max(context.parallelize(range(tasks), tasks).mapPartitions(task).collect(), default=0.0)
+
     def write(self, ranges: Sequence[OffsetRange], settings: FileSettings) -> list[WrittenFile]:
         """Read ``ranges`` and write them as data files in ``settings``' layout; the files.
 
@@ -239,6 +250,28 @@ class RangeWriter:
                 raise RecordsDeletedError(message)
             raise LagschedError(message)
         return files
+
+
+def warm_task(_numbers: Iterable[int], kafka_config: Mapping[str, Any]) -> Iterator[float]:
+    """A warm-up task (`RangeWriter.warm_up`): what a first batch's task would do before its first
+    record, in this Python worker: the imports, the columns' and files' code, a consumer that asks
+    the brokers for metadata. The seconds it took."""
+    started = time.monotonic()
+    _keep_zip_directories()
+    import pyarrow.parquet  # noqa: F401 - the data files' writer, imported once per worker
+    from confluent_kafka import Consumer
+
+    import lagsched.adapters.data_files  # noqa: F401
+
+    headers_array([[("k", b"v")], None], pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))
+    consumer = Consumer({**kafka_config, "logger": _client_log()})
+    try:
+        consumer.list_topics(timeout=10)
+    except Exception as exc:  # noqa: BLE001 - a warm-up only: the batch's own read says what is wrong
+        log.info("warm-up: the brokers did not answer (%s)", exc)
+    finally:
+        consumer.close()
+    yield time.monotonic() - started
 
 
 def write_task(

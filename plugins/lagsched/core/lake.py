@@ -74,9 +74,14 @@ TABLE_PROPERTIES: Mapping[str, str] = {
     "write.parquet.dict-size-bytes": str(64 * 1024),
     "write.parquet.stats-enabled.column.key": "false",
     "write.parquet.stats-enabled.column.value": "false",
-    # Several slots commit to one table at once; Iceberg retries a commit that lost the race.
+    # Several slots commit to one table at once; Iceberg retries a commit that lost the race, with
+    # backoff capped at 2 s (its default, 60 s, idles a slot for a minute after a few lost races) and
+    # for 30 s at most (default 30 minutes): well within a slot's lease (60 s), which the slot's
+    # keeper renews meanwhile anyway. A commit still failing then fails the batch, which is redone.
     "commit.retry.num-retries": "20",
     "commit.retry.min-wait-ms": "50",
+    "commit.retry.max-wait-ms": "2000",
+    "commit.retry.total-timeout-ms": "30000",
     # One metadata file per commit: keep the newest, delete older ones as commits go.
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": "50",

@@ -227,8 +227,21 @@ class Batches:
         #: Batches written but not yet committed to the table (the commit cadence, `core.cadence`),
         #: each file with its partition key.
         self.waiting: Uncommitted[Key, tuple[Key, WrittenFile]] = Uncommitted()
+        #: When the tasks' Python workers were last warmed (`warm_up`).
+        self.warmed_at = float("-inf")
         #: The next batch's tasks run from here while the driver commits the last ones.
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lagsched-read")
+
+    def warm_up(self) -> None:
+        """Warm the Spark tasks' Python workers (`RangeWriter.warm_up`) before a first batch; a
+        failure only costs the first batch its warmth."""
+        try:
+            seconds = self.writer.warm_up()
+        except Exception as exc:  # noqa: BLE001 - the first batch starts its workers itself then
+            log.warning("could not warm the Spark tasks' Python workers (%s); the first batch starts them", exc)
+            return
+        self.warmed_at = self.clock.monotonic()
+        self.stats.emit("warm", seconds=round(seconds, 3))
 
     def close(self) -> None:
         """Stop the reading thread (nothing is in flight between batches)."""

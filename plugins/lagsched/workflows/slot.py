@@ -65,6 +65,11 @@ __all__ = ["RunOutcome", "SlotRun", "StopReason", "run_slot"]
 log = logging.getLogger(__name__)
 
 
+#: A standby slot warms its tasks' Python workers again this often: Spark stops a worker idle for a
+#: minute (``PythonWorkerFactory``'s idle timeout).
+WARM_AGAIN_S = 45.0
+
+
 class StopReason(StrEnum):
     BUDGET = "budget"
     SIGNAL = "signal"
@@ -363,6 +368,8 @@ class SlotRun:
                     log.warning("could not announce the standby on %s: %s", self.registry.events_channel, exc)
             self._standing_by = True
             self.stats.emit("standby", needed=needed)
+        if self.clock.monotonic() - self.batches.warmed_at >= WARM_AGAIN_S:
+            self.batches.warm_up()  # Spark stops Python workers idle for a minute
         self._wait(self.s.poll_s)
 
     def _rack_targets(

@@ -15,6 +15,9 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("lagsched_dev.bench.lag", []),
     ("lagsched_dev.bench.consumer", []),
     ("lagsched_dev.bench.long_slot", []),
+    # Issue 40's commits at scale: a table with six hours of history, then several slots on one table.
+    ("lagsched_dev.bench.commit_scale", []),
+    ("lagsched_dev.bench.commit_slots", []),
     ("lagsched_dev.bench.sink", []),
     ("lagsched_dev.bench.slot_start", []),
     # Through Airflow (started with the stack if not running); the consume DAG must be paused.
