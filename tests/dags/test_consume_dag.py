@@ -53,7 +53,11 @@ def test_plan_runs_one_slot_per_worker_of_the_busiest_topic(env: Any, monkeypatc
         ["--slot", f"{cluster}-slot-{n}", "--cluster", cluster] for n in (1, 2, 3)
     ]
     assert all(p["kafka_conn_id"] == "lagsched_kafka" for p in plan)
-    assert plan[0]["application_args"][4:] == ["--slot-number", "1", "--max-slots", "4", "--budget-s", "60"]
+    assert plan[0]["application_args"][4:] == [
+        "--slot-number", "1", "--max-slots", "4", "--budget-s", "60",
+        # The cluster's default commit cadence.
+        "--commit-interval-s", "30", "--commit-max-records", "10000000", "--commit-max-bytes", "1073741824",
+    ]  # fmt: skip
     assert [ti.map_index for ti in consume_tasks(run)] == [0, 1, 2]
 
 

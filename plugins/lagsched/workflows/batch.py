@@ -446,7 +446,7 @@ class Batches:
         writing: Future[list[WrittenFile]] = self._reader.submit(self.writer.write, list(reads.values()), settings)
         commit: _CommitFigures | None = None
         voided: set[Key] = set()
-        if self.s.cadence.due(self.waiting, t0) is not None:
+        if self._commit_reason(t0) is not None:
             try:
                 commit = self._commit_waiting(batch.claims, topics, result, voided)
             except BaseException:
@@ -506,7 +506,7 @@ class Batches:
 
     def commit_if_due(self, claims: dict[Key, PartitionRow], topics: Mapping[str, TopicRow]) -> BatchResult:
         """Commit the waiting batches if the cadence says so now (`CommitCadence.due`)."""
-        if self.s.cadence.due(self.waiting, self.clock.monotonic()) is None:
+        if self._commit_reason(self.clock.monotonic()) is None:
             return BatchResult()
         return self.flush(claims, topics)
 
@@ -520,7 +520,17 @@ class Batches:
 
     def wait_s(self) -> float | None:
         """Seconds until the waiting batches are due by the interval; None when none waits."""
+        if self.waiting and self._commits == 0:
+            return 0.0
         return self.s.cadence.wait_s(self.waiting, self.clock.monotonic())
+
+    def _commit_reason(self, now: float) -> str | None:
+        """Why the waiting batches are to be committed now, or None. A run's first batch commits as
+        soon as it is written, as it is read at once: a slot that just started or joined (a scale-up)
+        shows in the table and in the lag within a batch, not an interval later."""
+        if self.waiting and self._commits == 0:
+            return "first"
+        return self.s.cadence.due(self.waiting, now)
 
     def forget(self, keys: Sequence[Key]) -> None:
         """Drop the waiting batches of ``keys`` (rows handed back or lost): nothing of them was
@@ -556,7 +566,7 @@ class Batches:
         """
         waiting = self.waiting
         t0 = self.clock.monotonic()
-        reason = self.s.cadence.due(waiting, t0) or "flush"
+        reason = self._commit_reason(t0) or "flush"
         waited = None if waiting.since is None else t0 - waiting.since
         batches, ranges = waiting.reads, dict(waiting.ranges)
         handed_to_table = False
