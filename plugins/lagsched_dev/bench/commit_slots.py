@@ -46,14 +46,13 @@ from typing import Any
 
 from lagsched.jobs import CONSUME_JOB
 from lagsched_dev.bench.consumer import (
-    PLUGINS,
     SINK_ROOT,
-    _connection_env,
     _register,
     _use_local_stack,
     create_topic,
     delete_topics,
     env_int,
+    job_env,
 )
 from lagsched_dev.bench.long_slot import PARTITIONS, Trimmer, _driver_pid, _tail, load_backlog
 from lagsched_dev.bench.sink import percentile
@@ -171,12 +170,7 @@ def run(slots: int, duration_s: float, records: int) -> dict[str, Any]:
             conn.commit()
         finally:
             conn.close()
-        env = {
-            **os.environ,
-            **_connection_env(database.database, env_int(os.environ, "LAGSCHED_BENCH_REDIS_DB", 14, minimum=0)),
-            "PYSPARK_PYTHON": sys.executable,
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")])),
-        }
+        env = job_env(database.database, env_int(os.environ, "LAGSCHED_BENCH_REDIS_DB", 14, minimum=0))
         trimmer = Trimmer(admin, database, topic, cluster, warehouse)
         trimmer.start()
         for i in range(1, slots + 1):

@@ -891,6 +891,17 @@ def run_perf(bootstrap: Mapping[str, Any], topic: str, records: int) -> dict[str
     }
 
 
+def job_env(database: str, redis_db: int) -> dict[str, str]:
+    """A benchmark job's environment: this one with the bench database and Redis DB as its
+    Connections (`_connection_env`), the venv's Python for Spark's workers and lagsched on the path."""
+    return {
+        **os.environ,
+        **_connection_env(database, redis_db),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")])),
+    }
+
+
 def _connection_env(database: str, redis_db: int) -> dict[str, str]:
     """The job's Connections: the bench database, the bench Redis DB, the rest as they are."""
     conns: dict[str, dict[str, Any]] = {}
@@ -962,12 +973,7 @@ def run_spark(topic: str, expected: Mapping[int, int], knobs: Knobs, broker_pid:
         # Experiments: JVM options of the job's driver (in local mode the executors' JVM too).
         java += shlex.split(os.environ.get("LAGSCHED_BENCH_JAVA_OPTS", ""))
         job = CONSUME_JOB
-        env = {
-            **os.environ,
-            **_connection_env(database.database, env_int(os.environ, "LAGSCHED_BENCH_REDIS_DB", 14, minimum=0)),
-            "PYSPARK_PYTHON": sys.executable,
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")])),
-        }
+        env = job_env(database.database, env_int(os.environ, "LAGSCHED_BENCH_REDIS_DB", 14, minimum=0))
         started_unix = time.time()
         with log_path.open("w") as log_file:
             proc = subprocess.Popen(  # noqa: S603 - our own spark-submit argv

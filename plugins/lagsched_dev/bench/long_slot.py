@@ -55,16 +55,15 @@ from typing import Any
 
 from lagsched.jobs import CONSUME_JOB
 from lagsched_dev.bench.consumer import (
-    PLUGINS,
     SINK_ROOT,
     CpuSampler,
     _broker_pid,
-    _connection_env,
     _register,
     _use_local_stack,
     create_topic,
     delete_topics,
     env_int,
+    job_env,
     parse_stats,
     window_cpu,
 )
@@ -266,12 +265,7 @@ def run(duration_s: float, records: int) -> dict[str, Any]:
     try:
         load_s = load_backlog(str(kafka["bootstrap.servers"]), topic, records, work)
         _register(database, topic, cluster)
-        env = {
-            **os.environ,
-            **_connection_env(database.database, env_int(os.environ, "LAGSCHED_BENCH_REDIS_DB", 14, minimum=0)),
-            "PYSPARK_PYTHON": sys.executable,
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")])),
-        }
+        env = job_env(database.database, env_int(os.environ, "LAGSCHED_BENCH_REDIS_DB", 14, minimum=0))
         args = [
             "--slot", f"bench-long-{run_id}", "--cluster", cluster, "--budget-s", str(duration_s + 600),
             "--warehouse", warehouse.as_uri(), "--stats-file", str(stats_path),

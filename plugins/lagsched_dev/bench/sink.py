@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from lagsched.jobs import CONSUME_JOB, TABLE_CARE_JOB
-from lagsched_dev.bench.consumer import PLUGINS, SINK_ROOT, _connection_env, _register, env_int, parse_stats
+from lagsched_dev.bench.consumer import SINK_ROOT, _register, env_int, job_env, parse_stats
 
 DEFAULT_OUT = "bench/results/sink.json"
 DEFAULT_S = 600
@@ -196,12 +196,7 @@ def maintain(cluster: str, lake: Any, database: Any, now: datetime) -> dict[str,
     from lagsched.adapters.spark import submit_command
     from lagsched.core.lake import job_args
 
-    env = {
-        **os.environ,
-        **_connection_env(database.database, 0),
-        "PYSPARK_PYTHON": sys.executable,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")])),
-    }
+    env = job_env(database.database, 0)
     settings = json.dumps({"closed_after_minutes": 0, "target_file_mb": TARGET_FILE_BYTES // 2**20})
     sink = {k: v for k, v in lake.as_dict().items() if v}
     argv = ["--cluster", cluster, "--now", now.isoformat(), "--settings", settings, *job_args(sink)]
@@ -264,12 +259,7 @@ def measure(warehouse: str, s3_endpoint: str | None, duration_s: int, peak: floa
         for lt in loads:
             create_topic(admin, lt.topic, lt.partitions)
             _register(database, lt.topic, cluster)
-        env = {
-            **os.environ,
-            **_connection_env(database.database, env_int(os.environ, "LAGSCHED_BENCH_SINK_REDIS_DB", 12, minimum=0)),
-            "PYSPARK_PYTHON": sys.executable,
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")])),
-        }
+        env = job_env(database.database, env_int(os.environ, "LAGSCHED_BENCH_SINK_REDIS_DB", 12, minimum=0))
         for i in range(SLOTS):
             args = [
                 "--slot", f"bench-sink-{run_id}-{i}", "--cluster", cluster, "--budget-s", str(duration_s + 1800),
