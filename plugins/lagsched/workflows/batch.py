@@ -452,14 +452,14 @@ class Batches:
             except BaseException:
                 self._void(writing)  # planned after the batches this commit failed to land
                 raise
+        if commit is not None and commit.refused:
+            self._void(writing)  # read on from ranges the table refused; how its write ended is moot
+            return result
         try:
             files = writing.result()
         except RecordsDeletedError as exc:
             log.warning("%s: records were deleted by retention since this batch was planned; planning it again", exc)
             self.stats.emit("deleted", partitions=len(reads))
-            return result
-        if commit is not None and commit.refused:
-            self.sink.delete(f.location for f in files)  # read on from ranges the table refused
             return result
         ids = topics_by_name(topics)
         keyed = [((ids[f.topic], f.partition), f) for f in files]

@@ -315,8 +315,12 @@ def _progress(message: str) -> None:
 
 def build(
     slots: Slots, catalog: Catalog, spark: Any, run: Run, *, total: int, max_build_s: float | None
-) -> tuple[float, bool]:
-    """Commit until the table holds ``total`` snapshots (or ``max_build_s`` ran out); (seconds, finished)."""
+) -> tuple[float, bool, str | None]:
+    """Commit until the table holds ``total`` snapshots (or ``max_build_s`` ran out); (seconds, finished, why not).
+
+    A failed commit or catalog read (the shared stack's MariaDB restarted, say) ends the build with the
+    figures reached, as `--max-build-s` does; it fails only before the first commit.
+    """
     started = time.monotonic()
     gc_start = gc_seconds(spark)
     window_gc = gc_start
@@ -335,21 +339,35 @@ def build(
                 f"mark_s p50 {w['mark_s']['p50']:.3f}, GC {w['driver_gc_s']:.1f} s, {w['elapsed_s']:.0f} s in"
             )
 
-    while slots.next < total:
-        if max_build_s is not None and time.monotonic() - started > max_build_s:
-            slots.drain(done, catalog.metadata_bytes)
-            _progress(f"--max-build-s {max_build_s:.0f} reached at {len(run.commits):,} snapshots")
-            return time.monotonic() - started, False
-        slots.step(min(50, total - slots.next), done, catalog.metadata_bytes)
-    slots.drain(done, catalog.metadata_bytes)
-    return time.monotonic() - started, True
+    try:
+        while slots.next < total:
+            if max_build_s is not None and time.monotonic() - started > max_build_s:
+                slots.drain(done, catalog.metadata_bytes)
+                _progress(f"--max-build-s {max_build_s:.0f} reached at {len(run.commits):,} snapshots")
+                return time.monotonic() - started, False, f"--max-build-s {max_build_s:.0f}"
+            slots.step(min(50, total - slots.next), done, catalog.metadata_bytes)
+        slots.drain(done, catalog.metadata_bytes)
+    except Exception as exc:
+        if len(run.commits) < 2:
+            raise
+        _progress(f"the build stopped at {len(run.commits):,} snapshots: {exc!r:.300}")
+        return time.monotonic() - started, False, f"{type(exc).__name__}: {str(exc)[:300]}"
+    return time.monotonic() - started, True, None
 
 
 # --------------------------------------------------------------------------- the figures
 
 
 def history_figures(
-    run: Run, *, slots: int, per_commit: int, in_flight: int, build_s: float, finished: bool, target: int
+    run: Run,
+    *,
+    slots: int,
+    per_commit: int,
+    in_flight: int,
+    build_s: float,
+    finished: bool,
+    target: int,
+    stopped_by: str | None = None,
 ) -> dict[str, Any]:
     """The ``history`` section: the last and first ``WINDOW`` commits, growth per MB, target met."""
     commits = run.commits
@@ -386,6 +404,8 @@ def history_figures(
         "target_commit_s_p99": TARGET_COMMIT_S_P99,
         "met": last_s["p99"] <= TARGET_COMMIT_S_P99,
     }
+    if stopped_by is not None:
+        out["stopped_by"] = stopped_by
     if not finished or len(commits) < target:
         bytes_per_snapshot = slope([c.n + 1 for c in commits], [c.metadata_bytes for c in commits])
         projected_bytes = commits[-1].metadata_bytes + bytes_per_snapshot * (target - len(commits))
@@ -441,7 +461,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     from lagsched.adapters.sink import catalog_conf, ensure_catalog_tables, jdbc_url
     from lagsched.connections import mysql_params
     from lagsched.core.lake import LakeTable
-    from lagsched_dev.bench.claims import create_database, drop_database
+    from lagsched_dev.bench.claims import create_database
 
     run_id = uuid.uuid4().hex[:6]
     root = SINK_ROOT / f"lagsched-bench-commits-{run_id}"
@@ -476,10 +496,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         )
         catalog = Catalog(database, lake)
         _progress(f"table {lake.identifier} in {root}, database {database.database}; building {args.snapshots:,}")
-        build_s, finished = build(slots, catalog, spark, run, total=args.snapshots, max_build_s=args.max_build_s)
+        build_s, finished, stopped_by = build(
+            slots, catalog, spark, run, total=args.snapshots, max_build_s=args.max_build_s
+        )
         history = history_figures(
             run, slots=args.slots, per_commit=args.partitions_per_commit, in_flight=args.in_flight,
-            build_s=build_s, finished=finished, target=args.snapshots,
+            build_s=build_s, finished=finished, target=args.snapshots, stopped_by=stopped_by,
         )  # fmt: skip
         _progress(
             f"history: {history['snapshots']:,} snapshots, metadata {history['metadata_bytes'] / 1e6:.1f} MB, "
@@ -487,7 +509,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             f"built in {build_s:.0f} s"
         )
         gzip: dict[str, Any] = {"skipped": "--gzip-commits 0"}
-        if args.gzip_commits > 0:
+        if stopped_by is not None and not stopped_by.startswith("--max-build-s"):
+            gzip = {"skipped": f"the build failed: {stopped_by}"}
+        elif args.gzip_commits > 0:
             try:
                 gzip = gzip_variant(spark, lake, slots, catalog, run, commits=args.gzip_commits)
             except Exception as exc:  # noqa: BLE001 - the history's figures stand without it
@@ -499,12 +523,24 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         if args.keep:
             print(f"   kept {lake.identifier} in {root} (database {database.database})", flush=True)
         else:
-            try:
-                spark.sql(f"DROP TABLE IF EXISTS {lake.identifier}")
-            finally:
-                spark.stop()
-                shutil.rmtree(root, ignore_errors=True)
-                drop_database(database)
+            _clean_up(spark, lake, root, database)
+
+
+def _clean_up(spark: Any, lake: Any, root: Path, database: Any) -> None:
+    """Drop the table, delete its folder and the scratch database; each step tried, a failure only said."""
+    from lagsched_dev.bench.claims import drop_database
+
+    steps: list[tuple[str, Callable[[], Any]]] = [
+        ("drop the table", lambda: spark.sql(f"DROP TABLE IF EXISTS {lake.identifier}")),
+        ("stop Spark", spark.stop),
+        ("delete the warehouse folder", lambda: shutil.rmtree(root)),
+        ("drop the database", lambda: drop_database(database)),
+    ]
+    for what, step in steps:
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001 - clean-up is best effort; the figures stand
+            print(f"   could not {what} ({exc!r:.200}); remove {root} / {database.database} by hand", flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
