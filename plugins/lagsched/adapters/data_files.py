@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 __all__ = [
     "COLUMNS",
     "CREATED_SCHEMA",
+    "HEADERS_TYPE",
     "HOUR_US",
     "DataFolder",
     "FileSettings",
@@ -83,7 +84,7 @@ def arrow_schema(iceberg_schema_json: str) -> pa.Schema:
             ("timestamp", pa.timestamp("us", tz="UTC")),
             ("key", pa.binary()),
             ("value", pa.binary()),
-            ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+            ("headers", HEADERS_TYPE),
         ]
     )
     if arrow.names != expected.names or any(
@@ -99,6 +100,8 @@ def arrow_schema(iceberg_schema_json: str) -> pa.Schema:
 #: The topic column as the tasks build it: one value per file, so a dictionary of one entry (Parquet
 #: stores it as a plain string column, dictionary-encoded).
 TOPIC_TYPE = pa.dictionary(pa.int32(), pa.string())
+#: Kafka headers as the table's ``headers`` column holds them, in order.
+HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
 _PRIMITIVES: Mapping[str, pa.DataType] = {
     "string": pa.string(),

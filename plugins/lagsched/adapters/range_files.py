@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from lagsched.adapters.data_files import HOUR_US, DataFolder, FileSettings, PartitionFiles, WrittenFile
+from lagsched.adapters.data_files import HEADERS_TYPE, HOUR_US, DataFolder, FileSettings, PartitionFiles, WrittenFile
 from lagsched.core.errors import KafkaOffsetsError, LagschedError
 from lagsched.core.offsets import OffsetRange, spread
 
@@ -263,7 +263,7 @@ def warm_task(_numbers: Iterable[int], kafka_config: Mapping[str, Any]) -> Itera
 
     import lagsched.adapters.data_files  # noqa: F401
 
-    headers_array([[("k", b"v")], None], pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))
+    headers_array([[("k", b"v")], None], HEADERS_TYPE)
     consumer = Consumer({**kafka_config, "logger": _client_log()})
     try:
         consumer.list_topics(timeout=10)

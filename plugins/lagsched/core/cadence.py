@@ -149,7 +149,9 @@ class Uncommitted(Generic[K, F]):
     def drop(self, keys: Collection[K], key_of: Callable[[F], K]) -> list[F]:
         """Remove ``keys``' ranges and files (``key_of`` names a file's key); the files removed, to
         delete: their records were never recorded nor committed, so whoever holds the rows next
-        reads them again from the committed offsets."""
+        reads them again from the committed offsets. ``records`` and ``size_bytes`` keep counting
+        the dropped files until the wait empties (the files' own sizes are not known here): a
+        volume bound may then come due a little early, never late."""
         gone = [f for f in self.files if key_of(f) in keys]
         self.files = [f for f in self.files if key_of(f) not in keys]
         for key in keys:

@@ -461,22 +461,22 @@ class Batches:
             log.warning("%s: records were deleted by retention since this batch was planned; planning it again", exc)
             self.stats.emit("deleted", partitions=len(reads))
             return result
-        ids = topics_by_name(topics)
-        keyed = [((ids[f.topic], f.partition), f) for f in files]
+        key_of = {(r.topic, r.partition): k for k, r in reads.items()}
+        keyed = [(key_of[(f.topic, f.partition)], f) for f in files]
         kept = [(k, f) for k, f in keyed if k not in voided]
         if voided:
             self.sink.delete(f.location for k, f in keyed if k in voided)  # rows lost by the commit
+        records = sum(f.records for _k, f in kept)
         self.waiting.add(
             {k: (r.start, r.end) for k, r in reads.items() if k not in voided},
             files=kept,
-            records=sum(f.records for _k, f in kept),
+            records=records,
             size_bytes=sum(f.size_bytes for _k, f in kept),
             now=t0,
         )
         written = self.clock.monotonic()
         offsets = sum(r.end - r.start for k, r in reads.items() if k not in voided)
         self.rate_ready_at = next_batch_at(t0, offsets, max_rate=self.s.max_rate)
-        records = sum(f.records for _k, f in kept)
         result.landed, result.records = True, records
         self._count += 1
         log.info(
@@ -519,10 +519,11 @@ class Batches:
         return result
 
     def wait_s(self) -> float | None:
-        """Seconds until the waiting batches are due by the interval; None when none waits."""
-        if self.waiting and self._commits == 0:
+        """Seconds until the waiting batches are due (0 when they are now); None when none waits."""
+        now = self.clock.monotonic()
+        if self._commit_reason(now) is not None:
             return 0.0
-        return self.s.cadence.wait_s(self.waiting, self.clock.monotonic())
+        return self.s.cadence.wait_s(self.waiting, now)
 
     def _commit_reason(self, now: float) -> str | None:
         """Why the waiting batches are to be committed now, or None. A run's first batch commits as
@@ -692,8 +693,3 @@ class _CommitFigures:
 
 def _key_of(item: tuple[Key, WrittenFile]) -> Key:
     return item[0]
-
-
-def topics_by_name(topics: Mapping[str, TopicRow]) -> dict[str, str]:
-    """Topic name -> topic id of the registry rows ``topics`` (keyed by id)."""
-    return {t.name: topic_id for topic_id, t in topics.items()}
