@@ -13,14 +13,15 @@ each 5-minute window of its life from its first batch on (start-up apart): recor
 share of the job's CPU, the job's cores and CPU per record, batches and their mean wall and
 table-commit times.
 
-**The backlog.** At the slot's ~0.5 million records a second, 20 minutes are ~600 million records:
-~70 GB in Kafka with the consumer benchmark's incompressible records, more than this machine's
-disk. So this benchmark's records compress: ``LAGSCHED_BENCH_LONG_RECORDS`` (default 720 million)
-JSON-like values of ~75 bytes (a user, an event, a page, a number: 20,000 distinct lines), no key,
-no header, loaded by Kafka's own producer performance tool (Java, lz4 batches, ~1 million a
-second here) into 12 partitions: ~31 bytes a record on disk. The tasks decompress them (lz4) and
-write them with snappy (~33 bytes a record); a record costs a task about what a consumer benchmark
-record does (2.4-3.2 us against 2.5-3.4 us in one process, measured here). A first try kept an
+**The backlog.** At the slot's ~0.6 million records a second, an hour is ~2.1 billion records:
+~240 GB in Kafka with the consumer benchmark's incompressible records, more than this machine's
+disk. So this benchmark's records compress: ``LAGSCHED_BENCH_LONG_RECORDS`` (default 720 million;
+~2.35 billion for an hour) JSON-like values of ~75 bytes (a user, an event, a page, a number:
+20,000 distinct lines), no key, no header, loaded by Kafka's own producer performance tool (Java,
+zstd batches, ~0.9 million a second here) into 12 partitions: ~17.6 bytes a record on disk (lz4
+took 32.5, too much for an hour's backlog on this disk). The tasks decompress them and write them
+with snappy (~33 bytes a record); a record costs a task about what a consumer benchmark record
+does (2.4-3.2 us against 2.5-3.4 us in one process, measured here with lz4). A first try kept an
 incompressible backlog up with a Python producer beside the slot instead: on two cores the
 producer got too little CPU to keep up and the slot caught up within 4 minutes.
 
@@ -74,6 +75,8 @@ WINDOW_S = 300
 TRIM_EVERY_S = 20
 #: Data files older than this are deleted from the warehouse (the slot never reads them back).
 KEEP_FILES_S = 120
+#: The backlog's compression (Kafka's producer batches) and what a record takes on disk with it, measured.
+CODEC, BYTES_PER_RECORD = "zstd", 17.6
 
 
 def windows_of(
@@ -81,10 +84,17 @@ def windows_of(
     samples: Sequence[tuple[float, Mapping[str, float]]],
     start: float,
     window_s: float = WINDOW_S,
+    *,
+    commits: Sequence[Mapping[str, Any]] = (),
+    metadata: Sequence[tuple[float, int, int]] = (),
 ) -> list[dict[str, Any]]:
     """The slot's life in windows of `window_s` from `start` (unix seconds): per window its batches
     (by the time each ended), records/s, and the job's CPU from the sampler (`window_cpu`): its
     cores, CPU per record, and the GC's share of them. Only whole windows.
+
+    With `commits` (the stats file's commit events: the cadence commits several batches at once)
+    the table-commit times are theirs, not the batches'; `metadata` samples (unix seconds, bytes of
+    the newest ``metadata.json``, snapshots in it) give each window's last size.
 
     >>> batches = [{"records": 1000, "t_end": 5.0, "wall_s": 1.0, "table_commit_s": 0.1},
     ...            {"records": 3000, "t_end": 15.0, "wall_s": 2.0, "table_commit_s": 0.3}]
@@ -100,6 +110,9 @@ def windows_of(
     t = start
     while t + window_s <= samples[-1][0] + 1e-9:
         inside = [b for b in batches if t < float(b["t_end"]) <= t + window_s]
+        landed = [c for c in commits if t < float(c["t_end"]) <= t + window_s] if commits else inside
+        commit_times = [float(c.get("table_commit_s", 0)) for c in landed]
+        sizes = [(size, snaps) for at, size, snaps in metadata if at <= t + window_s]
         records = sum(int(b["records"]) for b in inside)
         cpu = window_cpu(samples, t, t + window_s)
         cores = cpu.get("cores", {})
@@ -116,9 +129,11 @@ def windows_of(
                 "job_cpu_us_per_record": round(job / rate * 1e6, 2) if rate else 0.0,
                 "batches": len(inside),
                 "batch_wall_s_mean": round(sum(float(b["wall_s"]) for b in inside) / len(inside), 3) if inside else 0,
-                "table_commit_s_mean": (
-                    round(sum(float(b.get("table_commit_s", 0)) for b in inside) / len(inside), 3) if inside else 0
-                ),
+                "commits": len(landed),
+                "table_commit_s_mean": round(sum(commit_times) / len(commit_times), 3) if commit_times else 0,
+                "table_commit_s_max": round(max(commit_times), 3) if commit_times else 0,
+                "metadata_bytes": sizes[-1][0] if sizes else None,
+                "snapshots": sizes[-1][1] if sizes else None,
                 "cores": cores,
             }
         )
@@ -159,7 +174,7 @@ def load_backlog(bootstrap: str, topic: str, records: int, work: Path) -> float:
             "--topic", topic, "--num-records", str(records), "--throughput", "-1",
             "--payload-file", str(payloads),
             "--producer-props", f"bootstrap.servers={bootstrap}", "acks=1", "linger.ms=50",
-            "batch.size=1048576", "compression.type=lz4", "buffer.memory=268435456",
+            "batch.size=1048576", f"compression.type={CODEC}", "buffer.memory=268435456",
         ],
     )  # fmt: skip
     started = time.monotonic()
@@ -209,6 +224,7 @@ class Trimmer(threading.Thread):
         self.admin, self.database, self.topic, self.cluster, self.warehouse = admin, database, topic, cluster, warehouse
         self.stop_event = threading.Event()
         self.backlog: list[tuple[float, int]] = []
+        self.metadata: list[tuple[float, int, int]] = []
         self.files_deleted = 0
         self.error: BaseException | None = None
 
@@ -230,6 +246,7 @@ class Trimmer(threading.Thread):
         if done:
             for future in self.admin.delete_records(done).values():
                 future.result(60)
+        self.sample_metadata()
         cutoff = time.time() - KEEP_FILES_S
         for path in self.warehouse.rglob("*.parquet"):
             try:
@@ -238,6 +255,23 @@ class Trimmer(threading.Thread):
                     self.files_deleted += 1
             except FileNotFoundError:
                 continue
+
+    def sample_metadata(self) -> None:
+        """The newest ``metadata.json``'s size and snapshots (the file every commit reads and rewrites)."""
+        files = sorted(self.warehouse.rglob("*.metadata.json"), key=lambda f: f.stat().st_mtime)
+        if files:
+            newest = files[-1]
+            snapshots = len(json.loads(newest.read_text()).get("snapshots", []))
+            self.metadata.append((time.time(), newest.stat().st_size, snapshots))
+
+
+def commit_events(lines: Sequence[str]) -> list[dict[str, Any]]:
+    """The stats file's commit events (one per table commit of the cadence).
+
+    >>> commit_events(['{"event": "batch", "n": 1}', '', '{"event": "commit", "n": 1, "table_commit_s": 0.2}'])
+    [{'event': 'commit', 'n': 1, 'table_commit_s': 0.2}]
+    """
+    return [e for e in (json.loads(line) for line in lines if line.strip()) if e.get("event") == "commit"]
 
 
 def run(duration_s: float, records: int) -> dict[str, Any]:
@@ -252,7 +286,7 @@ def run(duration_s: float, records: int) -> dict[str, Any]:
     warehouse = work / "warehouse"
     stats_path, log_path = work / "stats.jsonl", work / "job.log"
     work.mkdir(parents=True)
-    need = records * 40
+    need = records * BYTES_PER_RECORD * 1.3  # Kafka's indexes and the segment being written
     free = shutil.disk_usage(work).free
     if free < need:
         raise RuntimeError(f"{records:,} records need ~{need / 1e9:.0f} GB free at {work}; {free / 1e9:.0f} GB are")
@@ -292,8 +326,10 @@ def run(duration_s: float, records: int) -> dict[str, Any]:
                 code = proc.wait(timeout=300)
         if code != 0:
             raise RuntimeError(f"the slot exited {code}:\n{_tail(log_path)}")
-        stats = parse_stats(stats_path.read_text().splitlines())
-        windows = windows_of(stats.batches, sampler.samples, first)
+        lines = stats_path.read_text().splitlines()
+        stats = parse_stats(lines)
+        commits = commit_events(lines)
+        windows = windows_of(stats.batches, sampler.samples, first, commits=commits, metadata=trimmer.metadata)
         return _figures(windows, stats, trimmer, first=first, records=records, load_s=load_s, duration_s=duration_s)
     finally:
         if proc is not None and proc.poll() is None:
@@ -349,6 +385,11 @@ def _figures(
             if len(windows) >= 2 and windows[1]["records_per_s"]
             else None
         ),
+        "table_commit_last_vs_second": (
+            round(windows[-1]["table_commit_s_mean"] / windows[1]["table_commit_s_mean"], 3)
+            if len(windows) >= 2 and windows[1]["table_commit_s_mean"]
+            else None
+        ),
         "gc_share_last": windows[-1]["gc_share"] if windows else None,
         "batches": len(stats.batches),
         "records": stats.records,
@@ -361,9 +402,9 @@ def _figures(
         "window_s": WINDOW_S,
         "method": (
             "one production slot (spark-submit local[2], the job's defaults) over a preloaded backlog of compressible "
-            "records (Kafka's producer performance tool, lz4); committed records deleted from Kafka and data files "
-            "older than 2 minutes from the warehouse every 20 s; windows of 5 minutes from the first batch's end; "
-            "records/s from the job's batch stats, CPU per thread group from /proc"
+            f"records (Kafka's producer performance tool, {CODEC}); committed records deleted from Kafka and data "
+            "files older than 2 minutes from the warehouse every 20 s; windows of 5 minutes from the first batch's "
+            "end; records/s from the job's batch stats, CPU per thread group from /proc"
         ),
     }
 
@@ -407,7 +448,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(json.dumps({k: v for k, v in figures.items() if k != "windows"}, indent=2))
     for w in figures["windows"]:
         span = f"{w['from_s']:>6.0f}-{w['to_s']:<6.0f} s"
-        print(f"   window {span}: {w['records_per_s']:>10,.0f} records/s, GC {w['gc_share']:.3f}")
+        print(
+            f"   window {span}: {w['records_per_s']:>10,.0f} records/s, GC {w['gc_share']:.3f}, "
+            f"{w['commits']} commits of {w['table_commit_s_mean']:.2f} s, metadata {w['metadata_bytes']} bytes"
+        )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(figures, indent=2) + "\n")
     return 0
