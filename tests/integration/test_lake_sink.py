@@ -80,9 +80,7 @@ def topic(new_topic: Callable[..., str], kafka_config: dict[str, Any]) -> str:
     return name
 
 
-def test_a_batch_is_one_snapshot_that_records_its_ranges(
-    lake_sink: Landing, empty_mysql_db: Any, topic: str
-) -> None:
+def test_a_batch_is_one_snapshot_that_records_its_ranges(lake_sink: Landing, empty_mysql_db: Any, topic: str) -> None:
     wrote = lake_sink.write([BatchRead(topic, 0, (0, 120), 0), BatchRead(topic, 1, (0, 80), 0)], lake_sink.mark())
     assert (wrote.records, wrote.already_there) == (200, 0)
     assert offsets(lake_sink, empty_mysql_db) == sorted(

@@ -54,7 +54,10 @@ def test_merge_clusters_restricts_the_demo_cluster_and_keeps_the_others() -> Non
     merged = json.loads(merge_clusters(json.dumps({"eu": {"kafka_conn_id": "kafka_eu"}, "lagsched_kafka": {}})))
     assert merged["eu"] == {"kafka_conn_id": "kafka_eu"}
     assert merged["lagsched_kafka"] == {
-        "topic_pattern": r"demo\..*", "max_slots": 3, "slot_max_rate": 500, "commit_interval_s": 5.0
+        "topic_pattern": r"demo\..*",
+        "max_slots": 3,
+        "slot_max_rate": 500,
+        "commit_interval_s": 5.0,
     }
     assert set(json.loads(merge_clusters(None))) == {"lagsched_kafka"}
 

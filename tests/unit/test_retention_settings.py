@@ -27,6 +27,7 @@ def test_fields_are_read_and_kept() -> None:
 
 def test_cutoffs_are_per_table() -> None:
     s = RetentionSettings(decisions_days=1, gaps_days=2, overrides_days=3)
+
     def at(t: float) -> datetime:
         return datetime.fromtimestamp(t, tz=UTC)
 

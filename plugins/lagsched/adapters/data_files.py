@@ -87,9 +87,7 @@ def arrow_schema(iceberg_schema_json: str) -> pa.Schema:
             ("headers", HEADERS_TYPE),
         ]
     )
-    if arrow.names != expected.names or any(
-        not a.type.equals(b.type) for a, b in zip(arrow, expected, strict=True)
-    ):
+    if arrow.names != expected.names or any(not a.type.equals(b.type) for a, b in zip(arrow, expected, strict=True)):
         raise ValueError(
             f"the table's schema is not lagsched's ({', '.join(COLUMNS)}): {arrow}; "
             "point the cluster's sink at a table lagsched created"

@@ -546,5 +546,3 @@ def _take(p: _Progress, run: list[Any], writer: PartitionFiles) -> bool:
         p.next = p.range.end
     p.done = p.next >= p.range.end
     return p.done
-
-

@@ -114,7 +114,6 @@ _CONN_ID = re2.compile(r"[A-Za-z0-9_.-]{1,250}")
 _NOT_A_FIELD = "name"  # the cluster's key in the Variable, never a field of its body
 
 
-
 class ClusterConfig(VariableModel):
     """One configured Kafka cluster: the model of one entry of the Variable (its key is ``name``).
 
