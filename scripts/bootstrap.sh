@@ -71,10 +71,11 @@ SHIM
   chmod +x "$VENV/bin/lagsched-dev"
 fi
 
-# 3. Jars: the Kafka broker with Kafka's own CLI tools (one classpath) and the lake's for Spark
-# (Iceberg, its JDBC catalog's driver, S3A). Each set is fetched into a temporary folder and swapped in
-# whole, stamped with the hash of its pom and options, so a changed pom refetches only its own set
-# and an interrupted fetch never leaves a half-filled folder that looks done.
+# 3. Jars: the Kafka broker with Kafka's own CLI tools (one classpath), the lake's for Spark
+# (Iceberg, its JDBC catalog's driver, S3A), S3Proxy's and the schema registry's (Apicurio). Each set
+# is fetched into a temporary folder and swapped in whole, stamped with the hash of its pom and
+# options, so a changed pom refetches only its own set and an interrupted fetch never leaves a
+# half-filled folder that looks done.
 # What Maven has downloaded so far per its log: "<files> files, <MB> MB".
 downloaded() {
   grep 'Downloaded from' "$1" 2>/dev/null \
@@ -100,8 +101,10 @@ show_downloads() {
   printf '%s: %s in %d s\n' "$label" "$(downloaded "$log")" $((SECONDS - start))
 }
 
-fetch_jars() {  # fetch_jars <folder name> <pom> [extra dependency:copy-dependencies options]
-  local name=$1 pom=$2; shift 2
+# fetch_jars <folder name> <pom> [extra Maven options]: the pom's runtime dependencies, or with
+# GOAL=dependency:copy the artifacts its plugin configuration lists (no dependency resolution).
+fetch_jars() {
+  local name=$1 pom=$2 goal=${GOAL:-dependency:copy-dependencies}; shift 2
   local want; want=$({ cat "$pom"; echo "$*"; } | sha256sum | cut -c1-16)
   [ "$(cat "$JARS/$name/.stamp" 2>/dev/null)" = "$want" ] && return 0
   say "fetching the $name jars into $JARS/$name"
@@ -109,7 +112,7 @@ fetch_jars() {  # fetch_jars <folder name> <pom> [extra dependency:copy-dependen
   mkdir -p "$JARS"
   local log="$JARS/$name.fetch.log"
   # Maven's own output goes to a log; the terminal gets a live count of what was downloaded.
-  mvn -B -f "$pom" dependency:copy-dependencies \
+  mvn -B -f "$pom" "$goal" \
     -DoutputDirectory="$JARS/$name.tmp" -DincludeScope=runtime "$@" >"$log" 2>&1 &
   local pid=$!
   show_downloads "$pid" "$log" "  $name jars"
@@ -119,6 +122,12 @@ fetch_jars() {  # fetch_jars <folder name> <pom> [extra dependency:copy-dependen
     return 1
   fi
   rm -f "$log"
+  # An application shipped as one archive (the schema registry's) is unpacked in place.
+  local archive
+  for archive in "$JARS/$name.tmp"/*.tar.gz; do
+    [ -e "$archive" ] || continue
+    tar -xzf "$archive" -C "$JARS/$name.tmp" && rm -f "$archive"
+  done
   echo "$want" > "$JARS/$name.tmp/.stamp"
   # A running broker keeps its open jars (same names, same versions) across the swap.
   rm -rf "$JARS/$name" && mv "$JARS/$name.tmp" "$JARS/$name"
@@ -129,5 +138,6 @@ rm -rf "$JARS/spark"
 fetch_jars spark-lake deps/spark-lake/pom.xml \
   -DincludeGroupIds=org.apache.iceberg,org.mariadb.jdbc,org.apache.hadoop,software.amazon.awssdk,software.amazon.eventstream,org.reactivestreams
 fetch_jars s3proxy deps/s3proxy/pom.xml
+GOAL=dependency:copy fetch_jars schema-registry deps/schema-registry/pom.xml
 rm -f "$JARS/.stamp"  # the single stamp of the jar sets before they had one each
 say "dependencies ready"

@@ -19,6 +19,10 @@ lagsched_mysql    ``mysql`` (our hook,            host, port (3306), login, pass
 lagsched_redis    ``redis`` (redis provider) or   host (127.0.0.1), port (6379), password,
                   ``lagsched_redis`` (our hook,   extra ``db`` (0)
                   with a Test button)
+lagsched_schema_  ``lagsched_schema_registry``    host (a name, or a URL with ``https://``), port,
+registry          (our hook, with a Test button)  schema (the API's path: ``apis/ccompat/v7`` for
+                                                  Apicurio, empty for Confluent's), login and
+                                                  password (basic auth), extra ``ssl``
 ================  ==============================  ===============================================
 
 Errors, each naming the Connection:
@@ -30,7 +34,7 @@ Errors, each naming the Connection:
   the API server, a secrets backend); retryable, and the message says what failed. Airflow itself
   reports such an outage as "isn't defined"; here it never reads as a missing Connection.
 
-`where_mysql`, `where_redis` and `where_kafka` describe where a Connection points, without its
+`where_mysql`, `where_redis`, `where_kafka` and `where_schema_registry` describe where a Connection points, without its
 secrets, for the error messages of the clients built from it.
 """
 
@@ -48,31 +52,37 @@ __all__ = [
     "KAFKA_CONN_ID",
     "MYSQL_CONN_ID",
     "REDIS_CONN_ID",
+    "SCHEMA_REGISTRY_CONN_ID",
     "ConnectionInfo",
     "ConnectionInvalid",
     "ConnectionLookupFailed",
     "ConnectionNotFound",
     "MySQLParams",
     "RedisParams",
+    "SchemaRegistryParams",
     "child_environment",
     "get_connection",
     "kafka_config",
     "mysql_params",
     "redis_params",
+    "schema_registry_params",
     "where_kafka",
     "where_mysql",
     "where_redis",
+    "where_schema_registry",
 ]
 
 KAFKA_CONN_ID = "lagsched_kafka"
 MYSQL_CONN_ID = "lagsched_mysql"
 REDIS_CONN_ID = "lagsched_redis"
+SCHEMA_REGISTRY_CONN_ID = "lagsched_schema_registry"
 
 #: Connection types each service accepts; an empty type (a JSON form without ``conn_type``) is
 #: accepted too, as Airflow does.
 KAFKA_CONN_TYPES = ("kafka",)
 MYSQL_CONN_TYPES = ("mysql",)
 REDIS_CONN_TYPES = ("redis", "lagsched_redis")
+SCHEMA_REGISTRY_CONN_TYPES = ("lagsched_schema_registry",)
 
 #: Kafka client settings that say where and as whom a client connects; anything else in the extra
 #: (and every ``*.password``, ``*.key``, ``*.secret``, ``sasl.oauthbearer.*`` setting) stays out of
@@ -163,6 +173,39 @@ class RedisParams:
     def tls_kwargs(self) -> dict[str, Any]:
         """The keyword arguments ``redis.Redis`` takes for TLS (none when ``ssl`` is off)."""
         return dict(self.tls) if self.uses_tls else {}
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaRegistryParams:
+    """Where and as whom to reach a Confluent-compatible schema registry; `conn_id` is the
+    Connection they came from.
+
+    Attributes:
+        url: the API's base URL (``http(s)://host[:port][/path]``, no trailing slash): what a
+            Confluent client's ``url`` is set to.
+        username, password: HTTP basic auth (both or neither); None: no authentication.
+        tls: the Connection's extra ``ssl`` (``ca``, ``cert``, ``key`` file paths), as sorted
+            pairs; with an ``https://`` URL and no ``ca`` the system's trust store checks the server.
+    """
+
+    url: str
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    conn_id: str = SCHEMA_REGISTRY_CONN_ID
+    tls: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.url.startswith("https://")
+
+    def confluent_config(self) -> dict[str, str]:
+        """The settings of confluent-kafka's ``SchemaRegistryClient`` (producers, tools)."""
+        config = {"url": self.url}
+        if self.username is not None:
+            config["basic.auth.user.info"] = f"{self.username}:{self.password or ''}"
+        names = {"ca": "ssl.ca.location", "cert": "ssl.certificate.location", "key": "ssl.key.location"}
+        config.update({names[key]: path for key, path in self.tls})
+        return config
 
 
 def _env_name(conn_id: str) -> str:
@@ -401,6 +444,97 @@ def mysql_params(conn_id: str = MYSQL_CONN_ID) -> MySQLParams:
     )
 
 
+def schema_registry_params(conn_id: str = SCHEMA_REGISTRY_CONN_ID) -> SchemaRegistryParams:
+    """The schema registry's URL, basic auth and TLS from its Connection.
+
+    host is a name (``registry.internal``) or a URL (``https://registry.internal``; ``http://`` or
+    ``https://`` only); port is optional (the scheme's default); schema is the API's path under the
+    host (Apicurio: ``apis/ccompat/v7``; Confluent's registry: empty). Without a scheme, the URL is
+    ``https://`` when the extra has ``ssl``, else ``http://``.
+    """
+    info = _of_type(get_connection(conn_id), SCHEMA_REGISTRY_CONN_TYPES)
+    return _registry_params(info)
+
+
+def _registry_params(info: ConnectionInfo) -> SchemaRegistryParams:
+    from urllib.parse import urlsplit
+
+    conn_id = info.conn_id
+    host = (info.host or "").strip()
+    if not host:
+        raise ConnectionInvalid(
+            f"Connection {conn_id!r} needs a host (e.g. registry.internal or https://registry.internal); "
+            f"{_fix(conn_id)}",
+            conn_id=conn_id,
+        )
+    tls = _registry_tls(conn_id, info.extra)
+    scheme, _, rest = host.partition("://") if "://" in host else ("https" if tls else "http", "", host)
+    parts = urlsplit(f"{scheme.lower()}://{rest}")
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment or parts.username:
+        raise ConnectionInvalid(
+            f"Connection {conn_id!r}: host {host!r} is not a registry host (a name, or http:// or https:// and a "
+            "name; the path goes in schema, credentials in login and password); "
+            f"{_fix(conn_id)}",
+            conn_id=conn_id,
+        )
+    if tls and parts.scheme == "http":
+        raise ConnectionInvalid(
+            f"Connection {conn_id!r}: extra 'ssl' is set but host {host!r} says http://; use https:// "
+            f"(or drop 'ssl'); {_fix(conn_id)}",
+            conn_id=conn_id,
+        )
+    try:
+        port = info.port or parts.port
+    except ValueError:
+        port = -1
+    if port is not None:
+        port = _port(conn_id, port)
+    path = "/".join(p for p in (parts.path.strip("/"), (info.schema or "").strip("/")) if p)
+    url = f"{parts.scheme}://{parts.hostname}{'' if port is None else f':{port}'}{'/' + path if path else ''}"
+    if (info.login is None) != (info.password is None):
+        raise ConnectionInvalid(
+            f"Connection {conn_id!r}: basic auth needs both login and password (one of them is empty); {_fix(conn_id)}",
+            conn_id=conn_id,
+        )
+    return SchemaRegistryParams(url, info.login, info.password, conn_id, tls)
+
+
+#: The keys of a schema registry Connection's extra ``ssl``.
+REGISTRY_TLS_KEYS = {
+    "ca": "the path of the CA bundle that signed the registry's certificate",
+    "cert": "the path of a client certificate",
+    "key": "the path of the client certificate's key",
+}
+
+
+def _registry_tls(conn_id: str, extra: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    raw = extra.get("ssl")
+    if raw in (None, "", {}):
+        return ()
+    if not isinstance(raw, Mapping):
+        raise ConnectionInvalid(
+            f"Connection {conn_id!r}: extra 'ssl' must be an object with some of {sorted(REGISTRY_TLS_KEYS)}, "
+            f'e.g. {{"ca": "/etc/ssl/registry-ca.pem"}}; {_fix(conn_id)}',
+            conn_id=conn_id,
+        )
+    unknown = sorted(set(raw) - set(REGISTRY_TLS_KEYS))
+    if unknown:
+        raise ConnectionInvalid(
+            f"Connection {conn_id!r}: extra 'ssl' has unknown keys {unknown}; allowed: {sorted(REGISTRY_TLS_KEYS)}; "
+            f"{_fix(conn_id)}",
+            conn_id=conn_id,
+        )
+    if ("cert" in raw) != ("key" in raw):
+        raise ConnectionInvalid(
+            f"Connection {conn_id!r}: extra 'ssl' needs 'cert' and 'key' together (a client certificate and its key); "
+            f"{_fix(conn_id)}",
+            conn_id=conn_id,
+        )
+    return tuple(
+        sorted((key, _tls_file(conn_id, f"ssl.{key}", value, REGISTRY_TLS_KEYS[key])) for key, value in raw.items())
+    )
+
+
 #: The keys of a MySQL Connection's extra ``ssl`` (as the MySQL provider reads it).
 MYSQL_TLS_KEYS = {
     "ca": "the path of the CA bundle that signed the server's certificate",
@@ -584,6 +718,13 @@ def where_redis(params: RedisParams) -> str:
     auth = ", with a password" if params.password else ""
     tls = ", TLS" if params.uses_tls else ""
     return f"{params.host}:{params.port}, db {params.db}{user}{auth}{tls}"
+
+
+def where_schema_registry(params: SchemaRegistryParams) -> str:
+    """The registry's URL, the user and TLS client certificate if any (never the password)."""
+    user = f", user {params.username}" if params.username else ""
+    cert = ", a client certificate" if dict(params.tls).get("cert") else ""
+    return f"{params.url}{user}{cert}"
 
 
 def where_kafka(config: Mapping[str, Any]) -> str:

@@ -49,7 +49,7 @@ def start_stack(cfg: Any, *, airflow: bool = False, spark_cluster: bool = False,
     if spark_cluster:
         _master, workers = spark_cluster_services(cfg)
         total += 1 + len(workers)
-    names = "Kafka, MariaDB, Redis, S3Proxy"
+    names = "Kafka, MariaDB, Redis, S3Proxy, schema registry"
     names += (", Airflow" if airflow else "") + (f" with {cfg.celery_workers} Celery workers" if celery else "")
     names += ", Spark cluster" if spark_cluster else ""
     names += ", Prometheus" if prometheus else ""

@@ -71,6 +71,14 @@ def test_airflows_test_button_on_each_lagsched_connection_type(airflow: AirflowA
     assert f"{redis.host}:{port}" in message
     assert "cannot reach the server" in message
 
+    registry = {"host": "127.0.0.1", "port": stack.schema_registry_port, "schema": "apis/ccompat/v7"}
+    ok, message = test_button(airflow, "lagsched_schema_registry", **registry)
+    assert ok, message
+    assert message.startswith(f"Connected to {stack.schema_registry_url}: ")
+    ok, message = test_button(airflow, "lagsched_schema_registry", **{**registry, "schema": "no/such/api"})
+    assert not ok
+    assert "is the Connection's schema (the API's path) right?" in message
+
     # Kafka is the apache-kafka provider's own type and test (a metadata request, 10 s at most).
     ok, message = test_button(airflow, "kafka", extra=json.dumps(kafka))
     assert (ok, message) == (True, "Connection successful.")

@@ -173,12 +173,15 @@ def test_airflow_discovers_the_provider_and_tests_connections_as_the_api_server_
                 del os.environ[name]
 
         hooks = ProvidersManager().hooks
-        found = {{t: [hooks[t].hook_class_name, hooks[t].connection_testable] for t in ("mysql", "lagsched_redis")}}
+        types = ("mysql", "lagsched_redis", "lagsched_schema_registry")
+        found = {{t: [hooks[t].hook_class_name, hooks[t].connection_testable] for t in types}}
         mysql = {mysql!r}
         tests = {{
             "mysql": test(Connection(conn_id="t1", **mysql)),
             "mysql_bad": test(Connection(conn_id="t2", **{{**mysql, "password": "wrong-password-123"}})),
             "redis": test(Connection(conn_id="t3", conn_type="lagsched_redis", host={redis.host!r}, port={redis.port})),
+            "registry": test(Connection(conn_id="t4", conn_type="lagsched_schema_registry", host="127.0.0.1",
+                                        port={stack.schema_registry_port}, schema="apis/ccompat/v7")),
         }}
         from lagsched.adapters.failures import is_permanent
         from lagsched.connections import mysql_params
@@ -193,10 +196,13 @@ def test_airflow_discovers_the_provider_and_tests_connections_as_the_api_server_
     assert result["hooks"] == {
         "mysql": ["lagsched.airflow.hooks.mysql.MySQLHook", True],
         "lagsched_redis": ["lagsched.airflow.hooks.redis.RedisHook", True],
+        "lagsched_schema_registry": ["lagsched.airflow.hooks.schema_registry.SchemaRegistryHook", True],
     }
     tests = result["tests"]
     assert tests["mysql"][0] is True, tests["mysql"]
     assert tests["redis"][0] is True, tests["redis"]
+    assert tests["registry"][0] is True, tests["registry"]
+    assert tests["registry"][1].startswith(f"Connected to {stack.schema_registry_url}: "), tests["registry"]
     ok, message = tests["mysql_bad"]
     assert not ok
     assert "refused the credentials" in message

@@ -13,10 +13,10 @@ from typing import Any
 
 from lagsched.adapters.failures import KafkaConnection, mysql_target, naming_connections, redis_target
 from lagsched.adapters.redis_store import redis_client
-from lagsched.connections import KAFKA_CONN_ID, MySQLParams, RedisParams, where_redis
+from lagsched.connections import KAFKA_CONN_ID, MySQLParams, RedisParams, SchemaRegistryParams, where_redis
 from lagsched.core.errors import ConnectionFailure
 
-__all__ = ["check_kafka", "check_mysql", "check_redis", "redis_ignores_password"]
+__all__ = ["check_kafka", "check_mysql", "check_redis", "check_schema_registry", "redis_ignores_password"]
 
 log = logging.getLogger(__name__)
 
@@ -109,3 +109,10 @@ def check_redis(params: RedisParams, *, timeout_s: float = 10.0) -> dict[str, An
             permanent=True,
         )
     return {"version": info.get("redis_version"), "db": params.db}
+
+
+def check_schema_registry(params: SchemaRegistryParams, *, timeout_s: float = 10.0) -> dict[str, Any]:
+    """The registry's global compatibility level and how many subjects it holds."""
+    from lagsched.adapters.schema_registry import RegistryClient
+
+    return RegistryClient(params, timeout_s=timeout_s).check()

@@ -10,6 +10,8 @@ entry points at start, so they need a restart after lagsched is (re)installed.
   reads a ``mysql`` Connection the same way either way.
 - ``lagsched_redis``: `lagsched.airflow.hooks.redis.RedisHook`, the Redis provider's hook with a Test
   button. ``redis`` belongs to the Redis provider, whose hook has no ``test_connection``.
+- ``lagsched_schema_registry``: `lagsched.airflow.hooks.schema_registry.SchemaRegistryHook`, a
+  Confluent-compatible schema registry (Confluent's, Apicurio, Karapace, Redpanda's), with a Test button.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ def get_provider_info() -> dict[str, Any]:
     return {
         "package-name": "lagsched",
         "name": "lagsched",
-        "description": "A lag-aware scheduler for Kafka consumers: Connection types for its MySQL and Redis.",
+        "description": (
+            "A lag-aware scheduler for Kafka consumers: Connection types for its MySQL, Redis and schema registry."
+        ),
         "versions": [__version__],
         "connection-types": [
             {
@@ -50,6 +54,21 @@ def get_provider_info() -> dict[str, Any]:
                 },
                 "conn-fields": {
                     "db": {"label": "DB", "schema": {"type": ["integer", "null"], "default": 0}},
+                },
+            },
+            {
+                "connection-type": "lagsched_schema_registry",
+                "hook-class-name": "lagsched.airflow.hooks.schema_registry.SchemaRegistryHook",
+                "hook-name": "Schema registry (lagsched)",
+                "ui-field-behaviour": {
+                    "hidden-fields": [],
+                    "relabeling": {"schema": "API path", "login": "Username (basic auth)"},
+                    "placeholders": {
+                        "host": "registry.example.com or https://registry.example.com",
+                        "port": "8081",
+                        "schema": "apis/ccompat/v7 for Apicurio; empty for Confluent's registry",
+                        "extra": '{"ssl": {"ca": "/etc/ssl/registry-ca.pem"}}',
+                    },
                 },
             },
         ],

@@ -1,5 +1,6 @@
-"""The local stack: real Kafka, MariaDB, Redis, an S3 API server (S3Proxy) (and Airflow for the demo,
-a Spark standalone cluster and a Prometheus server on request) on loopback."""
+"""The local stack: real Kafka, MariaDB, Redis, an S3 API server (S3Proxy), a schema registry
+(Apicurio) (and Airflow for the demo, a Spark standalone cluster and a Prometheus server on request)
+on loopback."""
 
 from __future__ import annotations
 

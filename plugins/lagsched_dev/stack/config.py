@@ -19,6 +19,10 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 #: The stack's MariaDB database and user for lagsched (the password is generated: `stack_secrets`).
 MYSQL_DATABASE = "lagsched"
 MYSQL_USER = "lagsched"
+#: The schema registry's own database and user in the stack's MariaDB (Apicurio keeps its schemas
+#: there, so a schema id survives a restart and is never handed out twice; the password is generated).
+REGISTRY_DATABASE = "apicurio_registry"
+REGISTRY_USER = "apicurio"
 #: PostgreSQL (Airflow's metadata DB) listens on a Unix socket only; the port names its file.
 POSTGRES_SOCKET_PORT = 5432
 
@@ -116,6 +120,8 @@ class StackConfig:
     kafka_rack_controller_port: int = 19195
     #: The optional Prometheus server (``lagsched-dev stack up --prometheus``), on loopback.
     prometheus_port: int = 19090
+    #: The schema registry (Apicurio, Confluent-compatible API under ``/apis/ccompat/v7``).
+    schema_registry_port: int = 18081
     #: Airflow's executor: ``local`` (``airflow standalone``) or ``celery`` (the API server, scheduler,
     #: DAG processor and triggerer as processes of their own, and :attr:`celery_workers` Celery
     #: workers; ``lagsched-dev stack up --airflow --celery``, docs/celery.md).
@@ -182,6 +188,11 @@ class StackConfig:
         return f"redis://127.0.0.1:{self.redis_port}/{self.celery_broker_db}"
 
     @property
+    def schema_registry_url(self) -> str:
+        """The registry's Confluent-compatible API (what a Confluent client's ``url`` is set to)."""
+        return f"http://127.0.0.1:{self.schema_registry_port}/apis/ccompat/v7"
+
+    @property
     def kafka_bootstrap(self) -> str:
         return f"127.0.0.1:{self.kafka_port}"
 
@@ -230,6 +241,7 @@ def load() -> StackConfig:
         kafka_rack_port=_port("LAGSCHED_KAFKA_RACK_PORT", 19192),
         kafka_rack_controller_port=_port("LAGSCHED_KAFKA_RACK_CONTROLLER_PORT", 19195),
         prometheus_port=_port("LAGSCHED_PROMETHEUS_PORT", 19090),
+        schema_registry_port=_port("LAGSCHED_SCHEMA_REGISTRY_PORT", 18081),
         airflow_executor=_executor(os.environ.get("LAGSCHED_AIRFLOW_EXECUTOR", "local")),
         celery_workers=_count("LAGSCHED_CELERY_WORKERS", 2, 1, MAX_CELERY_WORKERS),
         celery_concurrency=_count("LAGSCHED_CELERY_CONCURRENCY", 4, 1, 32),
@@ -280,6 +292,8 @@ def stack_secrets(cfg: StackConfig) -> dict[str, str]:
 #: The stack's generated credentials and how each is made.
 _GENERATED: dict[str, Callable[[], str]] = {
     "LAGSCHED_MYSQL_PASSWORD": lambda: secrets.token_urlsafe(18),
+    # The schema registry's own MariaDB user (its storage; lagsched never uses it).
+    "LAGSCHED_REGISTRY_DB_PASSWORD": lambda: secrets.token_urlsafe(18),
     "AIRFLOW__API_AUTH__JWT_SECRET": lambda: secrets.token_hex(32),
     "LAGSCHED_S3_ACCESS_KEY": lambda: "lagsched-" + secrets.token_hex(6),
     "LAGSCHED_S3_SECRET_KEY": lambda: secrets.token_urlsafe(24),

@@ -26,6 +26,7 @@ KAFKA_CONN_ID = "lagsched_kafka"
 MYSQL_CONN_ID = "lagsched_mysql"
 REDIS_CONN_ID = "lagsched_redis"
 SPARK_CONN_ID = "lagsched_spark"
+SCHEMA_REGISTRY_CONN_ID = "lagsched_schema_registry"
 #: The consume DAG's pool; the stack's Airflow creates it (`Airflow.after_start`) with this size.
 CONSUME_POOL = "lagsched_consume"
 #: Three slots at once on a 2-core machine: with the monitor and the evaluator, what it can carry.
@@ -52,6 +53,13 @@ def connection_environment(cfg: StackConfig) -> dict[str, str]:
             "schema": MYSQL_DATABASE,
         },
         REDIS_CONN_ID: {"conn_type": "redis", "host": "127.0.0.1", "port": cfg.redis_port, "extra": {"db": 0}},
+        # Apicurio's Confluent-compatible API: the path is the Connection's schema.
+        SCHEMA_REGISTRY_CONN_ID: {
+            "conn_type": "lagsched_schema_registry",
+            "host": "127.0.0.1",
+            "port": cfg.schema_registry_port,
+            "schema": "apis/ccompat/v7",
+        },
         # Each consumer slot is its own driver: one task thread each, parallelism comes from slots. Or
         # the stack's standalone master (client mode: the driver runs in the Airflow task's process).
         SPARK_CONN_ID: (

@@ -30,6 +30,8 @@ from lagsched_dev.stack.config import (
     MYSQL_DATABASE,
     MYSQL_USER,
     POSTGRES_SOCKET_PORT,
+    REGISTRY_DATABASE,
+    REGISTRY_USER,
     StackConfig,
     airflow_uses_postgres,
     stack_secrets,
@@ -236,8 +238,11 @@ class MariaDB(Service):
         )
 
     def after_start(self) -> None:
-        password = stack_secrets(self.cfg)["LAGSCHED_MYSQL_PASSWORD"]
-        quoted = password.replace("\\", "\\\\").replace("'", "\\'")
+        secret = stack_secrets(self.cfg)
+        quoted, registry_quoted = (
+            secret[key].replace("\\", "\\\\").replace("'", "\\'")
+            for key in ("LAGSCHED_MYSQL_PASSWORD", "LAGSCHED_REGISTRY_DB_PASSWORD")
+        )
         # Least privilege: data and DDL on lagsched's own schemas (tests use lagsched_t_*), nothing else.
         sql = f"""
             CREATE DATABASE IF NOT EXISTS `{MYSQL_DATABASE}`;
@@ -247,10 +252,18 @@ class MariaDB(Service):
               ON `{MYSQL_DATABASE}`.* TO '{MYSQL_USER}'@'127.0.0.1';
             GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, ALTER, INDEX, REFERENCES
               ON `{MYSQL_DATABASE}\\_%`.* TO '{MYSQL_USER}'@'127.0.0.1';
+            -- The schema registry's storage: its own database and user, nothing of lagsched's.
+            CREATE DATABASE IF NOT EXISTS `{REGISTRY_DATABASE}`;
+            CREATE USER IF NOT EXISTS '{REGISTRY_USER}'@'127.0.0.1' IDENTIFIED BY '{registry_quoted}';
+            ALTER USER '{REGISTRY_USER}'@'127.0.0.1' IDENTIFIED BY '{registry_quoted}';
+            GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, ALTER, INDEX, REFERENCES
+              ON `{REGISTRY_DATABASE}`.* TO '{REGISTRY_USER}'@'127.0.0.1';
         """
         result = self._sql(sql)
         if result.returncode != 0:
-            raise ServiceError(f"could not create the lagsched database and user: {result.stderr}")
+            raise ServiceError(
+                f"could not create the databases and users (lagsched's, the registry's): {result.stderr}"
+            )
 
 
 #: Kafka's internal topics on brokers without replicas to spare (one copy, four offsets partitions).
@@ -867,6 +880,67 @@ class S3Proxy(Service):
         return f"s3a://{self.bucket} at {self.endpoint}"
 
 
+class SchemaRegistry(Service):
+    """Apicurio Registry (its runnable app, fetched by `make deps`) on loopback: the schema registry
+    typed topics are decoded through, answering the Confluent-compatible API at
+    ``/apis/ccompat/v7`` (:attr:`StackConfig.schema_registry_url`).
+
+    Its schemas live in the stack's MariaDB (database ``apicurio_registry``, its own user), not in
+    Apicurio's default in-memory store: a schema id must mean the same schema for as long as records
+    carrying it exist, and an in-memory registry would hand the ids out again after a restart.
+    No authentication: like the stack's Redis, it listens on loopback only.
+    """
+
+    name = "schema-registry"
+    start_timeout_s = 120.0  # a Quarkus app; its first start also creates its tables
+
+    @property
+    def url(self) -> str:
+        return self.cfg.schema_registry_url
+
+    @property
+    def runner(self) -> Path:
+        return self.cfg.jars / "schema-registry" / "apicurio-registry-app-3.0.9-runner.jar"
+
+    def command(self) -> list[str]:
+        if not self.runner.exists():
+            raise ServiceError(f"the schema registry's app is missing ({self.runner}); run `make deps`")
+        return [
+            java_binary(), "-Xmx384m", "-XX:TieredStopAtLevel=1",
+            f"-Dquarkus.http.port={self.cfg.schema_registry_port}", "-Dquarkus.http.host=127.0.0.1",
+            # A line per request and a banner are noise in an hour of tests; its warnings stay.
+            "-Dquarkus.banner.enabled=false", "-Dquarkus.http.access-log.enabled=false",
+            "-Dquarkus.log.category.\"io.quarkus.vertx.http.runtime.filters.accesslog\".level=WARN",
+            "-jar", str(self.runner),
+        ]  # fmt: skip
+
+    def environment(self) -> dict[str, str]:
+        # The database password goes through the environment, never the command line (ps shows that);
+        # the Connections of whichever process started the stack are none of its business.
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "APICURIO_"))}
+        env.update(
+            {
+                "APICURIO_STORAGE_KIND": "sql",
+                "APICURIO_STORAGE_SQL_KIND": "mysql",
+                "APICURIO_DATASOURCE_URL": f"jdbc:mysql://127.0.0.1:{self.cfg.mysql_port}/{REGISTRY_DATABASE}",
+                "APICURIO_DATASOURCE_USERNAME": REGISTRY_USER,
+                "APICURIO_DATASOURCE_PASSWORD": stack_secrets(self.cfg)["LAGSCHED_REGISTRY_DB_PASSWORD"],
+            }
+        )
+        return env
+
+    def is_healthy(self) -> bool:
+        # The API lagsched uses, not only a health page: the list of subjects answers.
+        try:
+            with urllib.request.urlopen(f"{self.url}/subjects", timeout=2) as resp:  # noqa: S310 - loopback
+                return bool(resp.status == 200) and isinstance(json.loads(resp.read()), list)
+        except (OSError, ValueError):
+            return False
+
+    def detail(self) -> str:
+        return self.url
+
+
 class Prometheus(Service):
     """Debian's Prometheus server (``lagsched-dev stack up --prometheus``) on loopback, scraping the
     lagsched page's ``/lagsched/metrics`` on the stack's Airflow API server with the stack's scrape
@@ -1001,7 +1075,7 @@ def _require_binary(name: str, install_hint: str, extra: tuple[str, ...] = ()) -
 
 def core_services(cfg: StackConfig) -> list[Service]:
     """The data services, in start order (stop in reverse)."""
-    return [Redis(cfg), MariaDB(cfg), Kafka(cfg), S3Proxy(cfg)]
+    return [Redis(cfg), MariaDB(cfg), Kafka(cfg), S3Proxy(cfg), SchemaRegistry(cfg)]
 
 
 def spark_cluster_services(cfg: StackConfig) -> tuple[SparkMaster, list[SparkWorker]]:
