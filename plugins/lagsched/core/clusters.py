@@ -49,6 +49,9 @@ Fields of a cluster (all optional):
   and ``s3_endpoint`` (an S3-compatible store's URL).
   Two clusters may not name the same table: the table's ranges are keyed by topic and partition,
   so two clusters' topics of one name would collide in it.
+* ``routes``: topics that land in typed tables of their own, decoded through the schema registry
+  or against a declared JSON Schema (a list; `lagsched.core.routing` has the fields). A topic no
+  route matches lands in the shared table above, as raw bytes.
 
 An absent Variable means one cluster, ``lagsched_kafka``, with every topic (`DEFAULT_CLUSTERS`).
 A malformed one raises a single `ConfigError` listing every problem (field path, value, what is
@@ -80,6 +83,7 @@ from lagsched.core.cadence import (
 from lagsched.core.errors import ConfigError, TopicNameError
 from lagsched.core.lake import LakeTable, sink_problems
 from lagsched.core.names import validate_cluster_name
+from lagsched.core.routing import Route, TopicRoute, parse_routes, route_topics
 from lagsched.core.variable_json import short_repr
 from lagsched.core.variables import TopicName, VariableModel, config_error, decode, joined, require_object
 
@@ -129,6 +133,7 @@ class ClusterConfig(VariableModel):
         slot_max_rate: records/s one slot reads at most; None: no cap.
         standby_slots: warm slots kept beyond the need, ready to join on a scale-up.
         commit_interval_s, commit_max_records, commit_max_bytes: the slots' commit cadence (`cadence`).
+        routes: topics with tables of their own (`routes_for`); empty: every topic in the shared table.
     """
 
     name: Annotated[str, AfterValidator(validate_cluster_name)]
@@ -144,6 +149,8 @@ class ClusterConfig(VariableModel):
     commit_interval_s: float = Field(default=DEFAULT_COMMIT_INTERVAL_S, ge=0, le=3600)
     commit_max_records: int | None = Field(default=DEFAULT_COMMIT_MAX_RECORDS, ge=1)
     commit_max_bytes: int | None = Field(default=DEFAULT_COMMIT_MAX_BYTES, ge=1)
+    # Checked entry by entry by `parse_routes` (in `_cluster`), so each problem names its route.
+    routes: tuple[Route, ...] = Field(default=(), strict=False)
 
     @field_validator("kafka_conn_id")
     @classmethod
@@ -195,6 +202,15 @@ class ClusterConfig(VariableModel):
         """The ``sink`` object (`lagsched.core.lake.LakeTable.of` fills in the defaults)."""
         return dict(self.sink)
 
+    def routes_for(self, topics: Iterable[str]) -> dict[str, TopicRoute | None]:
+        """Each topic's table of its own and formats, or None for the shared table (`route_topics`).
+
+        Raises:
+            ConfigError: two of `topics` would land in one table.
+        """
+        lake = LakeTable.of(self.name, self.sink_settings(), default_warehouse="")
+        return route_topics(self.routes, topics, namespace=lake.namespace, shared_table=lake.table)
+
     @property
     def manages_every_topic(self) -> bool:
         return not self.topics and self.topic_pattern is None
@@ -220,6 +236,7 @@ class ClusterConfig(VariableModel):
             "commit_max_records": self.commit_max_records,
             "commit_max_bytes": self.commit_max_bytes,
             "sink": self.sink_settings(),
+            "routes": [r.as_dict() for r in self.routes],
         }
 
     @classmethod
@@ -261,14 +278,23 @@ def _cluster(name: str, body: object, problems: _Problems, errors: list[ConfigEr
     sink = {} if body.get("sink") is None else body["sink"]
     problems.extend(sink_problems(name, sink))
     fields = {k: v for k, v in body.items() if k != _NOT_A_FIELD}
-    # The other fields are checked whatever the sink's state, so one run names every problem.
+    routes: tuple[Route, ...] = ()
+    routes_ok = True
+    try:
+        routes = parse_routes(body.get("routes"), f"{name}.routes", label=CLUSTERS_VARIABLE)
+    except ConfigError as exc:
+        errors.append(exc)
+        routes_ok = False
+    # The other fields are checked whatever the sink's and routes' state, so one run names every problem.
     try:
         sink_ok = len(problems) == before
-        cluster = ClusterConfig.model_validate({**fields, "sink": sink if sink_ok else {}, "name": name})
+        cluster = ClusterConfig.model_validate(
+            {**fields, "sink": sink if sink_ok else {}, "routes": routes, "name": name}
+        )
     except ValidationError as exc:
         errors.append(config_error(exc, ClusterConfig, CLUSTERS_VARIABLE, prefix=(name,)))
         return None
-    return cluster if len(problems) == before else None
+    return cluster if len(problems) == before and routes_ok else None
 
 
 def parse_clusters(raw: str | bytes | Mapping[str, Any] | None) -> tuple[ClusterConfig, ...]:
@@ -309,15 +335,31 @@ def parse_clusters(raw: str | bytes | Mapping[str, Any] | None) -> tuple[Cluster
 
 def _check_tables_apart(clusters: Sequence[ClusterConfig], problems: _Problems) -> None:
     """No two clusters write one table: its ranges are keyed by topic and partition only. Names are
-    compared without case, as the catalog's database compares them."""
+    compared without case, as the catalog's database compares them.
+
+    Checked: each cluster's shared table, and the tables of the routes that name their topics (a
+    pattern's topics are known only once they exist: `ClusterConfig.routes_for` checks them within
+    the cluster; two clusters' patterns must not send topics of one name to one namespace).
+    """
     writer: dict[str, str] = {}
     for cluster in clusters:
-        table = LakeTable.of(cluster.name, cluster.sink_settings(), default_warehouse="").identifier
-        first = writer.setdefault(table.lower(), cluster.name)
-        if first != cluster.name:
-            problems.append(
-                (f"{cluster.name}.sink.table", table, f"a table no other cluster writes ({first} writes {table})")
-            )
+        lake = LakeTable.of(cluster.name, cluster.sink_settings(), default_warehouse="")
+        tables = [(f"{cluster.name}.sink.table", lake.identifier)]
+        named = [t for route in cluster.routes for t in route.topics]
+        try:
+            routed = cluster.routes_for(named)
+        except ConfigError as exc:
+            problems.append((f"{cluster.name}.routes", named, str(exc).removeprefix("routes: ")))
+            continue
+        tables += [
+            (f"{cluster.name}.routes", f"{lake.catalog}.{found.namespace}.{found.table}")
+            for found in routed.values()
+            if found is not None
+        ]
+        for path, table in tables:
+            first = writer.setdefault(table.lower(), cluster.name)
+            if first != cluster.name:
+                problems.append((path, table, f"a table no other cluster writes ({first} writes {table})"))
 
 
 def select_clusters(clusters: Sequence[ClusterConfig], name: str | None) -> tuple[ClusterConfig, ...]:
