@@ -29,7 +29,6 @@ from __future__ import annotations
 import io
 import json
 import os
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -37,27 +36,11 @@ import pyarrow as pa
 
 from lagsched.core.avro_sizes import encoded_sizes
 from lagsched.core.avro_types import arrow_schema, has_maps, inlined, without_logical
+from lagsched.core.decoded import Decoded, gather
 
-__all__ = ["AvroDecoder", "Decoded"]
+__all__ = ["AvroDecoder"]
 
 _MAGIC = b"Obj\x01"
-
-
-@dataclass(frozen=True, slots=True)
-class Decoded:
-    """What a block decoded to.
-
-    Attributes:
-        table: the rows that decoded, in the table's Arrow schema, in the order of `rows`.
-        rows: each table row's index among the datums given.
-        dead: datum index -> why it could not be decoded (a permanent reason: a dead letter).
-        careful: whether the datum-by-datum path ran (for the stats: it is ~10x slower).
-    """
-
-    table: pa.Table
-    rows: np.ndarray
-    dead: dict[int, str] = field(default_factory=dict)
-    careful: bool = False
 
 
 def _varint(n: int) -> bytes:
@@ -104,7 +87,7 @@ class AvroDecoder:
         """The block through polars, or None when it fails or a row's size is not its datum's."""
         import polars as pl
 
-        body = _gather(data, starts, ends)
+        body = gather(data, starts, ends)
         blob = b"".join((self._header, _varint(len(starts)), _varint(len(body)), body.tobytes(), self._sync))
         try:
             frame = pl.read_avro(io.BytesIO(blob))
@@ -167,18 +150,6 @@ def _checked_type(kind: pa.DataType) -> bool:
     if pa.types.is_list(kind) or pa.types.is_large_list(kind):
         return _checked_type(kind.value_type)
     return False
-
-
-def _gather(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """The bytes of the ranges, end to end, without a Python loop over them."""
-    lengths = (ends - starts).astype(np.int64)
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, np.uint8)
-    # Position j of the output reads data[starts[i] + (j - where range i begins in the output)].
-    begins = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    index = np.repeat(starts.astype(np.int64) - begins, lengths) + np.arange(total, dtype=np.int64)
-    return data[index]
 
 
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
