@@ -43,6 +43,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -227,8 +228,23 @@ def _named_type(
         name = str(field["name"])
         child = f"{path}.{name}" if path else name
         nullable, value = _field_type(field["type"], named, full.rpartition(".")[0], child, inside | {full})
-        fields.append(pa.field(name, value, nullable=nullable))
+        fields.append(pa.field(name, value, nullable=nullable, metadata=_field_metadata(field)))
     return pa.struct(fields)
+
+
+#: Field metadata keys the schema's evolution reads (`lagsched.core.evolution`).
+DEFAULT_KEY = b"lagsched.default"
+ALIASES_KEY = b"lagsched.aliases"
+
+
+def _field_metadata(field: Mapping[str, Any]) -> dict[bytes, bytes] | None:
+    """Whether the field has a default, and its aliases: what tells an added field from a renamed one."""
+    meta = {}
+    if "default" in field:
+        meta[DEFAULT_KEY] = b"1"
+    if field.get("aliases"):
+        meta[ALIASES_KEY] = json.dumps([str(a) for a in field["aliases"]]).encode()
+    return meta or None
 
 
 def _logical(kind: str, logical: Any, avro: Mapping[str, Any], path: str) -> pa.DataType:
