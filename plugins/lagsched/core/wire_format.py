@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["HEADER_BYTES", "MAGIC", "Frames", "frame_column"]
+__all__ = ["HEADER_BYTES", "MAGIC", "Frames", "frame_column", "value_spans"]
 
 MAGIC = 0
 HEADER_BYTES = 5
@@ -68,6 +68,14 @@ class Frames:
     def datum(self, i: int) -> bytes:
         """Value `i`'s datum (without its header)."""
         return self.data[int(self.starts[i]) : int(self.ends[i])].tobytes()
+
+
+def value_spans(values: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the column's data bytes, each value's start, each value's end): a binary column's values
+    as ranges of one buffer (a null value is an empty range)."""
+    frames = frame_column(values)
+    begins = np.where(frames.framed, frames.starts - HEADER_BYTES, frames.starts)
+    return frames.data, begins, np.where(frames.tombstone, begins, frames.ends)
 
 
 def frame_column(values: pa.Array) -> Frames:

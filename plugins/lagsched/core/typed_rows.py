@@ -1,0 +1,249 @@
+"""A batch of one routed topic's records, split into typed rows and dead letters. Pure.
+
+What a Spark task does with the records of a topic that has a table of its own (a `TopicRoute`):
+the values are decoded by the route's format (`lagsched.core.avro_decode`,
+`lagsched.core.json_decode`), a writer schema at a time; each typed row keeps the Kafka columns
+(`KAFKA_FIELDS`) and the key; a record that cannot be decoded for a permanent reason becomes a
+row of the cluster's dead-letter table (`DEAD_LETTER_SCHEMA`) with its raw key, value and headers,
+its coordinates, the schema id, the table it was meant for and the reason. Every record of the
+batch is in exactly one of the two (`Split.check`), which is what lets its offset advance.
+
+A tombstone (a null value) is not a dead letter: it lands as a typed row whose value columns are
+null and whose ``_tombstone`` is true. So a typed table's value columns are all optional; that a
+record has its required fields is checked when it is decoded.
+
+Writer schemas come from `schemas` (the registry client's ``schema``), so this module does no I/O
+itself: an unknown schema id (`UnknownSchemaId`) makes dead letters, a registry that cannot answer
+(`ConnectionFailure`) propagates, and the task fails as an outage, with nothing written.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from lagsched.core.avro_types import UnsupportedSchema
+from lagsched.core.decoded import Decoded
+from lagsched.core.routing import TopicRoute
+from lagsched.core.wire_format import frame_column, value_spans
+
+__all__ = [
+    "DEAD_LETTER_SCHEMA",
+    "KAFKA_FIELDS",
+    "Split",
+    "TypedRows",
+    "split_batch",
+    "typed_schema",
+]
+
+HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+#: The columns every typed row keeps, before the key and the value's fields.
+KAFKA_FIELDS = (
+    pa.field("_topic", pa.string(), nullable=False),
+    pa.field("_partition", pa.int32(), nullable=False),
+    pa.field("_offset", pa.int64(), nullable=False),
+    pa.field("_timestamp", pa.timestamp("us", tz="UTC"), nullable=False),
+    pa.field("_headers", HEADERS),
+    pa.field("_tombstone", pa.bool_(), nullable=False),
+)
+#: A dead letter: the record as Kafka had it, where it was going, and why it did not get there.
+DEAD_LETTER_SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.string(), nullable=False),
+        pa.field("partition", pa.int32(), nullable=False),
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", HEADERS),
+        pa.field("schema_id", pa.int64()),
+        pa.field("target_table", pa.string(), nullable=False),
+        pa.field("reason", pa.string(), nullable=False),
+    ]
+)
+_KEY_TYPES = {"raw": pa.binary(), "string": pa.string()}
+
+
+def typed_schema(value: pa.Schema, key_format: str) -> pa.Schema:
+    """A typed table's columns for rows of the writer schema `value` (Arrow): the Kafka columns, the
+    key, then the value's fields, each optional (a tombstone has none).
+
+    Raises:
+        UnsupportedSchema: a value field has the name of a Kafka column, or the key format is not
+            one a typed table holds yet.
+    """
+    if key_format not in _KEY_TYPES:
+        raise UnsupportedSchema(f"key_format {key_format!r}: typed tables hold raw and string keys so far", path="_key")
+    taken = {f.name for f in KAFKA_FIELDS} | {"_key"}
+    clash = [f.name for f in value if f.name in taken]
+    if clash:
+        raise UnsupportedSchema(f"{clash[0]}: a value field of the name of a Kafka column", path=clash[0])
+    return pa.schema([*KAFKA_FIELDS, pa.field("_key", _KEY_TYPES[key_format]), *(f.with_nullable(True) for f in value)])
+
+
+@dataclass(frozen=True, slots=True)
+class TypedRows:
+    """Rows of one writer schema (`schema_id`; 0 for plain json), in `typed_schema`'s columns."""
+
+    schema_id: int
+    batch: pa.RecordBatch
+    offsets: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """A batch split: typed rows per writer schema, and the dead letters (None if there are none)."""
+
+    typed: list[TypedRows] = field(default_factory=list)
+    dead: pa.RecordBatch | None = None
+    #: The writer schemas met, by id (what the driver evolves the table with before the commit).
+    writers: dict[int, pa.Schema] = field(default_factory=dict)
+
+    def check(self, offsets: np.ndarray) -> None:
+        """Every offset of the batch in exactly one place, or an AssertionError (a bug, never data)."""
+        placed = [t.offsets for t in self.typed]
+        if self.dead is not None:
+            placed.append(self.dead.column("offset").to_numpy())
+        together = np.sort(np.concatenate(placed)) if placed else np.zeros(0, np.int64)
+        if not np.array_equal(together, np.sort(offsets)):
+            raise AssertionError("a record of the batch is not in exactly one table")
+
+
+#: A writer schema by id -> (the decoder, its Arrow schema); raises UnknownSchemaId or ConnectionFailure.
+Decoders = Callable[[int], Any]
+
+
+def split_batch(raw: pa.RecordBatch, route: TopicRoute, decoders: Decoders, *, target: str) -> Split:
+    """Decode `raw` (the raw table's columns: topic, partition, offset, timestamp, key, value,
+    headers; one topic) by `route`; `decoders(schema_id)` gives the decoder of a writer schema
+    (`plain_json` for the json format, which has no id); `target` names the typed table for the
+    dead letters."""
+    from lagsched.adapters.schema_registry import UnknownSchemaId
+
+    values = raw.column("value")
+    n = raw.num_rows
+    reasons: dict[int, str] = {}
+    schema_ids = np.full(n, -1, np.int64)
+    tombstone = values.is_null().to_numpy(zero_copy_only=False)
+    keys, key_dead = _keys(raw.column("key"), route.key_format)
+    reasons.update(key_dead)
+    if route.value_format in ("avro", "json_schema"):
+        frames = frame_column(values)
+        schema_ids = frames.schema_ids
+        for i in np.flatnonzero(~frames.framed & ~frames.tombstone).tolist():
+            reasons.setdefault(i, str(frames.problem(i)))
+        data, starts, ends = frames.data, frames.starts, frames.ends
+    else:
+        data, starts, ends = value_spans(values)
+        schema_ids = np.where(tombstone, -1, 0)
+    typed: list[TypedRows] = []
+    writers: dict[int, pa.Schema] = {}
+    for schema_id in sorted(set(schema_ids[schema_ids >= 0].tolist())):
+        rows = np.flatnonzero((schema_ids == schema_id) & ~np.isin(np.arange(n), list(reasons)))
+        try:
+            decoder = decoders(int(schema_id))
+        except UnknownSchemaId as exc:
+            reasons.update({int(i): str(exc) for i in rows})
+            continue
+        except UnsupportedSchema as exc:
+            reasons.update({int(i): f"the writer schema {schema_id} cannot be a table's: {exc}" for i in rows})
+            continue
+        decoded: Decoded = decoder.decode(data, starts[rows], ends[rows])
+        for local, reason in decoded.dead.items():
+            reasons[int(rows[local])] = reason
+        kept = rows[decoded.rows]
+        if len(kept):
+            schema = typed_schema(decoder.schema, route.key_format)
+            writers[int(schema_id)] = decoder.schema
+            typed.append(_typed(raw, keys, kept, schema=schema, schema_id=int(schema_id), values=decoded.table))
+    stones = np.flatnonzero(tombstone & ~np.isin(np.arange(n), list(reasons)))
+    if len(stones):
+        schema = typed_schema(pa.schema([]), route.key_format)
+        typed.append(_typed(raw, keys, stones, schema=schema, schema_id=-1, values=None))
+    dead = _dead_letters(raw, reasons, schema_ids, target) if reasons else None
+    return Split(typed, dead, writers)
+
+
+def _keys(keys: pa.Array, key_format: str) -> tuple[pa.Array, dict[int, str]]:
+    """The key column in the table's type; a string key that is not UTF-8 is a dead letter."""
+    if key_format == "raw":
+        return keys, {}
+    out: list[str | None] = []
+    dead: dict[int, str] = {}
+    for i, key in enumerate(keys.to_pylist()):
+        if key is None:
+            out.append(None)
+            continue
+        try:
+            out.append(key.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            out.append(None)
+            dead[i] = f"the key is not UTF-8 text ({exc.reason} at byte {exc.start})"
+    return pa.array(out, pa.string()), dead
+
+
+def _kafka_columns(raw: pa.RecordBatch, rows: np.ndarray, *, tombstone: bool) -> list[pa.Array]:
+    index = pa.array(rows)
+    topic = raw.column("topic").take(index)
+    if pa.types.is_dictionary(topic.type):
+        topic = topic.dictionary_decode()
+    return [
+        topic.cast(pa.string()),
+        raw.column("partition").take(index).cast(pa.int32()),
+        raw.column("offset").take(index),
+        raw.column("timestamp").take(index),
+        raw.column("headers").take(index),
+        pa.array(np.full(len(rows), tombstone)),
+    ]
+
+
+def _typed(
+    raw: pa.RecordBatch, keys: pa.Array, rows: np.ndarray, *, schema: pa.Schema, schema_id: int, values: pa.Table | None
+) -> TypedRows:
+    """Typed rows: the Kafka columns and the key of `rows`, then the decoded `values` (None: a
+    tombstone's, which has no value column; a reader fills them with nulls)."""
+    index = pa.array(rows)
+    columns = [*_kafka_columns(raw, rows, tombstone=values is None), keys.take(index)]
+    if values is not None:
+        columns += [c.combine_chunks() for c in values.columns]
+    batch = pa.RecordBatch.from_arrays(columns, schema=schema)
+    return TypedRows(schema_id, batch, raw.column("offset").take(index).to_numpy())
+
+
+def _dead_letters(
+    raw: pa.RecordBatch, reasons: Mapping[int, str], schema_ids: np.ndarray, target: str
+) -> pa.RecordBatch:
+    rows = np.array(sorted(reasons), np.int64)
+    index = pa.array(rows)
+    topic = raw.column("topic").take(index)
+    if pa.types.is_dictionary(topic.type):
+        topic = topic.dictionary_decode()
+    ids = schema_ids[rows]
+    return pa.RecordBatch.from_arrays(
+        [
+            topic.cast(pa.string()),
+            raw.column("partition").take(index).cast(pa.int32()),
+            raw.column("offset").take(index),
+            raw.column("timestamp").take(index),
+            raw.column("key").take(index),
+            raw.column("value").take(index),
+            raw.column("headers").take(index),
+            pa.array(np.where(ids >= 0, ids, 0), mask=ids < 0),
+            pa.array([target] * len(rows), pa.string()),
+            pa.array([reasons[int(i)] for i in rows], pa.string()),
+        ],
+        schema=DEAD_LETTER_SCHEMA,
+    )
+
+
+def plain_json_schema(route: TopicRoute) -> Mapping[str, Any]:
+    """The declared JSON Schema of a ``json`` route (its ``value_schema``)."""
+    if route.value_schema is None:
+        raise ValueError(f"route of {route.topic!r} has no value_schema")
+    parsed: Mapping[str, Any] = json.loads(route.value_schema)
+    return parsed
