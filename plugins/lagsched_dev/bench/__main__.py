@@ -19,6 +19,8 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("lagsched_dev.bench.commit_scale", []),
     ("lagsched_dev.bench.commit_slots", []),
     ("lagsched_dev.bench.sink", []),
+    # Issue 41's typed topics: Avro and JSON values into columns, against a record at a time (no service).
+    ("lagsched_dev.bench.decode", []),
     ("lagsched_dev.bench.slot_start", []),
     # Through Airflow (started with the stack if not running); the consume DAG must be paused.
     ("lagsched_dev.bench.lifecycle", []),
