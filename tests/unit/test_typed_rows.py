@@ -27,7 +27,7 @@ V2 = {
     "type": "record",
     "name": "Order",
     "fields": [{"name": "id", "type": "long"}, {"name": "note", "type": ["null", "string"], "default": None}],
-}  # noqa: E501
+}
 UNION = {"type": "record", "name": "U", "fields": [{"name": "x", "type": ["string", "long"]}]}
 
 
