@@ -507,23 +507,36 @@ REGISTRY_TLS_KEYS = {
 }
 
 
-def _registry_tls(conn_id: str, extra: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+def _ssl_object(conn_id: str, extra: Mapping[str, Any], keys: Mapping[str, str], example: str) -> Mapping[str, Any]:
+    """The Connection's extra ``ssl`` (an object, or a JSON string holding one) with none but `keys`;
+    empty when unset."""
     raw = extra.get("ssl")
     if raw in (None, "", {}):
-        return ()
-    if not isinstance(raw, Mapping):
+        return {}
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            raw = None
+    if not isinstance(raw, Mapping) or not raw:
         raise ConnectionInvalid(
-            f"Connection {conn_id!r}: extra 'ssl' must be an object with some of {sorted(REGISTRY_TLS_KEYS)}, "
-            f'e.g. {{"ca": "/etc/ssl/registry-ca.pem"}}; {_fix(conn_id)}',
+            f"Connection {conn_id!r}: extra 'ssl' must be an object with {sorted(keys)}, "
+            f'e.g. {{"ca": "{example}"}}; {_fix(conn_id)}',
             conn_id=conn_id,
         )
-    unknown = sorted(set(raw) - set(REGISTRY_TLS_KEYS))
+    unknown = sorted(set(raw) - set(keys))
     if unknown:
         raise ConnectionInvalid(
-            f"Connection {conn_id!r}: extra 'ssl' has unknown keys {unknown}; allowed: {sorted(REGISTRY_TLS_KEYS)}; "
-            f"{_fix(conn_id)}",
+            f"Connection {conn_id!r}: extra 'ssl' has unknown keys {unknown}; allowed: {sorted(keys)}; {_fix(conn_id)}",
             conn_id=conn_id,
         )
+    return raw
+
+
+def _registry_tls(conn_id: str, extra: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    raw = _ssl_object(conn_id, extra, REGISTRY_TLS_KEYS, "/etc/ssl/registry-ca.pem")
+    if not raw:
+        return ()
     if ("cert" in raw) != ("key" in raw):
         raise ConnectionInvalid(
             f"Connection {conn_id!r}: extra 'ssl' needs 'cert' and 'key' together (a client certificate and its key); "
@@ -546,27 +559,9 @@ MYSQL_TLS_KEYS = {
 
 def _mysql_tls(conn_id: str, extra: Mapping[str, Any]) -> tuple[tuple[str, str | bool], ...]:
     """The Connection's extra ``ssl`` (an object or a JSON string), checked naming the Connection."""
-    raw = extra.get("ssl")
-    if raw in (None, "", {}):
+    raw = _ssl_object(conn_id, extra, MYSQL_TLS_KEYS, "/etc/ssl/mysql-ca.pem")
+    if not raw:
         return ()
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            raw = None
-    if not isinstance(raw, Mapping) or not raw:
-        raise ConnectionInvalid(
-            f"Connection {conn_id!r}: extra 'ssl' must be an object with {sorted(MYSQL_TLS_KEYS)}, "
-            f'e.g. {{"ca": "/etc/ssl/mysql-ca.pem"}}; {_fix(conn_id)}',
-            conn_id=conn_id,
-        )
-    unknown = sorted(set(raw) - set(MYSQL_TLS_KEYS))
-    if unknown:
-        raise ConnectionInvalid(
-            f"Connection {conn_id!r}: extra 'ssl' has unknown keys {unknown}; allowed: {sorted(MYSQL_TLS_KEYS)}; "
-            f"{_fix(conn_id)}",
-            conn_id=conn_id,
-        )
     out: dict[str, str | bool] = {}
     for key, value in raw.items():
         if key == "check_hostname":

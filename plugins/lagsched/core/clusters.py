@@ -15,11 +15,9 @@ Fields of a cluster (all optional):
 * ``kafka_conn_id``: the Kafka Connection (type ``kafka``); default ``lagsched_kafka``. Ids follow
   Airflow's rule ``[A-Za-z0-9_.-]``.
 * ``topics``: topic names to manage (legal Kafka names).
-* ``topic_pattern``: a regular expression a topic name must match in full, in RE2's syntax (Python's
-  without lookarounds and backreferences): RE2 matches in time linear in the name, where Python's
-  ``re`` can backtrack exponentially (``(a+)+$`` against 30 a's and a b would hang topic
-  sync and the lag monitor). With ``topics`` too, a topic is managed if either says so; with
-  neither, every topic is.
+* ``topic_pattern``: a regular expression a topic name must match in full, in RE2's syntax
+  (`lagsched.core.patterns` says why). With ``topics`` too, a topic is managed if either says so;
+  with neither, every topic is.
 * ``max_slots``: consumer slots the consume DAG runs at most for this cluster (1 to 1,000;
   default 4). The Airflow pool ``lagsched_consume`` bounds the slots of all clusters together.
 * ``slot_budget_s``: how long one consumer slot runs before it hands its rows back and the
@@ -68,7 +66,6 @@ Example:
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Annotated, Any
 
@@ -84,6 +81,7 @@ from lagsched.core.cadence import (
 from lagsched.core.errors import ConfigError, TopicNameError
 from lagsched.core.lake import LakeTable, sink_problems
 from lagsched.core.names import validate_cluster_name
+from lagsched.core.patterns import check_pattern, matches, require_list
 from lagsched.core.routing import Route, TopicRoute, parse_routes, route_topics
 from lagsched.core.variable_json import short_repr
 from lagsched.core.variables import TopicName, VariableModel, config_error, decode, joined, require_object
@@ -160,31 +158,14 @@ class ClusterConfig(VariableModel):
             raise ValueError("a Connection id of 1 to 250 characters [A-Za-z0-9_.-]")
         return conn_id
 
-    @field_validator("topics", mode="before")
-    @classmethod
-    def _a_list(cls, topics: Any) -> Any:
-        if not isinstance(topics, list | tuple):
-            raise ValueError("a list of topic names")
-        return topics
+    _a_list = field_validator("topics", mode="before")(require_list)
 
     @field_validator("topics")
     @classmethod
     def _once_each(cls, topics: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(dict.fromkeys(topics))
 
-    @field_validator("topic_pattern")
-    @classmethod
-    def _linear_time(cls, pattern: str | None) -> str | None:
-        if pattern is not None:
-            try:
-                _pattern(pattern)
-            except re2.error as exc:
-                reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
-                raise ValueError(
-                    "a regular expression in RE2's syntax, matched in linear time: "
-                    f"no lookarounds or backreferences ({reason})"
-                ) from None
-        return pattern
+    _linear_time = field_validator("topic_pattern")(check_pattern)
 
     @field_validator("sink", mode="before")
     @classmethod
@@ -220,7 +201,7 @@ class ClusterConfig(VariableModel):
         """Whether ``topic`` is one of this cluster's managed topics."""
         if self.manages_every_topic or topic in self.topics:
             return True
-        return self.topic_pattern is not None and _pattern(self.topic_pattern).fullmatch(topic) is not None
+        return self.topic_pattern is not None and matches(self.topic_pattern, topic)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready (XCom, mapped task arguments); `from_dict` reads it back."""
@@ -249,14 +230,6 @@ class ClusterConfig(VariableModel):
 
 
 DEFAULT_CLUSTERS: tuple[ClusterConfig, ...] = (ClusterConfig(name=DEFAULT_CLUSTER),)
-
-
-@functools.lru_cache(maxsize=256)
-def _pattern(pattern: str) -> Any:
-    """``pattern`` compiled by RE2, quietly (RE2 would log a refused pattern on stderr as well)."""
-    options = re2.Options()
-    options.log_errors = False
-    return re2.compile(pattern, options)
 
 
 _Problems = list[tuple[str, object, str]]

@@ -36,17 +36,16 @@ Example:
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import re2
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from lagsched.core.errors import ConfigError
+from lagsched.core.patterns import check_pattern, matches, require_list
 from lagsched.core.variable_json import short_repr
 from lagsched.core.variables import TopicName, VariableModel, config_error, joined
 
@@ -97,23 +96,8 @@ class Route(VariableModel):
     value_schema: str | None = None
     key_schema: str | None = None
 
-    @field_validator("topics", mode="before")
-    @classmethod
-    def _a_list(cls, topics: Any) -> Any:
-        if not isinstance(topics, list | tuple):
-            raise ValueError("a list of topic names")
-        return topics
-
-    @field_validator("topic_pattern")
-    @classmethod
-    def _linear_time(cls, pattern: str | None) -> str | None:
-        if pattern is not None:
-            try:
-                _compiled(pattern)
-            except re2.error as exc:
-                reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
-                raise ValueError(f"a regular expression in RE2's syntax ({reason})") from None
-        return pattern
+    _a_list = field_validator("topics", mode="before")(require_list)
+    _linear_time = field_validator("topic_pattern")(check_pattern)
 
     @field_validator("table", "namespace")
     @classmethod
@@ -149,9 +133,7 @@ class Route(VariableModel):
         return self
 
     def matches(self, topic: str) -> bool:
-        return topic in self.topics or (
-            self.topic_pattern is not None and _compiled(self.topic_pattern).fullmatch(topic) is not None
-        )
+        return topic in self.topics or (self.topic_pattern is not None and matches(self.topic_pattern, topic))
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready, as the Variable writes it (`parse_routes` reads it back)."""
@@ -181,13 +163,6 @@ class TopicRoute:
     @property
     def needs_registry(self) -> bool:
         return bool({self.value_format, self.key_format} & REGISTRY_FORMATS)
-
-
-@functools.lru_cache(maxsize=256)
-def _compiled(pattern: str) -> Any:
-    options = re2.Options()
-    options.log_errors = False
-    return re2.compile(pattern, options)
 
 
 def parse_routes(raw: object, path: str, *, label: str = "routes") -> tuple[Route, ...]:
