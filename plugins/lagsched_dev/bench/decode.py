@@ -222,7 +222,7 @@ def run(n: int, count: int) -> dict[str, Any]:
         ],
         count,
     )
-    figures = {name: summary(s, n) for name, s in seconds.items()}
+    figures: dict[str, Any] = {name: summary(s, n) for name, s in seconds.items()}
     for fmt in ("avro", "json"):
         columnar, baseline = figures[f"{fmt}_columnar"], figures[f"{fmt}_record_at_a_time"]
         figures[f"{fmt}_ratio_worst"] = round(baseline["worst_us_per_record"] / columnar["worst_us_per_record"], 2)
