@@ -151,6 +151,30 @@ def test_waiting_batches_land_as_one_union_per_partition_recorded_after_the_mark
     b.close()
 
 
+def test_a_standby_that_joins_again_commits_its_first_batch_at_once_then_keeps_the_cadence() -> None:
+    """Measured (bench lifecycle): a standby's second join waited the whole interval (30 s) for its
+    first commit, as only the slot's first commit ever was a first one."""
+    log = Log()
+    b = batches(log, interval_s=30)
+    b.stream(batch({0: (0, 10)}, {0: 0}), TOPICS)
+    b.stream(batch({0: (10, 20)}, {0: 0}), TOPICS)  # the first commits at once
+    b.flush(claims({0: 10}), TOPICS)  # it stands by: what it wrote lands first
+    log.clear()
+    b.stream(batch({0: (20, 30)}, {0: 20}), TOPICS)
+    b.stream(batch({0: (30, 40)}, {0: 20}), TOPICS)
+    assert [e[0] for e in log] == ["write", "write"]  # without a join: the interval
+    b.flush(claims({0: 20}), TOPICS)
+    log.clear()
+    b.joined()
+    b.stream(batch({0: (40, 50)}, {0: 40}), TOPICS)
+    b.stream(batch({0: (50, 60)}, {0: 40}), TOPICS)
+    assert ("offset", 0, 50) in log  # the first batch after the join, committed during the next write
+    log.clear()
+    b.stream(batch({0: (60, 70)}, {0: 50}), TOPICS)
+    assert [e[0] for e in log] == ["write"]  # and then the cadence again
+    b.close()
+
+
 def test_the_next_batch_writes_while_the_due_ones_commit_and_then_waits() -> None:
     log = Log()
     b = batches(log, interval_s=0)

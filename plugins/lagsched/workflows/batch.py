@@ -224,6 +224,8 @@ class Batches:
         self._said: set[tuple[str, str | None, str]] = set()  # topic id mismatches already logged
         self._count = 0
         self._commits = 0
+        #: Whether no commit was made since the slot started or joined: the first commits at once.
+        self._fresh = True
         #: Batches written but not yet committed to the table (the commit cadence, `core.cadence`),
         #: each file with its partition key.
         self.waiting: Uncommitted[Key, tuple[Key, WrittenFile]] = Uncommitted()
@@ -525,11 +527,16 @@ class Batches:
             return 0.0
         return self.s.cadence.wait_s(self.waiting, now)
 
+    def joined(self) -> None:
+        """The slot goes live again after standing by: its next commit is a first one (`_commit_reason`)."""
+        self._fresh = True
+
     def _commit_reason(self, now: float) -> str | None:
-        """Why the waiting batches are to be committed now, or None. A run's first batch commits as
-        soon as it is written, as it is read at once: a slot that just started or joined (a scale-up)
-        shows in the table and in the lag within a batch, not an interval later."""
-        if self.waiting and self._commits == 0:
+        """Why the waiting batches are to be committed now, or None. The first batch a slot writes
+        after it started or joined commits as soon as it is written, as it is read at once: a slot
+        that just started, or a standby that joined (a scale-up), shows in the table and in the lag
+        within a batch, not an interval later."""
+        if self.waiting and self._fresh:
             return "first"
         return self.s.cadence.due(self.waiting, now)
 
@@ -609,6 +616,7 @@ class Batches:
         finally:
             waiting.clear()
         self._commits += 1
+        self._fresh = False
         figures = _CommitFigures(
             table_s=0.0 if landed is None else landed.seconds,
             offsets_s=done - t_offsets,

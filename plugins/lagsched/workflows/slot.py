@@ -337,6 +337,7 @@ class SlotRun:
         if self._standing_by:
             log.info("the cluster needs slot %s now: joining, warm", self.s.slot_number)
             self._standing_by = False
+            self.batches.joined()  # its first batch commits at once, as a new slot's does
         if self.announce_joined:
             try:
                 self.registry.announce_joined(self.s.slot_id)
