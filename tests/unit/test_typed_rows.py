@@ -12,9 +12,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from lagsched.adapters.schema_registry import UnknownSchemaId
 from lagsched.core.avro_decode import AvroDecoder
 from lagsched.core.avro_types import UnsupportedSchema
+from lagsched.core.errors import UnknownSchemaId
 from lagsched.core.json_decode import JsonDecoder
 from lagsched.core.routing import TopicRoute
 from lagsched.core.typed_rows import DEAD_LETTER_SCHEMA, KAFKA_FIELDS, split_batch, typed_schema

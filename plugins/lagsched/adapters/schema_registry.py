@@ -38,7 +38,7 @@ from typing import Any
 from urllib.parse import quote
 
 from lagsched.connections import SchemaRegistryParams, where_schema_registry
-from lagsched.core.errors import ConnectionFailure, LagschedError
+from lagsched.core.errors import ConnectionFailure, UnknownSchemaId
 
 __all__ = [
     "SCHEMA_TYPES",
@@ -58,14 +58,6 @@ _CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 _TRANSIENT_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 #: The most of a registry's error body that goes into a message.
 _BODY_CHARS = 300
-
-
-class UnknownSchemaId(LagschedError, LookupError):
-    """The registry answered that no schema has this id (permanent: ids are never reused)."""
-
-    def __init__(self, message: str, *, schema_id: int) -> None:
-        super().__init__(message)
-        self.schema_id = schema_id
 
 
 @dataclass(frozen=True, slots=True)

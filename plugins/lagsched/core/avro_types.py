@@ -38,6 +38,8 @@ Example:
     ...     {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}}]})
     id: int64 not null
     note: string
+      -- field metadata --
+      lagsched.default: '1'
     at: timestamp[us, tz=UTC] not null
 """
 

@@ -11,6 +11,7 @@ __all__ = [
     "LagschedError",
     "StaleClaimError",
     "TopicNameError",
+    "UnknownSchemaId",
     "UnknownTopicError",
 ]
 
@@ -109,3 +110,12 @@ class ConnectionFailure(LagschedError):
         super().__init__(message)
         self.conn_id = conn_id
         self.permanent = permanent
+
+
+class UnknownSchemaId(LagschedError, LookupError):
+    """The schema registry answered that no schema has this id: permanent, as a registry never
+    reuses an id, so the record that carries it is a dead letter. `schema_id` is the id."""
+
+    def __init__(self, message: str, *, schema_id: int) -> None:
+        super().__init__(message)
+        self.schema_id = schema_id

@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from lagsched.core.avro_types import UnsupportedSchema
 from lagsched.core.decoded import Decoded
+from lagsched.core.errors import UnknownSchemaId
 from lagsched.core.routing import TopicRoute
 from lagsched.core.wire_format import frame_column, value_spans
 
@@ -123,8 +124,6 @@ def split_batch(raw: pa.RecordBatch, route: TopicRoute, decoders: Decoders, *, t
     headers; one topic) by `route`; `decoders(schema_id)` gives the decoder of a writer schema
     (`plain_json` for the json format, which has no id); `target` names the typed table for the
     dead letters."""
-    from lagsched.adapters.schema_registry import UnknownSchemaId
-
     values = raw.column("value")
     n = raw.num_rows
     reasons: dict[int, str] = {}
