@@ -172,6 +172,10 @@ def _keys(keys: pa.Array, key_format: str) -> tuple[pa.Array, dict[int, str]]:
     """The key column in the table's type; a string key that is not UTF-8 is a dead letter."""
     if key_format == "raw":
         return keys, {}
+    try:
+        return keys.cast(pa.string()), {}  # Arrow checks the UTF-8 of the whole column at once
+    except pa.ArrowInvalid:
+        pass  # a key that is not UTF-8: find which, one by one
     out: list[str | None] = []
     dead: dict[int, str] = {}
     for i, key in enumerate(keys.to_pylist()):
