@@ -26,10 +26,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lagsched.core.arrow_types import HEADERS_TYPE
+
 __all__ = [
     "COLUMNS",
     "CREATED_SCHEMA",
-    "HEADERS_TYPE",
     "HOUR_US",
     "DataFolder",
     "FileSettings",
@@ -98,8 +99,6 @@ def arrow_schema(iceberg_schema_json: str) -> pa.Schema:
 #: The topic column as the tasks build it: one value per file, so a dictionary of one entry (Parquet
 #: stores it as a plain string column, dictionary-encoded).
 TOPIC_TYPE = pa.dictionary(pa.int32(), pa.string())
-#: Kafka headers as the table's ``headers`` column holds them, in order.
-HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
 _PRIMITIVES: Mapping[str, pa.DataType] = {
     "string": pa.string(),

@@ -43,7 +43,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from lagsched.adapters.data_files import HEADERS_TYPE, HOUR_US, DataFolder, FileSettings, PartitionFiles, WrittenFile
+from lagsched.adapters.data_files import HOUR_US, DataFolder, FileSettings, PartitionFiles, WrittenFile
+from lagsched.core.arrow_types import HEADERS_TYPE
 from lagsched.core.errors import KafkaOffsetsError, LagschedError
 from lagsched.core.offsets import OffsetRange, spread
 

@@ -38,6 +38,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lagsched.core.avro_types import full_name, lookup
+
 __all__ = ["encoded_sizes", "varint_sizes"]
 
 #: 7, 14, ..., 63 bits: a varint of k bytes holds values below 2**(7k).
@@ -70,8 +72,8 @@ def encoded_sizes(avro: Any, column: pa.Array, named: Mapping[str, Any] | None =
 def _sizes(avro: Any, column: pa.Array, named: dict[str, Any], namespace: str) -> np.ndarray:
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
-    if isinstance(avro, str):
-        avro = named.get(avro) or named.get(f"{namespace}.{avro}") or avro
+    if isinstance(avro, str) and (found := lookup(avro, named, namespace)) is not None:
+        avro = named[found]
     if isinstance(avro, list):
         return _union(avro, column, named, namespace)
     if isinstance(avro, str):
@@ -108,9 +110,8 @@ def _primitive(kind: str, logical: Any, column: pa.Array) -> np.ndarray:
 
 def _named_sizes(avro: Mapping[str, Any], column: pa.Array, named: dict[str, Any], namespace: str) -> np.ndarray:
     """A record, enum or fixed (recorded under its names for the references after it)."""
-    name = str(avro["name"])
-    full = name if "." in name else ".".join(p for p in (str(avro.get("namespace", namespace)), name) if p)
-    named[full] = named[name] = avro
+    full = full_name(str(avro["name"]), str(avro.get("namespace", namespace)))
+    named[full] = avro
     kind = avro["type"]
     if kind == "fixed":
         return np.full(len(column), int(avro["size"]), np.int64)

@@ -53,7 +53,7 @@ import pyarrow as pa
 
 from lagsched.core.errors import LagschedError
 
-__all__ = ["UnsupportedSchema", "arrow_schema", "has_maps", "inlined", "without_logical"]
+__all__ = ["UnsupportedSchema", "arrow_schema", "full_name", "has_maps", "inlined", "lookup", "without_logical"]
 
 _PRIMITIVES: Mapping[str, pa.DataType] = {
     "boolean": pa.bool_(),
@@ -122,7 +122,7 @@ def inlined(avro: Any) -> Any:
 
     def walk(node: Any, namespace: str) -> Any:
         if isinstance(node, str):
-            full = next((n for n in (_full_name(node, namespace), node) if n in named), None)
+            full = lookup(node, named, namespace)
             if full is None:
                 return node
             copies[full] = copies.get(full, 1) + 1
@@ -146,7 +146,7 @@ def inlined(avro: Any) -> Any:
         return node
 
     def walk_definition(node: Mapping[str, Any], namespace: str, *, record: bool) -> Any:
-        full = _full_name(str(node["name"]), str(node.get("namespace", namespace)))
+        full = full_name(str(node["name"]), str(node.get("namespace", namespace)))
         if record:
             named[full] = node
         out = dict(node)
@@ -174,17 +174,27 @@ def without_logical(avro: Any, logical: str) -> Any:
     return avro
 
 
-def _full_name(name: str, namespace: str) -> str:
+def full_name(name: str, namespace: str) -> str:
+    """A named type's full name: `name` if it has a dot, else in `namespace` (Avro's rule).
+
+    >>> full_name("Address", "t.shop"), full_name("x.Address", "t.shop"), full_name("A", "")
+    ('t.shop.Address', 'x.Address', 'A')
+    """
     return name if "." in name or not namespace else f"{namespace}.{name}"
+
+
+def lookup(reference: str, named: Mapping[str, Any], namespace: str) -> str | None:
+    """The full name of the type `reference` names among those defined so far (`named`), or None."""
+    return next((n for n in (full_name(reference, namespace), reference) if n in named), None)
 
 
 def _resolve(avro: Any, named: dict[str, Any], namespace: str, path: str) -> Any:
     """A type with a named reference replaced by its definition (definitions are recorded as met)."""
     if isinstance(avro, str) and avro not in _PRIMITIVES and avro != "null":
-        for candidate in (_full_name(avro, namespace), avro):
-            if candidate in named:
-                return named[candidate]
-        raise UnsupportedSchema(f"{path}: unknown type {avro!r}", path=path)
+        found = lookup(avro, named, namespace)
+        if found is None:
+            raise UnsupportedSchema(f"{path}: unknown type {avro!r}", path=path)
+        return named[found]
     return avro
 
 
@@ -217,7 +227,7 @@ def _named_type(
 ) -> pa.DataType:
     """A record, enum or fixed, recorded under its full name for the references after it."""
     kind = avro["type"]
-    full = _full_name(str(avro.get("name", "")), str(avro.get("namespace", namespace)))
+    full = full_name(str(avro.get("name", "")), str(avro.get("namespace", namespace)))
     if kind == "record" and full in inside:
         raise UnsupportedSchema(f"{path}: record {full} contains itself; a table cannot hold that", path=path)
     named[full] = avro

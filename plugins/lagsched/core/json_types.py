@@ -47,7 +47,7 @@ import pyarrow as pa
 
 from lagsched.core.avro_types import UnsupportedSchema
 
-__all__ = ["UnsupportedSchema", "arrow_schema", "required_paths"]
+__all__ = ["UnsupportedSchema", "arrow_schema"]
 
 _SCALARS: Mapping[str, pa.DataType] = {
     "boolean": pa.bool_(),
@@ -69,17 +69,6 @@ def arrow_schema(schema: Mapping[str, Any]) -> pa.Schema:
         raise UnsupportedSchema("a typed table needs an object schema with properties at the top", path="(root)")
     struct = _arrow(schema, schema, "", frozenset())
     return pa.schema(list(struct))
-
-
-def required_paths(schema: Mapping[str, Any]) -> list[str]:
-    """The top-level properties a record must have (``required`` and not nullable), for the check of
-    each decoded row.
-
-    >>> required_paths({"type": "object", "required": ["a", "b"],
-    ...                 "properties": {"a": {"type": "integer"}, "b": {"type": ["null", "string"]}}})
-    ['a']
-    """
-    return [f.name for f in arrow_schema(schema) if not f.nullable]
 
 
 def _deref(node: Any, root: Mapping[str, Any], path: str, seen: frozenset[str]) -> tuple[Any, frozenset[str]]:

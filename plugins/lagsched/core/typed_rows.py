@@ -19,7 +19,6 @@ itself: an unknown schema id (`UnknownSchemaId`) makes dead letters, a registry 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from lagsched.core.arrow_types import HEADERS_TYPE
 from lagsched.core.avro_types import UnsupportedSchema
 from lagsched.core.decoded import Decoded
 from lagsched.core.errors import UnknownSchemaId
@@ -42,14 +42,13 @@ __all__ = [
     "typed_schema",
 ]
 
-HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 #: The columns every typed row keeps, before the key and the value's fields.
 KAFKA_FIELDS = (
     pa.field("_topic", pa.string(), nullable=False),
     pa.field("_partition", pa.int32(), nullable=False),
     pa.field("_offset", pa.int64(), nullable=False),
     pa.field("_timestamp", pa.timestamp("us", tz="UTC"), nullable=False),
-    pa.field("_headers", HEADERS),
+    pa.field("_headers", HEADERS_TYPE),
     pa.field("_tombstone", pa.bool_(), nullable=False),
 )
 #: A dead letter: the record as Kafka had it, where it was going, and why it did not get there.
@@ -61,7 +60,7 @@ DEAD_LETTER_SCHEMA = pa.schema(
         pa.field("timestamp", pa.timestamp("us", tz="UTC"), nullable=False),
         pa.field("key", pa.binary()),
         pa.field("value", pa.binary()),
-        pa.field("headers", HEADERS),
+        pa.field("headers", HEADERS_TYPE),
         pa.field("schema_id", pa.int64()),
         pa.field("target_table", pa.string(), nullable=False),
         pa.field("reason", pa.string(), nullable=False),
@@ -115,19 +114,19 @@ class Split:
             raise AssertionError("a record of the batch is not in exactly one table")
 
 
-#: A writer schema by id -> (the decoder, its Arrow schema); raises UnknownSchemaId or ConnectionFailure.
+#: A writer schema's id -> its decoder (``decode`` and ``schema``: `AvroDecoder`, `JsonDecoder`); raises
+#: UnknownSchemaId, UnsupportedSchema, or ConnectionFailure when the registry cannot answer.
 Decoders = Callable[[int], Any]
 
 
 def split_batch(raw: pa.RecordBatch, route: TopicRoute, decoders: Decoders, *, target: str) -> Split:
     """Decode `raw` (the raw table's columns: topic, partition, offset, timestamp, key, value,
     headers; one topic) by `route`; `decoders(schema_id)` gives the decoder of a writer schema
-    (`plain_json` for the json format, which has no id); `target` names the typed table for the
-    dead letters."""
+    (asked for id 0 for the json format, whose values carry none); `target` names the typed table
+    for the dead letters."""
     values = raw.column("value")
     n = raw.num_rows
     reasons: dict[int, str] = {}
-    schema_ids = np.full(n, -1, np.int64)
     tombstone = values.is_null().to_numpy(zero_copy_only=False)
     keys, key_dead = _keys(raw.column("key"), route.key_format)
     reasons.update(key_dead)
@@ -143,7 +142,7 @@ def split_batch(raw: pa.RecordBatch, route: TopicRoute, decoders: Decoders, *, t
     typed: list[TypedRows] = []
     writers: dict[int, pa.Schema] = {}
     for schema_id in sorted(set(schema_ids[schema_ids >= 0].tolist())):
-        rows = np.flatnonzero((schema_ids == schema_id) & ~np.isin(np.arange(n), list(reasons)))
+        rows = np.flatnonzero((schema_ids == schema_id) & ~_marked(n, reasons))
         try:
             decoder = decoders(int(schema_id))
         except UnknownSchemaId as exc:
@@ -160,12 +159,19 @@ def split_batch(raw: pa.RecordBatch, route: TopicRoute, decoders: Decoders, *, t
             schema = typed_schema(decoder.schema, route.key_format)
             writers[int(schema_id)] = decoder.schema
             typed.append(_typed(raw, keys, kept, schema=schema, schema_id=int(schema_id), values=decoded.table))
-    stones = np.flatnonzero(tombstone & ~np.isin(np.arange(n), list(reasons)))
+    stones = np.flatnonzero(tombstone & ~_marked(n, reasons))
     if len(stones):
         schema = typed_schema(pa.schema([]), route.key_format)
         typed.append(_typed(raw, keys, stones, schema=schema, schema_id=-1, values=None))
     dead = _dead_letters(raw, reasons, schema_ids, target) if reasons else None
     return Split(typed, dead, writers)
+
+
+def _marked(n: int, reasons: Mapping[int, str]) -> np.ndarray:
+    """Which of the batch's `n` records are dead letters already."""
+    marked = np.zeros(n, bool)
+    marked[list(reasons)] = True
+    return marked
 
 
 def _keys(keys: pa.Array, key_format: str) -> tuple[pa.Array, dict[int, str]]:
@@ -190,8 +196,8 @@ def _keys(keys: pa.Array, key_format: str) -> tuple[pa.Array, dict[int, str]]:
     return pa.array(out, pa.string()), dead
 
 
-def _kafka_columns(raw: pa.RecordBatch, rows: np.ndarray, *, tombstone: bool) -> list[pa.Array]:
-    index = pa.array(rows)
+def _coordinates(raw: pa.RecordBatch, index: pa.Array) -> list[pa.Array]:
+    """The records' topic, partition, offset, timestamp and headers, as both tables hold them."""
     topic = raw.column("topic").take(index)
     if pa.types.is_dictionary(topic.type):
         topic = topic.dictionary_decode()
@@ -201,7 +207,6 @@ def _kafka_columns(raw: pa.RecordBatch, rows: np.ndarray, *, tombstone: bool) ->
         raw.column("offset").take(index),
         raw.column("timestamp").take(index),
         raw.column("headers").take(index),
-        pa.array(np.full(len(rows), tombstone)),
     ]
 
 
@@ -211,7 +216,7 @@ def _typed(
     """Typed rows: the Kafka columns and the key of `rows`, then the decoded `values` (None: a
     tombstone's, which has no value column; a reader fills them with nulls)."""
     index = pa.array(rows)
-    columns = [*_kafka_columns(raw, rows, tombstone=values is None), keys.take(index)]
+    columns = [*_coordinates(raw, index), pa.array(np.full(len(rows), values is None)), keys.take(index)]
     if values is not None:
         columns += [c.combine_chunks() for c in values.columns]
     batch = pa.RecordBatch.from_arrays(columns, schema=schema)
@@ -223,30 +228,15 @@ def _dead_letters(
 ) -> pa.RecordBatch:
     rows = np.array(sorted(reasons), np.int64)
     index = pa.array(rows)
-    topic = raw.column("topic").take(index)
-    if pa.types.is_dictionary(topic.type):
-        topic = topic.dictionary_decode()
+    topic, partition, offset, timestamp, headers = _coordinates(raw, index)
     ids = schema_ids[rows]
     return pa.RecordBatch.from_arrays(
         [
-            topic.cast(pa.string()),
-            raw.column("partition").take(index).cast(pa.int32()),
-            raw.column("offset").take(index),
-            raw.column("timestamp").take(index),
-            raw.column("key").take(index),
-            raw.column("value").take(index),
-            raw.column("headers").take(index),
+            topic, partition, offset, timestamp,
+            raw.column("key").take(index), raw.column("value").take(index), headers,
             pa.array(np.where(ids >= 0, ids, 0), mask=ids < 0),
             pa.array([target] * len(rows), pa.string()),
             pa.array([reasons[int(i)] for i in rows], pa.string()),
         ],
         schema=DEAD_LETTER_SCHEMA,
-    )
-
-
-def plain_json_schema(route: TopicRoute) -> Mapping[str, Any]:
-    """The declared JSON Schema of a ``json`` route (its ``value_schema``)."""
-    if route.value_schema is None:
-        raise ValueError(f"route of {route.topic!r} has no value_schema")
-    parsed: Mapping[str, Any] = json.loads(route.value_schema)
-    return parsed
+    )  # fmt: skip

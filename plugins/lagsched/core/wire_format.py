@@ -65,21 +65,16 @@ class Frames:
             return "not in the wire format (an empty value)"
         return f"not in the wire format (first byte 0x{int(self.first_byte[i]):02x}, not 0x00)"
 
-    def datum(self, i: int) -> bytes:
-        """Value `i`'s datum (without its header)."""
-        return self.data[int(self.starts[i]) : int(self.ends[i])].tobytes()
-
 
 def value_spans(values: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(the column's data bytes, each value's start, each value's end): a binary column's values
     as ranges of one buffer (a null value is an empty range)."""
-    frames = frame_column(values)
-    begins = np.where(frames.framed, frames.starts - HEADER_BYTES, frames.starts)
-    return frames.data, begins, np.where(frames.tombstone, begins, frames.ends)
+    data, begin, end, nulls = _spans(values)
+    return data, begin, np.where(nulls, begin, end)
 
 
-def frame_column(values: pa.Array) -> Frames:
-    """The wire-format headers of a binary (or large binary) column, read with numpy."""
+def _spans(values: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(data bytes, begins, ends, nulls) of a binary (or large binary) column, from its buffers."""
     offset_type: type[np.signedinteger[Any]]
     if pa.types.is_large_binary(values.type):
         offset_type = np.int64
@@ -93,8 +88,14 @@ def frame_column(values: pa.Array) -> Frames:
         offsets_buf, dtype=offset_type, count=n + 1, offset=values.offset * np.dtype(offset_type).itemsize
     )
     data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    begin, end = offsets[:-1].astype(np.int64), offsets[1:].astype(np.int64)
     nulls = values.is_null().to_numpy(zero_copy_only=False)
+    return data, offsets[:-1].astype(np.int64), offsets[1:].astype(np.int64), nulls
+
+
+def frame_column(values: pa.Array) -> Frames:
+    """The wire-format headers of a binary (or large binary) column, read with numpy."""
+    n = len(values)
+    data, begin, end, nulls = _spans(values)
     length = np.where(nulls, 0, end - begin)
     has_byte = length >= 1
     first = np.full(n, -1, np.int64)
