@@ -18,6 +18,7 @@ timeout and another slot or process took over).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -90,6 +91,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="... or this many bytes of data files (0: no such bound; default: %(default)s)",
     )  # fmt: skip
     add_job_arguments(p)
+    p.add_argument(
+        "--routes", type=json.loads, default=None,
+        help="the cluster's routes (lagsched_clusters, JSON): topics that land in typed tables of their own "
+        "(docs/routing.md); the consume DAG passes them",
+    )  # fmt: skip
     p.add_argument("--lease-s", type=float, default=default("lease_s"), help="claim lease (default: %(default)s)")
     p.add_argument(
         "--heartbeat-s", type=float, default=default("heartbeat_s"), help="heartbeat period (default: %(default)s)"
@@ -281,7 +287,6 @@ def _run_slot(
     mysql: Any,
     stop: threading.Event,
 ) -> int:
-    from lagsched.adapters import sink
     from lagsched.adapters.alert_figures import TableCommitCounter
     from lagsched.adapters.claims import open_claim_store
     from lagsched.adapters.kafka_admin import admin_client
@@ -300,7 +305,7 @@ def _run_slot(
     stats.emit("started", spark_ready_s=time.monotonic() - STARTED)
     wake = threading.Event()
     registry = SlotRegistry(redis, cluster=cluster)
-    table = sink.IcebergSink(session, lake, properties={"lagsched.slot": slot_id, "lagsched.cluster": cluster})
+    table = _lake_sink(args, session, lake, conn, slot_id=slot_id, cluster=cluster)
     # The reads fetch from a same-rack replica where the brokers allow it (KIP-392); a read that
     # makes no progress for the outage bound fails the batch as Kafka unreachable.
     writer = RangeWriter(session, kafka, rack=settings.rack, stall_s=settings.outage_bound_s)
@@ -351,6 +356,28 @@ def _run_slot(
     return _exit_code(outcome, keeper)
 
 
+def _lake_sink(args: argparse.Namespace, session: Any, lake: Any, conn: Any, *, slot_id: str, cluster: str) -> Any:
+    """The cluster's tables: the shared one, and the typed and dead-letter tables of its routes."""
+    from lagsched.adapters.lake_sink import LakeSink
+    from lagsched.core.routing import parse_routes
+
+    routes = parse_routes(args.routes, "--routes", label="--routes")
+    registry = None
+    if any(r.value_format in ("avro", "json_schema") or r.key_format in ("avro", "json_schema") for r in routes):
+        from lagsched.connections import schema_registry_params
+
+        registry = schema_registry_params()
+    return LakeSink(
+        session,
+        lake,
+        conn=conn,
+        slot_id=slot_id,
+        routes=routes,
+        registry=registry,
+        properties={"lagsched.slot": slot_id, "lagsched.cluster": cluster},
+    )
+
+
 def _start_spark(slot: str, lake: Any, conn: Any, mysql: Any) -> Any:
     """The slot's Spark session, its Iceberg catalog in the cluster's MySQL."""
     from lagsched.adapters import sink, spark
@@ -362,6 +389,8 @@ def _start_spark(slot: str, lake: Any, conn: Any, mysql: Any) -> Any:
         user=mysql.user,
         password=mysql.password,
     )
+    # A task's decoders run in one Python worker per core: polars' own thread pool would only contend.
+    conf["spark.executorEnv.POLARS_MAX_THREADS"] = "1"
     return spark.session(f"lagsched-consume-{slot}", master=None, conf=conf)
 
 

@@ -69,6 +69,12 @@ class Sink:
     def file_settings(self) -> object:
         return object()
 
+    def routed(self) -> None:
+        return None
+
+    def prepare(self, files: Sequence[WrittenFile]) -> bool:
+        return True
+
     def commit(
         self, files: Sequence[WrittenFile], ranges: Mapping[tuple[str, int], tuple[int, int]], since: int | None
     ) -> TableCommit:
@@ -91,7 +97,7 @@ class Writer:
     def __init__(self, log: Log) -> None:
         self.log, self.n = log, 0
 
-    def write(self, ranges: Sequence[OffsetRange], settings: object) -> list[WrittenFile]:
+    def write(self, ranges: Sequence[OffsetRange], settings: object, routed: object = None) -> list[WrittenFile]:
         self.n += 1
         self.log.append(("write", self.n, [(r.partition, r.start, r.end) for r in ranges]))
         return [

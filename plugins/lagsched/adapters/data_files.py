@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lagsched.core.arrow_types import HEADERS_TYPE
+from lagsched.core.iceberg_types import arrow_type
 
 __all__ = [
     "COLUMNS",
@@ -37,6 +38,7 @@ __all__ = [
     "PartitionFiles",
     "WrittenFile",
     "arrow_schema",
+    "delete_written",
     "hour_name",
 ]
 
@@ -100,31 +102,10 @@ def arrow_schema(iceberg_schema_json: str) -> pa.Schema:
 #: stores it as a plain string column, dictionary-encoded).
 TOPIC_TYPE = pa.dictionary(pa.int32(), pa.string())
 
-_PRIMITIVES: Mapping[str, pa.DataType] = {
-    "string": pa.string(),
-    "int": pa.int32(),
-    "long": pa.int64(),
-    "binary": pa.binary(),
-    "timestamptz": pa.timestamp("us", tz="UTC"),
-    "timestamp": pa.timestamp("us"),
-}
-
 
 def _arrow_field(name: str, kind: Any, field_id: int, required: bool) -> pa.Field:
-    return pa.field(name, _arrow_type(kind), nullable=not required, metadata={"PARQUET:field_id": str(field_id)})
-
-
-def _arrow_type(kind: Any) -> pa.DataType:
-    if isinstance(kind, str):
-        if kind not in _PRIMITIVES:
-            raise ValueError(f"the table has a column of type {kind}, which lagsched never writes")
-        return _PRIMITIVES[kind]
-    if kind["type"] == "struct":
-        return pa.struct([_arrow_field(f["name"], f["type"], f["id"], f["required"]) for f in kind["fields"]])
-    if kind["type"] == "list":
-        element = _arrow_field("element", kind["element"], kind["element-id"], kind["element-required"])
-        return pa.list_(element)
-    raise ValueError(f"the table has a column of type {kind['type']}, which lagsched never writes")
+    metadata = {"PARQUET:field_id": str(field_id)}
+    return pa.field(name, arrow_type(kind, field_ids=True), nullable=not required, metadata=metadata)
 
 
 # ------------------------------------------------------------------------------- the settings
@@ -153,6 +134,10 @@ class FileSettings:
         statistics: the columns with Parquet statistics (``write.parquet.stats-enabled.column.<c>``
             turns them off for a column; the conflict check needs ``partition`` and ``offset``).
         s3_endpoint: an S3-compatible store's URL for ``s3a://`` and ``s3://`` tables.
+        dictionary_columns: the columns (Parquet paths) written with a dictionary.
+        topic_in_path: the table is partitioned by topic as well as by hour (the shared table and
+            the dead-letter table); a typed table holds one topic and is partitioned by hour only.
+        hour_column: the timestamp column the hour partition is of.
     """
 
     data_location: str
@@ -165,6 +150,9 @@ class FileSettings:
     target_file_bytes: int = 512 * 1024 * 1024
     statistics: tuple[str, ...] = ("topic", "partition", "offset", "timestamp")
     s3_endpoint: str | None = None
+    dictionary_columns: tuple[str, ...] = ("topic", "partition", "headers.list.element.key")
+    topic_in_path: bool = True
+    hour_column: str = "timestamp"
 
     @classmethod
     def of(
@@ -177,10 +165,6 @@ class FileSettings:
         >>> s.data_location, s.compression, s.statistics
         ('file:/lake/t/data', 'zstd', ('topic', 'partition', 'offset'))
         """
-        codec = properties.get("write.parquet.compression-codec", "zstd").lower()
-        if codec not in _CODECS:
-            raise ValueError(f"write.parquet.compression-codec={codec!r}: lagsched writes {', '.join(_CODECS)}")
-        level = properties.get("write.parquet.compression-level")
         stats = tuple(
             c
             for c in ("topic", "partition", "offset", "timestamp")
@@ -193,17 +177,62 @@ class FileSettings:
                 "(unset write.parquet.stats-enabled.column.partition/offset)"
             )
         return cls(
-            data_location=properties.get("write.data.path") or f"{location.rstrip('/')}/data",
             schema=arrow_schema(schema_json),
-            compression=_CODECS[codec],
-            compression_level=int(level) if level else None,
-            dictionary_page_bytes=int(properties.get("write.parquet.dict-size-bytes", 2 * 1024 * 1024)),
-            data_page_bytes=int(properties.get("write.parquet.page-size-bytes", 1024 * 1024)),
-            row_group_bytes=int(properties.get("write.parquet.row-group-size-bytes", 128 * 1024 * 1024)),
-            target_file_bytes=int(properties.get("write.target-file-size-bytes", 512 * 1024 * 1024)),
             statistics=stats,
-            s3_endpoint=s3_endpoint,
+            **_write_properties(location, properties, s3_endpoint),
         )
+
+    @classmethod
+    def of_rows(
+        cls,
+        location: str,
+        schema: pa.Schema,
+        properties: Mapping[str, str],
+        *,
+        coordinates: tuple[str, str, str, str, str],
+        topic_in_path: bool,
+        s3_endpoint: str | None = None,
+    ) -> FileSettings:
+        """For the files of a typed or the dead-letter table, written without field ids (the table
+        reads them through its name mapping, `lagsched.core.iceberg_types.name_mapping`): `schema`
+        is the files' columns, `coordinates` the names of the topic, partition, offset, timestamp and
+        headers columns (the statistics the commit's conflict check needs, and the dictionaries).
+
+        >>> import pyarrow as pa
+        >>> s = FileSettings.of_rows("s3a://b/w/kafka/orders", pa.schema([("_offset", pa.int64())]), {},
+        ...     coordinates=("_topic", "_partition", "_offset", "_timestamp", "_headers"), topic_in_path=False)
+        >>> s.data_location, s.hour_column, s.statistics
+        ('s3a://b/w/kafka/orders/data', '_timestamp', ('_topic', '_partition', '_offset', '_timestamp'))
+        >>> s.dictionary_columns
+        ('_topic', '_partition', '_headers.list.element.key')
+        """
+        topic, partition, offset, timestamp, headers = coordinates
+        return cls(
+            schema=schema,
+            statistics=(topic, partition, offset, timestamp),
+            dictionary_columns=(topic, partition, f"{headers}.list.element.key"),
+            topic_in_path=topic_in_path,
+            hour_column=timestamp,
+            **_write_properties(location, properties, s3_endpoint),
+        )
+
+
+def _write_properties(location: str, properties: Mapping[str, str], s3_endpoint: str | None) -> dict[str, Any]:
+    """`FileSettings`' fields that a table's write properties give (Iceberg's defaults where unset)."""
+    codec = properties.get("write.parquet.compression-codec", "zstd").lower()
+    if codec not in _CODECS:
+        raise ValueError(f"write.parquet.compression-codec={codec!r}: lagsched writes {', '.join(_CODECS)}")
+    level = properties.get("write.parquet.compression-level")
+    return {
+        "data_location": properties.get("write.data.path") or f"{location.rstrip('/')}/data",
+        "compression": _CODECS[codec],
+        "compression_level": int(level) if level else None,
+        "dictionary_page_bytes": int(properties.get("write.parquet.dict-size-bytes", 2 * 1024 * 1024)),
+        "data_page_bytes": int(properties.get("write.parquet.page-size-bytes", 1024 * 1024)),
+        "row_group_bytes": int(properties.get("write.parquet.row-group-size-bytes", 128 * 1024 * 1024)),
+        "target_file_bytes": int(properties.get("write.target-file-size-bytes", 512 * 1024 * 1024)),
+        "s3_endpoint": s3_endpoint,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +240,9 @@ class WrittenFile:
     """One data file a task wrote: records of one Kafka partition, one hour of timestamps.
 
     ``hour`` is the ``hours(timestamp)`` partition value (hours since the epoch, UTC); ``first``
-    and ``last`` are the lowest and highest offsets in the file.
+    and ``last`` are the lowest and highest offsets in the file. ``table``: the typed or dead-letter
+    table it is for (its identifier), None for the cluster's shared table; ``schema_id``: the writer
+    schema of its rows (a typed table's; -1 for tombstones).
     """
 
     location: str
@@ -222,6 +253,8 @@ class WrittenFile:
     size_bytes: int
     first: int
     last: int
+    table: str | None = None
+    schema_id: int | None = None
 
 
 # -------------------------------------------------------------------------------- file system
@@ -277,6 +310,17 @@ class DataFolder:
                 log.warning("could not delete %s (%s); the table care removes it as an orphan", uri, exc)
 
 
+def delete_written(locations: Iterable[str], s3_endpoint: str | None) -> None:
+    """Delete files of any tables (a failed batch's), one file system client per folder."""
+    folders: dict[str, DataFolder] = {}
+    for uri in locations:
+        parent = uri.rsplit("/", 1)[0]
+        folder = folders.get(parent)
+        if folder is None:
+            folder = folders[parent] = DataFolder(parent, s3_endpoint)
+        folder.delete([uri])
+
+
 def hour_name(hour: int) -> str:
     """Iceberg's human form of an ``hours`` partition value, as in its partition paths.
 
@@ -289,11 +333,27 @@ def hour_name(hour: int) -> str:
 class PartitionFiles:
     """The files of one Kafka partition in one task: one open file per hour, row groups buffered."""
 
-    def __init__(self, folder: DataFolder, topic: str, partition: int, settings: FileSettings) -> None:
+    def __init__(
+        self,
+        folder: DataFolder,
+        topic: str,
+        partition: int,
+        settings: FileSettings,
+        *,
+        table: str | None = None,
+        schema_id: int | None = None,
+    ) -> None:
         self._folder, self.topic, self.partition, self._settings = folder, topic, partition, settings
-        self._topic_dir = f"topic={quote_plus(topic)}"
+        self.table, self.schema_id = table, schema_id
+        self.folder_uri = folder.uri
+        self._topic_dir = f"topic={quote_plus(topic)}/" if settings.topic_in_path else ""
         self._open: dict[int, _OpenFile] = {}
         self.written: list[WrittenFile] = []
+
+    @property
+    def raw_schema(self) -> pa.Schema:
+        """The columns the tasks build records in (`adapters.range_files`): the files'."""
+        return self._settings.schema
 
     def add(self, batch: pa.RecordBatch, hours: np.ndarray[Any, Any]) -> None:
         """Records of this partition in offset order, with each record's hour."""
@@ -325,8 +385,8 @@ class PartitionFiles:
             self._close(hour)
             f = None
         if f is None:
-            hour_dir = f"timestamp_hour={hour_name(hour)}"
-            uri = f"{self._folder.uri}/{self._topic_dir}/{hour_dir}/{self.partition:05d}-{uuid.uuid4().hex}.parquet"
+            hour_dir = f"{self._settings.hour_column}_hour={hour_name(hour)}"
+            uri = f"{self._folder.uri}/{self._topic_dir}{hour_dir}/{self.partition:05d}-{uuid.uuid4().hex}.parquet"
             f = self._open[hour] = _OpenFile(self._folder, uri, self._settings)
         return f
 
@@ -335,7 +395,11 @@ class PartitionFiles:
         done = f.close()
         if done is not None:
             records, size, first, last = done
-            self.written.append(WrittenFile(f.uri, self.topic, self.partition, hour, records, size, first, last))
+            self.written.append(
+                WrittenFile(
+                    f.uri, self.topic, self.partition, hour, records, size, first, last, self.table, self.schema_id
+                )
+            )
 
 
 class _OpenFile:
@@ -393,7 +457,7 @@ class _OpenFile:
                 s.schema,
                 compression=s.compression,
                 compression_level=s.compression_level,
-                use_dictionary=["topic", "partition", "headers.list.element.key"],
+                use_dictionary=list(s.dictionary_columns),
                 dictionary_pagesize_limit=s.dictionary_page_bytes,
                 data_page_size=s.data_page_bytes,
                 write_statistics=list(s.statistics),

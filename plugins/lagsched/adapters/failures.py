@@ -51,6 +51,7 @@ from typing import Any, Literal
 
 from lagsched.connections import (
     KAFKA_CONN_ID,
+    SCHEMA_REGISTRY_CONN_ID,
     MySQLParams,
     RedisParams,
     where_kafka,
@@ -63,6 +64,7 @@ from lagsched.core.errors import (
     ConnectionInvalid,
     ConnectionNotFound,
     KafkaOffsetsError,
+    RegistryUnreachable,
     TopicNameError,
 )
 
@@ -81,7 +83,7 @@ __all__ = [
     "short_reason",
 ]
 
-Service = Literal["kafka", "mysql", "redis"]
+Service = Literal["kafka", "mysql", "redis", "schema_registry"]
 
 
 class Kind(enum.Enum):
@@ -260,11 +262,20 @@ def _kafka_kind(exc: BaseException) -> Kind | None:
     return None
 
 
+def _registry_kind(exc: BaseException) -> Kind | None:
+    if isinstance(exc, RegistryUnreachable):
+        return Kind.UNREACHABLE
+    if isinstance(exc, ConnectionFailure) and exc.conn_id == SCHEMA_REGISTRY_CONN_ID and not exc.permanent:
+        return Kind.UNREACHABLE
+    return None
+
+
 _JUDGES: tuple[tuple[Service, Callable[[BaseException], Kind | None]], ...] = (
     ("mysql", _mysql_kind),
     ("mysql", _jdbc_kind),
     ("redis", _redis_kind),
     ("kafka", _kafka_kind),
+    ("schema_registry", _registry_kind),
 )
 
 

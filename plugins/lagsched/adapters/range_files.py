@@ -43,9 +43,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from lagsched.adapters.data_files import HOUR_US, DataFolder, FileSettings, PartitionFiles, WrittenFile
+from lagsched.adapters.data_files import (
+    HOUR_US,
+    DataFolder,
+    FileSettings,
+    PartitionFiles,
+    WrittenFile,
+    delete_written,
+)
+from lagsched.adapters.typed_files import RoutedPartitionFiles, RoutedTables
 from lagsched.core.arrow_types import HEADERS_TYPE
-from lagsched.core.errors import KafkaOffsetsError, LagschedError
+from lagsched.core.errors import KafkaOffsetsError, LagschedError, RegistryUnreachable
 from lagsched.core.offsets import OffsetRange, spread
 
 __all__ = [
@@ -152,6 +160,7 @@ def write_ranges(
     kafka_config: Mapping[str, Any],
     settings: FileSettings,
     *,
+    routed: RoutedTables | None = None,
     stall_s: float = 60.0,
     consumer_factory: Callable[[Mapping[str, Any]], Any] | None = None,
     clock: Callable[[], float] = time.monotonic,
@@ -159,15 +168,22 @@ def write_ranges(
     """Read ``ranges`` with one consumer and write them as data files; never raises.
 
     ``kafka_config`` is the consumer's whole config (`reader_config`). Each range must be of its
-    own partition. A range with nothing to read is done at once.
+    own partition. A range with nothing to read is done at once. A range of a topic in
+    ``routed.routes`` goes to its typed table and the dead-letter table (`adapters.typed_files`).
     """
     started = clock()
-    writers: dict[tuple[str, int], PartitionFiles] = {}
+    writers: dict[tuple[str, int], PartitionFiles | RoutedPartitionFiles] = {}
     folder: DataFolder | None = None
     try:
         folder = DataFolder(settings.data_location, settings.s3_endpoint)
+        routes = routed.routes if routed is not None else {}
         for r in ranges:
-            writers[(r.topic, r.partition)] = PartitionFiles(folder, r.topic, r.partition, settings)
+            route = routes.get(r.topic)
+            writers[(r.topic, r.partition)] = (
+                PartitionFiles(folder, r.topic, r.partition, settings)
+                if route is None or routed is None
+                else RoutedPartitionFiles(route, r.partition, routed)
+            )
         records = _read(ranges, kafka_config, writers, stall_s=stall_s, consumer_factory=consumer_factory, clock=clock)
         for w in writers.values():
             w.close()
@@ -225,8 +241,11 @@ class RangeWriter:
         task = functools.partial(warm_task, kafka_config=self._config)
         return max(context.parallelize(range(tasks), tasks).mapPartitions(task).collect(), default=0.0)
 
-    def write(self, ranges: Sequence[OffsetRange], settings: FileSettings) -> list[WrittenFile]:
-        """Read ``ranges`` and write them as data files in ``settings``' layout; the files.
+    def write(
+        self, ranges: Sequence[OffsetRange], settings: FileSettings, routed: RoutedTables | None = None
+    ) -> list[WrittenFile]:
+        """Read ``ranges`` and write them as data files in ``settings``' layout (those of routed
+        topics in their typed and the dead-letter table's, ``routed``); the files.
 
         Raises:
             KafkaOffsetsError: a task's partitions stopped moving (Kafka unreachable): a slot rides
@@ -238,14 +257,18 @@ class RangeWriter:
             return []
         context = self._spark.sparkContext
         groups = spread(ranges, self._tasks or context.defaultParallelism)
-        task = functools.partial(write_task, kafka_config=self._config, settings=settings, stall_s=self._stall_s)
+        task = functools.partial(
+            write_task, kafka_config=self._config, settings=settings, routed=routed, stall_s=self._stall_s
+        )
         results: list[TaskResult] = context.parallelize(groups, len(groups)).mapPartitions(task).collect()
         files = [f for r in results for f in r.files]
         failed = [r for r in results if r.error is not None]
         if failed:
-            DataFolder(settings.data_location, settings.s3_endpoint).delete(f.location for f in files)
+            delete_written((f.location for f in files), settings.s3_endpoint)
             message = f"{len(failed)} of {len(groups)} task(s) could not write their ranges; first: {failed[0].error}"
             if all(r.unreachable for r in failed):
+                if any((r.error or "").startswith("RegistryUnreachable") for r in failed):
+                    raise RegistryUnreachable(message)
                 raise KafkaOffsetsError(message)
             if all(r.deleted or r.unreachable for r in failed):
                 raise RecordsDeletedError(message)
@@ -276,12 +299,16 @@ def warm_task(_numbers: Iterable[int], kafka_config: Mapping[str, Any]) -> Itera
 
 
 def write_task(
-    groups: Iterable[Sequence[OffsetRange]], kafka_config: Mapping[str, Any], settings: FileSettings, stall_s: float
+    groups: Iterable[Sequence[OffsetRange]],
+    kafka_config: Mapping[str, Any],
+    settings: FileSettings,
+    stall_s: float,
+    routed: RoutedTables | None = None,
 ) -> Iterator[TaskResult]:
     """A Spark task's function (``mapPartitions``): each group of ranges through `write_ranges`."""
     _keep_zip_directories()
     for group in groups:
-        yield write_ranges(group, kafka_config, settings, stall_s=stall_s)
+        yield write_ranges(group, kafka_config, settings, routed=routed, stall_s=stall_s)
 
 
 def _keep_zip_directories() -> None:
@@ -302,7 +329,7 @@ def _keep_zip_directories() -> None:
 def _read(
     ranges: Sequence[OffsetRange],
     kafka_config: Mapping[str, Any],
-    writers: Mapping[tuple[str, int], PartitionFiles],
+    writers: Mapping[tuple[str, int], PartitionFiles | RoutedPartitionFiles],
     *,
     stall_s: float,
     consumer_factory: Callable[[Mapping[str, Any]], Any] | None,
@@ -512,7 +539,7 @@ def _runs(msgs: list[Any], one_topic: str | None) -> Iterator[tuple[str, int, li
         yield one_topic or msgs[lo].topic(), int(partitions[lo]), msgs[lo:hi] if (lo, hi) != (0, n) else msgs
 
 
-def _take(p: _Progress, run: list[Any], writer: PartitionFiles) -> bool:
+def _take(p: _Progress, run: list[Any], writer: PartitionFiles | RoutedPartitionFiles) -> bool:
     """Add the records of ``run`` that belong to the range; True once the range is read to its end."""
     from confluent_kafka import Message
 
@@ -526,7 +553,7 @@ def _take(p: _Progress, run: list[Any], writer: PartitionFiles) -> bool:
         part = run[lo:hi] if (lo, hi) != (0, n) else run
         m = hi - lo
         ts_us = np.fromiter(map(itemgetter(1), map(Message.timestamp, part)), dtype=np.int64, count=m) * 1000
-        schema = writer._settings.schema
+        schema = writer.raw_schema
         batch = pa.RecordBatch.from_arrays(
             [
                 # One value for the whole batch: a dictionary of one entry, as Parquet stores it anyway.

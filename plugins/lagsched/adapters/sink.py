@@ -36,10 +36,15 @@ from lagsched.core.errors import LagschedError
 from lagsched.core.lake import RANGES_PROPERTY, TABLE_PROPERTIES, LakeTable, encode_ranges
 
 __all__ = [
+    "DEAD_LETTERS",
+    "NAME_MAPPING",
+    "SHARED",
+    "TYPED",
     "BatchRead",
     "IcebergSink",
     "SinkConflictError",
     "TableCommit",
+    "TableShape",
     "catalog_conf",
     "ensure_table",
 ]
@@ -54,6 +59,36 @@ COLUMNS_DDL = (
 PARTITIONING = "topic, hours(`timestamp`)"
 #: Snapshot summary key naming the batch (a UUID) that committed it.
 BATCH_PROPERTY = "lagsched.batch"
+
+
+@dataclass(frozen=True, slots=True)
+class TableShape:
+    """What a lagsched table's columns and partitions are called: the shared table's (`SHARED`),
+    the dead-letter table's (`DEAD_LETTERS`, the same names) or a typed table's (`TYPED`, the
+    Kafka columns with a ``_`` before them, partitioned by hour only: it holds one topic).
+
+    ``name_mapped``: its files carry no Parquet field ids; the table reads them through its name
+    mapping (`lagsched.core.iceberg_types.name_mapping`)."""
+
+    topic: str = "topic"
+    partition: str = "partition"
+    offset: str = "offset"
+    timestamp: str = "timestamp"
+    topic_partitioned: bool = True
+    name_mapped: bool = False
+
+    @property
+    def spec(self) -> list[tuple[str, str]]:
+        """The partition fields (source column, transform) lagsched creates the table with."""
+        hour = [(self.timestamp, "hour")]
+        return [(self.topic, "identity"), *hour] if self.topic_partitioned else hour
+
+
+SHARED = TableShape()
+DEAD_LETTERS = TableShape(name_mapped=True)
+TYPED = TableShape("_topic", "_partition", "_offset", "_timestamp", topic_partitioned=False, name_mapped=True)
+#: The table property holding a table's name mapping (Iceberg's).
+NAME_MAPPING = "schema.name-mapping.default"
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,8 +267,20 @@ class IcebergSink:
     the files (`adapters.range_files.RangeWriter`, in `file_settings`' layout); ``commit`` lands them.
     """
 
-    def __init__(self, spark: SparkSession, lake: LakeTable, *, properties: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        lake: LakeTable,
+        *,
+        properties: Mapping[str, str] | None = None,
+        identifier: str | None = None,
+        shape: TableShape = SHARED,
+    ) -> None:
+        """``identifier``: a typed or the dead-letter table (``shape``), which `adapters.lake_sink`
+        creates; None: the cluster's shared table, created here if missing."""
         self._spark, self._lake = spark, lake
+        self.identifier = identifier or lake.identifier
+        self.shape = shape
         #: Extra snapshot summary entries of every commit (the slot and cluster).
         self._properties = dict(properties or {})
         jvm: Any = spark._jvm
@@ -243,7 +290,9 @@ class IcebergSink:
         self._read_options: Any = None
         self._spec_checked: int | None = None
         self._loaded: Any = None
-        ensure_table(spark, lake)
+        self._mapping: tuple[str, Any] | None = None
+        if identifier is None:
+            ensure_table(spark, lake)
 
     @property
     def lake(self) -> LakeTable:
@@ -259,10 +308,19 @@ class IcebergSink:
         """
         if self._loaded is None:
             self._loaded = self._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-                self._spark._jsparkSession, self._lake.identifier
+                self._spark._jsparkSession, self.identifier
             )
         self._loaded.refresh()
         return self._loaded
+
+    def loaded(self) -> Any:
+        """The table as this sink last loaded or refreshed it (loaded now if never)."""
+        return self._loaded if self._loaded is not None else self._table()
+
+    def place(self) -> tuple[str, dict[str, str]]:
+        """The table's location and properties, as of this sink's last look at it."""
+        table = self.loaded()
+        return str(table.location()), dict(table.properties())
 
     def mark(self) -> int | None:
         """The table's current snapshot id (None while empty): take it before ``begin_batch``."""
@@ -274,9 +332,10 @@ class IcebergSink:
         of those commits only its offset (the earlier holder landed it, then died)."""
         if since is None or not reads:
             return frozenset()
-        table = self._spark.read.option("snapshot-id", str(since)).table(self._lake.identifier)
-        rows = table.where(_any_of(_range_condition(r) for r in reads)).groupBy("topic", "partition").count().collect()
-        return frozenset((str(row["topic"]), int(row["partition"])) for row in rows)
+        shape = self.shape
+        table = self._spark.read.option("snapshot-id", str(since)).table(self.identifier)
+        found = table.where(_any_of(_range_condition(r, shape) for r in reads)).groupBy(shape.topic, shape.partition)
+        return frozenset((str(row[0]), int(row[1])) for row in found.count().collect())
 
     def file_settings(self) -> FileSettings:
         """How the tasks write this table's data files: its location, schema and write properties as of
@@ -284,7 +343,7 @@ class IcebergSink:
         several slots on one table each refresh finds another slot's commit and parses the whole
         metadata file (0.2 s at 13 MB, bench/results/commit_scale.json), and the write properties
         rarely change; a change reaches the batches written after the next commit."""
-        table = self._loaded if self._loaded is not None else self._table()
+        table = self.loaded()
         return FileSettings.of(
             str(table.location()),
             str(self._jvm.org.apache.iceberg.SchemaParser.toJson(table.schema())),
@@ -324,8 +383,9 @@ class IcebergSink:
         j = self._java
         spec = table.spec()
         if self._spec_checked != spec.specId():
-            _check_spec(spec, table.schema(), self._jvm)
+            _check_spec(spec, table.schema(), self._jvm, self.shape)
             self._spec_checked = spec.specId()
+        mapping = self._name_mapping(table) if self.shape.name_mapped else None
         conf = self._spark._jsc.hadoopConfiguration()
         if self._read_options is None:
             self._read_options = j.HadoopReadOptions.builder(conf).build()
@@ -340,14 +400,19 @@ class IcebergSink:
                 footer = reader.getFooter()
             finally:
                 reader.close()
-            metrics = j.ParquetUtil.footerMetrics(footer, j.Stream.empty(), metrics_config)
+            metrics = (
+                j.ParquetUtil.footerMetrics(footer, j.Stream.empty(), metrics_config)
+                if mapping is None
+                else j.ParquetUtil.footerMetrics(footer, j.Stream.empty(), metrics_config, mapping)
+            )
             if int(metrics.recordCount()) != f.records:
                 raise LagschedError(
                     f"{f.location}: its footer says {metrics.recordCount()} records, the task wrote {f.records}"
                 )
             partition = j.PartitionData(partition_type)
-            partition.set(0, f.topic)
-            partition.set(1, j.Integer(f.hour))
+            if self.shape.topic_partitioned:
+                partition.set(0, f.topic)
+            partition.set(1 if self.shape.topic_partitioned else 0, j.Integer(f.hour))
             files.append(
                 j.DataFiles.builder(spec)
                 .withPath(f.location)
@@ -358,6 +423,17 @@ class IcebergSink:
                 .build()
             )
         return files
+
+    def _name_mapping(self, table: Any) -> Any:
+        """The table's name mapping (parsed once per value): how its files' columns are its fields."""
+        text = str(table.properties().get(NAME_MAPPING) or "")
+        if not text:
+            raise LagschedError(
+                f"{self.identifier} has no {NAME_MAPPING}: its files, without field ids, cannot be read"
+            )
+        if self._mapping is None or self._mapping[0] != text:
+            self._mapping = (text, self._jvm.org.apache.iceberg.mapping.NameMappingParser.fromJson(text))
+        return self._mapping[1]
 
     def delete(self, locations: Iterable[str]) -> None:
         """Delete data files that will never be committed (a batch voided before its commit); one
@@ -401,7 +477,7 @@ class IcebergSink:
             for f in files:
                 io.deleteFile(f.location())
             raise SinkConflictError(
-                f"{self._lake.identifier}: records of this batch's ranges were committed by another holder "
+                f"{self.identifier}: records of this batch's ranges were committed by another holder "
                 f"since snapshot {since}; nothing of this batch was committed",
                 ranges,
             ) from None
@@ -414,29 +490,29 @@ class IcebergSink:
         return _snapshot_of(table, batch_id)
 
     def _ranges_filter(self, ranges: Mapping[tuple[str, int], tuple[int, int]]) -> Any:
-        e = self._expressions
+        e, shape = self._expressions, self.shape
         both = getattr(e, "and")
         either = getattr(e, "or")
         out = None
         for (topic, partition), (start, end) in sorted(ranges.items()):
             one = both(
-                e.equal("topic", topic),
+                e.equal(shape.topic, topic),
                 both(
-                    e.equal("partition", partition),
-                    both(e.greaterThanOrEqual("offset", start), e.lessThan("offset", end)),
+                    e.equal(shape.partition, partition),
+                    both(e.greaterThanOrEqual(shape.offset, start), e.lessThan(shape.offset, end)),
                 ),
             )
             out = one if out is None else either(out, one)
         return out
 
 
-def _range_condition(read: BatchRead) -> Column:
+def _range_condition(read: BatchRead, shape: TableShape = SHARED) -> Column:
     start, end = read.batch
     return (
-        (F.col("topic") == F.lit(read.topic))
-        & (F.col("partition") == F.lit(read.partition))
-        & (F.col("offset") >= F.lit(start))
-        & (F.col("offset") < F.lit(end))
+        (F.col(shape.topic) == F.lit(read.topic))
+        & (F.col(shape.partition) == F.lit(read.partition))
+        & (F.col(shape.offset) >= F.lit(start))
+        & (F.col(shape.offset) < F.lit(end))
     )
 
 
@@ -447,17 +523,17 @@ def _any_of(conditions: Iterable[Column]) -> Column:
     return out if out is not None else F.lit(False)
 
 
-def _check_spec(spec: Any, schema: Any, jvm: Any) -> None:
-    """The table is partitioned as lagsched creates it: ``topic`` (identity), then ``hours(timestamp)``,
-    and Iceberg's hour transform is what the tasks compute (`adapters.range_files`: floor division of
-    the microseconds, before the epoch too)."""
+def _check_spec(spec: Any, schema: Any, jvm: Any, shape: TableShape = SHARED) -> None:
+    """The table is partitioned as lagsched creates it (`TableShape.spec`: ``topic`` (identity), then
+    ``hours(timestamp)``), and Iceberg's hour transform is what the tasks compute
+    (`adapters.range_files`: floor division of the microseconds, before the epoch too)."""
     fields = [(str(schema.findColumnName(f.sourceId())), str(f.transform())) for f in _iterate(spec.fields())]
-    if fields != [("topic", "identity"), ("timestamp", "hour")]:
+    if fields != shape.spec:
         raise LagschedError(
-            f"the table is partitioned by {fields}, not by topic, hours(timestamp) as lagsched creates it; "
+            f"the table is partitioned by {fields}, not by {shape.spec} as lagsched creates it; "
             "point the cluster's sink at a table lagsched created"
         )
-    hour_field = spec.fields().get(1)
+    hour_field = spec.fields().get(len(fields) - 1)
     to_hour = hour_field.transform().bind(schema.findField(hour_field.sourceId()).type())
     for micros in (0, 1, -1, HOUR_US - 1, HOUR_US, -HOUR_US, -HOUR_US - 1, 1_780_000_000_000_000):
         if int(to_hour.apply(jvm.java.lang.Long(micros))) != micros // HOUR_US:

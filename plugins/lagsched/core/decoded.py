@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["Decoded", "gather"]
+__all__ = ["Decoded", "RawDecoder", "gather"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,3 +50,23 @@ def gather(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, sep: int | No
     inside[begins + lengths] = False  # the separators' places
     out[inside] = data[index + np.repeat(np.arange(len(step)), lengths)]
     return out
+
+
+class RawDecoder:
+    """The ``raw`` value format of a routed topic: the value's bytes as they are, in a ``value`` column.
+
+    >>> data = np.frombuffer(b"abcde", np.uint8)
+    >>> RawDecoder().decode(data, np.array([0, 3]), np.array([3, 5])).table.column("value").to_pylist()
+    [b'abc', b'de']
+    """
+
+    schema = pa.schema([pa.field("value", pa.binary())])
+
+    def decode(self, data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Decoded:
+        lengths = (ends - starts).astype(np.int32)
+        offsets = np.zeros(len(starts) + 1, np.int32)
+        np.cumsum(lengths, out=offsets[1:])
+        values = pa.Array.from_buffers(
+            pa.binary(), len(starts), [None, pa.py_buffer(offsets), pa.py_buffer(gather(data, starts, ends))]
+        )
+        return Decoded(pa.table({"value": values}, schema=self.schema), np.arange(len(starts)))

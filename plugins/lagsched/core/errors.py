@@ -112,6 +112,13 @@ class ConnectionFailure(LagschedError):
         self.permanent = permanent
 
 
+class RegistryUnreachable(LagschedError):
+    """The schema registry could not answer (down, timing out): transient. A slot rides it through
+    as a Kafka outage, and no record becomes a dead letter for it."""
+
+    unreachable = True
+
+
 class UnknownSchemaId(LagschedError, LookupError):
     """The schema registry answered that no schema has this id: permanent, as a registry never
     reuses an id, so the record that carries it is a dead letter. `schema_id` is the id."""

@@ -30,6 +30,7 @@ from lagsched.core.arrow_types import HEADERS_TYPE
 from lagsched.core.avro_types import UnsupportedSchema
 from lagsched.core.decoded import Decoded
 from lagsched.core.errors import UnknownSchemaId
+from lagsched.core.evolution import Incompatible
 from lagsched.core.routing import TopicRoute
 from lagsched.core.wire_format import frame_column, value_spans
 
@@ -150,6 +151,10 @@ def split_batch(raw: pa.RecordBatch, route: TopicRoute, decoders: Decoders, *, t
             continue
         except UnsupportedSchema as exc:
             reasons.update({int(i): f"the writer schema {schema_id} cannot be a table's: {exc}" for i in rows})
+            continue
+        except Incompatible as exc:
+            reason = f"the writer schema {schema_id} is incompatible with {target}: {exc}"
+            reasons.update({int(i): reason for i in rows})
             continue
         decoded: Decoded = decoder.decode(data, starts[rows], ends[rows])
         for local, reason in decoded.dead.items():

@@ -5,14 +5,16 @@
 LSO and an open transaction holds its own partition there, not the others; the rate cap
 (``max_rate``) cuts the new reads to its budget. `Batches.run` then lands the plan exactly once:
 
-1. **mark**: the table's current snapshot (`IcebergSink.mark`), before anything is recorded;
+1. **mark**: each table's current snapshot (`LakeSink.mark`: the shared table, and the typed and
+   dead-letter tables of routed topics), before anything is recorded;
 2. **record**: retention gaps (`adapters.gaps`), and each range under its claim's epoch
    (`ClaimStore.begin_batch`, fenced: only while this slot holds the row);
 3. **write**: Spark tasks read the ranges from Kafka and write the data files
-   (`adapters.range_files.RangeWriter`); a redone range the table already holds is skipped
-   (`IcebergSink.present`);
-4. **commit** the files in one snapshot that records the ranges, refused if another holder
-   committed them since the mark (`IcebergSink.commit`, `SinkConflictError`);
+   (`adapters.range_files.RangeWriter`); before the ranges are recorded, typed tables are created
+   and evolved for the batch's writer schemas (`LakeSink.prepare`); a redone range the tables
+   already hold is skipped (`LakeSink.present`);
+4. **commit** the files in one snapshot per table that records the ranges, refused if another
+   holder committed them to that table since the mark (`LakeSink.commit`, `SinkConflictError`);
 5. **offsets**: each partition's new offset under the epoch (`ClaimStore.commit_offset`), which
    also clears its recorded range; then mirrored into the Kafka consumer group (`OffsetMirror`).
 
@@ -38,8 +40,9 @@ from lagsched.adapters.clock import SYSTEM_CLOCK
 from lagsched.adapters.data_files import WrittenFile
 from lagsched.adapters.gaps import RetentionGap, record_gap
 from lagsched.adapters.kafka_admin import MIRROR_BACKOFFS_S, kafka_topic_ids, mirror_group_offsets, read_offsets
+from lagsched.adapters.lake_sink import LakeSink, Marks, SchemaRefused
 from lagsched.adapters.range_files import RangeWriter, RecordsDeletedError
-from lagsched.adapters.sink import BatchRead, IcebergSink, SinkConflictError
+from lagsched.adapters.sink import BatchRead, SinkConflictError
 from lagsched.core.batches import OffsetAheadError, PartitionPlan, fair_shares, next_batch_at, plan_partition
 from lagsched.core.cadence import Uncommitted
 from lagsched.core.claims import ClaimLostError, PartitionRow
@@ -105,10 +108,10 @@ def _not_counted(outcome: str) -> None:
 
 
 def write_batch(
-    sink: IcebergSink,
+    sink: LakeSink,
     writer: RangeWriter,
     reads: Sequence[BatchRead],
-    since: int | None,
+    since: Marks | None,
     *,
     count: Callable[[str], None] = _not_counted,
 ) -> BatchWrite:
@@ -117,7 +120,8 @@ def write_batch(
     ``count`` is told each table commit's outcome (``ok``, ``refused``, ``error``;
     `lagsched.adapters.alert_figures.TableCommitCounter`), for the alert on failing commits.
 
-    A redone range the table already holds (as of ``since``) is not written again. A range whose
+    A redone range every table it lands in already holds (as of ``since``) is not written again;
+    one that some of them hold is committed to the others only (`LakeSink.present`). A range whose
     records are all aborted or compacted away writes no file; a batch of only such ranges commits
     nothing, and its offsets still move.
 
@@ -125,6 +129,8 @@ def write_batch(
         SinkConflictError: another holder committed records of these ranges since ``since``;
             nothing of this batch was committed (its files are deleted).
         KafkaOffsetsError: Kafka stopped answering during the read (a slot rides that through).
+        SchemaRefused: a writer schema met in the batch was refused for its table now: nothing was
+            committed; read again, its records go to the dead-letter table.
         LagschedError: a task failed otherwise; nothing was committed or left behind.
     """
     todo = [r for r in reads if r.batch[1] > r.read_start]
@@ -139,8 +145,13 @@ def write_batch(
         return BatchWrite(0, len(present), 0.0, 0.0)
     started = time.monotonic()
     ranges = [OffsetRange(r.topic, r.partition, r.read_start, r.batch[1]) for r in todo]
-    files = writer.write(ranges, sink.file_settings())
+    files = writer.write(ranges, sink.file_settings(), sink.routed())
     written = time.monotonic() - started
+    if not sink.prepare(files):
+        sink.delete(f.location for f in files)
+        raise SchemaRefused("a writer schema was refused for its table; reading the batch again")
+    files, held = present.lacking(files)
+    sink.delete(f.location for f in held)  # a table that holds a redone range already gets none again
     if not files:
         return BatchWrite(0, len(present), written, 0.0)
     try:
@@ -207,7 +218,7 @@ class Batches:
         conn: Any,
         store: ClaimStore,
         admin: Any,
-        sink: IcebergSink,
+        sink: LakeSink,
         writer: RangeWriter,
         mirror: OffsetMirror,
         stats: StatsLines,
@@ -257,6 +268,7 @@ class Batches:
             return BatchPlan({}, {})
         pending = self.store.pending(self.s.slot_id)
         counts = {topics[c.topic_id].name: topics[c.topic_id].partition_count for c in held}
+        self.sink.learn(counts)  # which of them land in typed tables of their own
         try:
             ids = kafka_topic_ids(self.admin, counts)
             for name in list(counts):
@@ -368,12 +380,8 @@ class Batches:
         except SinkConflictError as exc:
             self._conflict(result, exc, started)
             return result
-        except RecordsDeletedError as exc:
-            # Retention deleted records of a range between the plan and the read. Nothing was written;
-            # the ranges stay recorded, so the next plan redoes them from the new log start and
-            # records what was deleted as a retention gap (`plan_partition`).
-            log.warning("%s: records were deleted by retention since this batch was planned; planning it again", exc)
-            self.stats.emit("deleted", partitions=len(started))
+        except (SchemaRefused, RecordsDeletedError) as exc:
+            self._read_again(exc, len(started))
             return result
         t_written = self.clock.monotonic()
         committed: dict[Key, int] = {}
@@ -444,8 +452,10 @@ class Batches:
             for key, plan in sorted(batch.plans.items())
             if plan.batch is not None
         }
-        settings = self.sink.file_settings()
-        writing: Future[list[WrittenFile]] = self._reader.submit(self.writer.write, list(reads.values()), settings)
+        settings, routed = self.sink.file_settings(), self.sink.routed()
+        writing: Future[list[WrittenFile]] = self._reader.submit(
+            self.writer.write, list(reads.values()), settings, routed
+        )
         commit: _CommitFigures | None = None
         voided: set[Key] = set()
         if self._commit_reason(t0) is not None:
@@ -579,7 +589,10 @@ class Batches:
         batches, ranges = waiting.reads, dict(waiting.ranges)
         handed_to_table = False
         try:
-            since, started = self._record(ranges, claims, result, voided)
+            # A refused schema voids every range: nothing is recorded, and no file is committed.
+            since, started = (
+                (None, {}) if self._schema_refused(waiting, voided) else self._record(ranges, claims, result, voided)
+            )
             files = [f for k, f in waiting.files if k in started]
             self.sink.delete(f.location for k, f in waiting.files if k not in started)
             t_table = self.clock.monotonic()
@@ -648,13 +661,36 @@ class Batches:
         )
         return figures
 
+    def _read_again(self, exc: Exception, partitions: int) -> None:
+        """A batch ``run`` committed nothing of: its ranges stay recorded and the next plan redoes
+        them, with the schema's decision known to the tasks (`SchemaRefused`), or from the new log
+        start after retention deleted records of a range since the plan (`RecordsDeletedError`; the
+        deleted part is recorded as a gap, `plan_partition`)."""
+        if isinstance(exc, SchemaRefused):
+            log.warning("%s", exc)
+            self.stats.emit("schema_refused", partitions=partitions)
+            return
+        log.warning("%s: records were deleted by retention since this batch was planned; planning it again", exc)
+        self.stats.emit("deleted", partitions=partitions)
+
+    def _schema_refused(self, waiting: Uncommitted[Key, tuple[Key, WrittenFile]], voided: set[Key]) -> bool:
+        """Make the tables ready for the waiting files (`LakeSink.prepare`); True if a writer schema
+        of theirs was refused: every waiting range is voided (nothing is recorded, the files are
+        deleted), so they are read again, with the decision."""
+        if self.sink.prepare([f for _k, f in waiting.files]):
+            return False
+        voided.update(waiting.ranges)
+        log.warning("a writer schema was refused for its table: reading %d batch(es) again", waiting.reads)
+        self.stats.emit("schema_refused", partitions=len(waiting.ranges))
+        return True
+
     def _record(
         self,
         ranges: Mapping[Key, tuple[int, int]],
         claims: Mapping[Key, PartitionRow],
         result: BatchResult,
         voided: set[Key],
-    ) -> tuple[int | None, dict[Key, PartitionRow]]:
+    ) -> tuple[Marks, dict[Key, PartitionRow]]:
         """The mark, then each waiting range recorded under its claim's epoch (`ClaimStore.begin_batch`);
         rows not held or lost go into ``voided``. The mark and the claims as recorded."""
         for key in [k for k in ranges if k not in claims]:
