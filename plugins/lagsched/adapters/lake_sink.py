@@ -53,6 +53,8 @@ __all__ = ["LakeSink", "Marks", "Presence", "SchemaRefused", "dead_letter_table"
 log = logging.getLogger(__name__)
 
 Key = tuple[str, int]
+#: A typed table's properties at creation: the shared table's, but those of its key and value columns.
+TYPED_PROPERTIES = {k: v for k, v in TABLE_PROPERTIES.items() if ".column." not in k}
 #: Each table's snapshot as of the mark (None: empty or not created yet), by identifier.
 Marks = dict[str, int | None]
 
@@ -265,7 +267,7 @@ class LakeSink:
             if sink is not None:
                 location, properties = sink.place()
             else:
-                location, properties = self._location(identifier), dict(TABLE_PROPERTIES)
+                location, properties = self._location(identifier), dict(TYPED_PROPERTIES)
             tables[identifier] = TableFiles(identifier, location, properties)
         location, properties = self.dead_letters.place()
         return RoutedTables(
@@ -426,7 +428,7 @@ class LakeSink:
         for column, transform in shape.spec:
             spec = spec.identity(column) if transform == "identity" else spec.hour(column)
         properties = jvm.java.util.HashMap()
-        for key, value in TABLE_PROPERTIES.items():
+        for key, value in (TYPED_PROPERTIES if shape is TYPED else TABLE_PROPERTIES).items():
             properties.put(key, value)
         try:
             table = catalog.createTable(table_id, iceberg, spec.build(), self._location(identifier), properties)

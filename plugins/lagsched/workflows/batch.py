@@ -80,6 +80,8 @@ class BatchResult:
     landed: bool = False
     records: int = 0
     lost: list[str] = field(default_factory=list)
+    #: A writer schema was refused for its table: the batches are to be read again (not caught up).
+    read_again: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -591,7 +593,9 @@ class Batches:
         try:
             # A refused schema voids every range: nothing is recorded, and no file is committed.
             since, started = (
-                (None, {}) if self._schema_refused(waiting, voided) else self._record(ranges, claims, result, voided)
+                (None, {})
+                if self._schema_refused(waiting, result, voided)
+                else self._record(ranges, claims, result, voided)
             )
             files = [f for k, f in waiting.files if k in started]
             self.sink.delete(f.location for k, f in waiting.files if k not in started)
@@ -673,13 +677,16 @@ class Batches:
         log.warning("%s: records were deleted by retention since this batch was planned; planning it again", exc)
         self.stats.emit("deleted", partitions=partitions)
 
-    def _schema_refused(self, waiting: Uncommitted[Key, tuple[Key, WrittenFile]], voided: set[Key]) -> bool:
+    def _schema_refused(
+        self, waiting: Uncommitted[Key, tuple[Key, WrittenFile]], result: BatchResult, voided: set[Key]
+    ) -> bool:
         """Make the tables ready for the waiting files (`LakeSink.prepare`); True if a writer schema
         of theirs was refused: every waiting range is voided (nothing is recorded, the files are
-        deleted), so they are read again, with the decision."""
+        deleted), so they are read again, with the decision (``result.read_again``)."""
         if self.sink.prepare([f for _k, f in waiting.files]):
             return False
         voided.update(waiting.ranges)
+        result.read_again = True
         log.warning("a writer schema was refused for its table: reading %d batch(es) again", waiting.reads)
         self.stats.emit("schema_refused", partitions=len(waiting.ranges))
         return True

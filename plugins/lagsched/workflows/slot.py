@@ -274,8 +274,9 @@ class SlotRun:
         ``short``: the claim got fewer rows than the slot's share."""
         if not batch.plans:
             if self.s.exit_when_idle and not short and not batch.skipped:
-                self.outcome.lost_claims += self.batches.flush(batch.claims, topics).lost
-                if self.outcome.lost_claims:
+                flushed = self.batches.flush(batch.claims, topics)
+                self.outcome.lost_claims += flushed.lost
+                if self.outcome.lost_claims or flushed.read_again:
                     return None
                 self.batches.mirror.send({})
                 log.info("every claimed partition is caught up; exiting (--exit-when-idle)")
