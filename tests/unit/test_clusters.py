@@ -16,6 +16,7 @@ from lagsched.core.clusters import (
 )
 from lagsched.core.errors import ConfigError
 from lagsched.core.registry import TopicRow
+from lagsched.core.routing import parse_routes
 from lagsched.workflows.consume_plan import ConsumePlan, SlotOptions, slot_name, slots_needed
 
 
@@ -171,6 +172,29 @@ def test_a_bad_commit_cadence_is_refused_naming_the_field(body: dict[str, object
     field = next(iter(body))
     with pytest.raises(ConfigError, match=field):
         parse_clusters({"eu": body})
+
+
+def test_plan_passes_each_clusters_routes_and_the_operator_the_registry_connection_they_need() -> None:
+    from lagsched.airflow.operators import CHILD_CONNECTIONS, child_connections
+
+    (eu, us) = parse_clusters(
+        {
+            "eu": {"routes": [{"topics": ["orders"], "value_format": "avro"}]},
+            "us": {
+                "routes": [{"topic_pattern": "audit\\..*", "value_format": "json", "value_schema": {"type": "object"}}]
+            },
+        }
+    )
+    routes = {c.name: [r.as_dict() for r in c.routes] for c in (eu, us)}
+    plan = ConsumePlan.of({"eu": 1, "us": 1, "raw": 1}, {"eu": 1, "us": 1, "raw": 1}, SlotOptions(), routes=routes)
+    args = {s.cluster: s.args for s in plan.slots}
+    passed = json.loads(args["eu"][args["eu"].index("--routes") + 1])
+    assert passed == [{"topics": ["orders"], "value_format": "avro", "key_format": "raw"}]
+    assert parse_routes(passed, "--routes") == eu.routes  # the job reads back what the Variable said
+    assert "--routes" not in args["raw"]
+    assert child_connections(args["eu"]) == (*CHILD_CONNECTIONS, "lagsched_schema_registry")
+    assert child_connections(args["us"]) == CHILD_CONNECTIONS  # plain JSON needs no registry
+    assert child_connections(args["raw"]) == CHILD_CONNECTIONS
 
 
 def test_plan_starts_only_needed_slots_not_running_with_each_clusters_budget() -> None:

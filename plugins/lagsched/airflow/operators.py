@@ -37,6 +37,7 @@ environment: give the cluster the Connections through its own secret store inste
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -59,6 +60,7 @@ __all__ = [
     "EXIT_LOST_CLAIM",
     "LagschedSparkSubmitHook",
     "LagschedSparkSubmitOperator",
+    "child_connections",
     "child_connections_environment",
     "spark_local_dir_chosen",
 ]
@@ -72,6 +74,26 @@ _PLUGINS = Path(__file__).resolve().parents[2]  # the directory holding the lags
 
 def _env_name(conn_id: str) -> str:
     return f"AIRFLOW_CONN_{conn_id.upper()}"
+
+
+def child_connections(args: Sequence[str]) -> tuple[str, ...]:
+    """The Connections a job with ``args`` reads: `CHILD_CONNECTIONS`, and the schema registry's when
+    its ``--routes`` read Avro or JSON Schema through it.
+
+    >>> child_connections(["--routes", '[{"topics": ["o"], "value_format": "avro"}]'])[-1]
+    'lagsched_schema_registry'
+    >>> child_connections(["--slot", "a"]) == CHILD_CONNECTIONS
+    True
+    """
+    from lagsched.connections import SCHEMA_REGISTRY_CONN_ID
+    from lagsched.core.routing import REGISTRY_FORMATS
+
+    args = list(args)
+    if "--routes" not in args[:-1]:
+        return CHILD_CONNECTIONS
+    routes = json.loads(args[args.index("--routes") + 1])
+    formats = {r.get(k) for r in routes for k in ("value_format", "key_format")}
+    return (*CHILD_CONNECTIONS, SCHEMA_REGISTRY_CONN_ID) if formats & REGISTRY_FORMATS else CHILD_CONNECTIONS
 
 
 def child_connections_environment(kafka_conn_id: str, conn_ids: Sequence[str] = CHILD_CONNECTIONS) -> dict[str, str]:
@@ -325,7 +347,7 @@ class LagschedSparkSubmitOperator(SparkSubmitOperator):
         self._lagsched_class_archive = (
             self._class_archive_path(str(self.jars).split(",")) if self.class_archive else None
         )
-        child = child_connections_environment(self.kafka_conn_id)
+        child = child_connections_environment(self.kafka_conn_id, child_connections(self.application_args or []))
         # The job imports the lagsched package; Airflow puts plugins/ on sys.path, not on PYTHONPATH.
         pythonpath = os.pathsep.join(filter(None, [str(_PLUGINS), os.environ.get("PYTHONPATH")]))
         self._lagsched_child_env = {**child, "PYTHONPATH": pythonpath}

@@ -49,8 +49,8 @@ Fields of a cluster (all optional):
   so two clusters' topics of one name would collide in it.
 * ``routes``: topics that land in typed tables of their own, decoded through the schema registry
   or against a declared JSON Schema (a list; `lagsched.core.routing` has the fields). A topic no
-  route matches lands in the shared table above, as raw bytes. Not applied yet: routes are
-  validated, and the consume DAG warns that its slots still land every topic in the shared table.
+  route matches lands in the shared table above, as raw bytes. The consume DAG passes them to the
+  slots (``--routes``), which create the tables on their first records (docs/routing.md).
 
 An absent Variable means one cluster, ``lagsched_kafka``, with every topic (`DEFAULT_CLUSTERS`).
 A malformed one raises a single `ConfigError` listing every problem (field path, value, what is

@@ -31,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -169,12 +170,14 @@ class ConsumePlan:
         rates: Mapping[str, float | None] | None = None,
         standbys: Mapping[str, int] | None = None,
         cadences: Mapping[str, CommitCadence] | None = None,
+        routes: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
         running: Collection[str] = (),
     ) -> ConsumePlan:
         """``sinks``: each cluster's ``sink`` settings (``lagsched_clusters``), passed on as job options;
         ``budgets``: each cluster's ``slot_budget_s``; ``rates``: each cluster's ``slot_max_rate``;
         ``standbys``: each cluster's ``standby_slots``; ``cadences``: each cluster's commit cadence
-        (`ClusterConfig.cadence`); ``running``: slot names already running."""
+        (`ClusterConfig.cadence`); ``routes``: each cluster's routes (as ``lagsched_clusters`` has
+        them), passed as ``--routes``; ``running``: slot names already running."""
         slots: list[SlotPlan] = []
         skipped: list[str] = []
         planned: dict[str, int] = {}
@@ -194,9 +197,11 @@ class ConsumePlan:
                 capped = () if rate is None else ("--max-rate", _number(rate))
                 warm = ("--standby-slots", str(standby)) if standby else ()
                 cadence = cadence_args((cadences or {}).get(cluster, CommitCadence()))
+                routed = (routes or {}).get(cluster)
+                typed = ("--routes", json.dumps(list(routed), sort_keys=True)) if routed else ()
                 args = (
                     "--slot", name, "--cluster", cluster, *numbers, *warm, *options.args(budget), *capped, *cadence,
-                    *sink,
+                    *sink, *typed,
                 )  # fmt: skip
                 slots.append(SlotPlan(cluster, name, conn_id, args))
         return cls(dict(wanted), tuple(slots), tuple(skipped), planned)
@@ -227,14 +232,6 @@ def plan_consume(
     """
     wanted: dict[str, int] = {}
     for c in clusters:
-        if c.routes:
-            # Validated and kept, but the slots do not decode yet (issue 41 is being built): say so
-            # at every plan rather than let a user wait for tables that will not come.
-            log.warning(
-                "cluster %s: %d route(s) configured, but typed tables are not built yet; its topics land in "
-                "the shared table of raw records as before",
-                c.name, len(c.routes),
-            )  # fmt: skip
         topics = load_topics(conn, c.name)
         wanted[c.name] = max((t.linker_workers for t in topics), default=0)
         if wanted[c.name] > c.max_slots:
@@ -262,6 +259,7 @@ def plan_consume(
         rates={c.name: c.slot_max_rate for c in clusters},
         standbys={c.name: c.standby_slots for c in clusters},
         cadences={c.name: c.cadence for c in clusters},
+        routes={c.name: [r.as_dict() for r in c.routes] for c in clusters if c.routes},
         running=running,
     )
     log.info("consume plan: %s", plan.as_dict())
