@@ -21,6 +21,7 @@ import signal
 import socket
 import threading
 import time
+import typing
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -40,6 +41,7 @@ from consumer_support import (
     value_of,
     wait_until,
 )
+from typed_support import assert_once_over_both, avro, dead_letters, framed, read_table
 
 from lagsched.core.claims import PartitionRow
 
@@ -73,9 +75,18 @@ class SteadyProducer(threading.Thread):
     i % 4 (idempotent producer: a retried request cannot reorder or duplicate records).
     """
 
-    def __init__(self, kafka_config: dict[str, Any], topic: str, per_s: float) -> None:
-        super().__init__(name="steady-producer", daemon=True)
+    def __init__(
+        self,
+        kafka_config: dict[str, Any],
+        topic: str,
+        per_s: float,
+        *,
+        value: Callable[[int], bytes | None] = value_of,
+        partitions: int = PARTITIONS,
+    ) -> None:
+        super().__init__(name=f"steady-producer-{topic}", daemon=True)
         self._config, self._topic, self._per_s = kafka_config, topic, per_s
+        self._value, self._partitions = value, partitions
         self._stop_event = threading.Event()
         self.count = 0
         self.failed: list[str] = []
@@ -95,8 +106,8 @@ class SteadyProducer(threading.Thread):
             while self.count < due:
                 i = self.count
                 producer.produce(
-                    self._topic, key=f"k{i}".encode(), value=value_of(i), headers=[("i", str(i).encode())],
-                    partition=i % PARTITIONS, on_delivery=on_delivery,
+                    self._topic, key=f"k{i}".encode(), value=self._value(i), headers=[("i", str(i).encode())],
+                    partition=i % self._partitions, on_delivery=on_delivery,
                 )  # fmt: skip
                 self.count += 1
             producer.poll(0)
@@ -323,6 +334,71 @@ def judge_kill(
     return where, placed
 
 
+class RoutedTopic:
+    """A second topic the killed slots read, routed to a typed table: record i is Avro of writer schema
+    v1 or (from i = 200) v2, which adds a field; every 40th is poison (a wrong magic byte, an unknown
+    schema id) and every 40th a tombstone. Record i sits at offset i // 2 of partition i % 2."""
+
+    PARTITIONS = 2
+    V1: typing.ClassVar[dict[str, Any]] = {
+        "type": "record", "name": "Tick", "namespace": "t.kill",
+        "fields": [{"name": "i", "type": "long"}, {"name": "label", "type": "string"}],
+    }  # fmt: skip
+    V2: typing.ClassVar[dict[str, Any]] = {
+        **V1, "fields": [*V1["fields"], {"name": "extra", "type": ["null", "long"], "default": None}],
+    }  # fmt: skip
+
+    def __init__(self, topic: str) -> None:
+        from lagsched.adapters.schema_registry import RegistryClient
+        from lagsched.connections import schema_registry_params
+
+        registry = RegistryClient(schema_registry_params())
+        self.topic = topic
+        self.v1 = registry.register(f"{topic}-value", json.dumps(self.V1))
+        self.v2 = registry.register(f"{topic}-value", json.dumps(self.V2))
+        self.routes = json.dumps([{"topics": [topic], "value_format": "avro"}])
+
+    def value(self, i: int) -> bytes | None:
+        if i % 40 == 13:
+            return None
+        if i % 40 == 7:
+            return framed(self.v1, avro(self.V1, {"i": i, "label": "x"}), magic=b"\x02")
+        if i % 40 == 27:
+            return framed(self.v2 + 1_000_000, avro(self.V1, {"i": i, "label": "x"}))
+        if i < 200:
+            return framed(self.v1, avro(self.V1, {"i": i, "label": f"l{i}"}))
+        return framed(self.v2, avro(self.V2, {"i": i, "label": f"l{i}", "extra": i * 2}))
+
+    def check(self, consumer: ConsumerHarness, latest: dict[int, int]) -> dict[str, int]:
+        """Exactly once over the typed and the dead-letter table, each record where it belongs."""
+        from lagsched.core.routing import table_for_topic
+
+        typed = read_table(consumer, f"lagsched.{consumer.lake.namespace}.{table_for_topic(self.topic)}")
+        rows = typed.scan().to_arrow()
+        dead = dead_letters(consumer)
+        assert_once_over_both(rows, dead, self.topic, latest)
+        produced = sum(latest.values())
+        index = [
+            o * 2 + p
+            for p, o in zip(rows.column("_partition").to_pylist(), rows.column("_offset").to_pylist(), strict=True)
+        ]
+        decoded = dict(zip(index, rows.column("i").to_pylist(), strict=True))
+        extra = dict(zip(index, rows.column("extra").to_pylist(), strict=True))
+        for i in range(produced):
+            if i % 40 in (7, 27):
+                continue
+            assert decoded[i] == (None if i % 40 == 13 else i), i
+            assert extra[i] == (i * 2 if i >= 200 and i % 40 != 13 else None), i
+        mine = [
+            r
+            for t, r in zip(dead.column("topic").to_pylist(), dead.column("reason").to_pylist(), strict=True)
+            if t == self.topic
+        ]
+        assert len(mine) == sum(1 for i in range(produced) if i % 40 in (7, 27)), len(mine)
+        assert len(typed.schemas()) == (2 if produced > 200 else 1)
+        return {"typed_rows": rows.num_rows, "dead_letters": len(mine)}
+
+
 #: Where each kill aims; the schedule holds each KILL_ROUNDS times, shuffled by the seed.
 KILL_MODES = ("early", "first_batch", "mid_write", "after_table_commit", "later")
 
@@ -334,9 +410,16 @@ def test_sigkill_at_chosen_points_while_records_arrive_leaves_each_record_once(
     rng = random.Random(SEED)
     topic = new_topic(PARTITIONS)
     topic_id = consumer.register(topic)
+    # A second topic in the same batches, routed to a typed table (and poison to the dead-letter table).
+    routed = RoutedTopic(new_topic(RoutedTopic.PARTITIONS))
+    consumer.register(routed.topic)
     stats = consumer.workdir / "k.stats"
     producer = SteadyProducer(kafka_config, topic, per_s=100)
+    typed_producer = SteadyProducer(
+        kafka_config, routed.topic, per_s=20, value=routed.value, partitions=RoutedTopic.PARTITIONS
+    )
     producer.start()
+    typed_producer.start()
     schedule = [m for m in KILL_MODES for _ in range(KILL_ROUNDS)]
     rng.shuffle(schedule)
     kills: list[Kill] = []
@@ -348,7 +431,7 @@ def test_sigkill_at_chosen_points_while_records_arrive_leaves_each_record_once(
             lease = rng.choice((6, 90))
             started_before, batches_before = started_count(stats), batch_count(stats)
             t0 = time.monotonic()
-            slot = consumer.start("k", "--max-records", "400", "--lease-s", str(lease))
+            slot = consumer.start("k", "--max-records", "400", "--lease-s", str(lease), "--routes", routed.routes)
             if mode == "early":  # before Spark is ready: nothing claimed yet, or just claimed
                 time.sleep(rng.uniform(0.5, 4.0))
             else:
@@ -380,10 +463,14 @@ def test_sigkill_at_chosen_points_while_records_arrive_leaves_each_record_once(
             check_nothing_committed_ahead(read_sink(consumer), topic, rows)
     finally:
         produced = producer.stop()
+        typed_produced = typed_producer.stop()
     latest = latest_offsets(kafka_config, topic, PARTITIONS)
     assert sum(latest.values()) == produced
+    typed_latest = latest_offsets(kafka_config, routed.topic, RoutedTopic.PARTITIONS)
+    assert sum(typed_latest.values()) == typed_produced
     drain_before = batch_count(stats)
-    consumer.run("k", "--exit-when-idle", "--max-records", "20000", timeout=400)
+    consumer.run("k", "--exit-when-idle", "--max-records", "20000", "--routes", routed.routes, timeout=400)
+    typed_figures = routed.check(consumer, typed_latest)
     _note_restarts(consumer, kills)
 
     table = read_sink(consumer)
@@ -412,6 +499,7 @@ def test_sigkill_at_chosen_points_while_records_arrive_leaves_each_record_once(
         "redone_ranges_found_in_table": sum(k.redid for k in kills),
         "snapshots": len(table_ranges(consumer)),
         "drain_batches": batch_count(stats) - drain_before,
+        "routed_topic": typed_figures,
         "test_s": round(time.monotonic() - t_test, 1),
     }
     print("\nkill test:", json.dumps(summary), *(f"\n  {k}" for k in kills))

@@ -10,7 +10,6 @@ offset of every partition in exactly one of the two tables.
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import pyarrow.compute as pc
 import pytest
 from consumer_support import ConsumerHarness, latest_offsets
+from typed_support import assert_once_over_both, avro, dead_letters, framed, read_table
 
 from lagsched.core.routing import table_for_topic
 
@@ -54,18 +54,6 @@ CLICK = {
 }  # fmt: skip
 
 
-def framed(schema_id: int, body: bytes, magic: bytes = b"\x00") -> bytes:
-    return magic + schema_id.to_bytes(4, "big") + body
-
-
-def avro(schema: dict[str, Any], record: dict[str, Any]) -> bytes:
-    import fastavro
-
-    out = io.BytesIO()
-    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
-    return out.getvalue()
-
-
 def order(i: int, *, coupon: bool = False) -> dict[str, Any]:
     record = {
         "id": i, "sku": f"sku-{i % 7}", "amount": i * 1.5, "at": 1_780_000_000_000 + i,
@@ -84,18 +72,6 @@ def produce(kafka_config: dict[str, Any], topic: str, records: list[tuple[int, b
     for partition, key, value in records:
         producer.produce(topic, value=value, key=key, partition=partition)
     assert producer.flush(30) == 0
-
-
-def offsets(rows: Any, topic: str, partition: int, *columns: str) -> list[int]:
-    """The offsets of ``topic[partition]`` in ``rows``, whose topic, partition and offset are ``columns``."""
-    t, p, o = (rows.column(c).to_pylist() for c in columns)
-    return [offset for a, b, offset in zip(t, p, o, strict=True) if (a, b) == (topic, partition)]
-
-
-def read(consumer: ConsumerHarness, identifier: str) -> Any:
-    from lagsched.adapters.lake_reader import open_catalog
-
-    return open_catalog(consumer.lake, consumer.mysql).load_table(identifier.split(".", 1)[1])
 
 
 def test_routed_topics_land_typed_evolve_and_keep_every_poison_record_exactly_once(
@@ -144,7 +120,7 @@ def test_routed_topics_land_typed_evolve_and_keep_every_poison_record_exactly_on
     )
 
     # [typed] the Avro fields are columns; the table grew by v2's field, the rows before it read null.
-    table = read(consumer, f"lagsched.{consumer.lake.namespace}.orders")
+    table = read_table(consumer, f"lagsched.{consumer.lake.namespace}.orders")
     rows = table.scan().to_arrow()
     names = rows.schema.names
     assert names[:7] == ["_topic", "_partition", "_offset", "_timestamp", "_headers", "_tombstone", "_key"], names
@@ -163,7 +139,7 @@ def test_routed_topics_land_typed_evolve_and_keep_every_poison_record_exactly_on
     assert len(schemas) == 2, schemas  # created with v1, evolved once for v2
 
     # [dead letters] every poison record and the incompatible schema's, with the reason, raw bytes kept.
-    dead = read(consumer, f"lagsched.{consumer.lake.namespace}.{consumer.lake.table}_dead_letters").scan().to_arrow()
+    dead = dead_letters(consumer)
     by_key = {k: r for k, r in zip(dead.column("key").to_pylist(), dead.column("reason").to_pylist(), strict=True)}
     assert "not in the wire format (first byte 0x01" in by_key[b"p1"], by_key[b"p1"]
     assert f"no schema with id {unknown}" in by_key[b"p2"], by_key[b"p2"]
@@ -176,14 +152,12 @@ def test_routed_topics_land_typed_evolve_and_keep_every_poison_record_exactly_on
     assert original == poison["corrupt"][2]
 
     # [exactly once] every offset of every partition is in exactly one of the two tables.
-    clicks_rows = read(consumer, f"lagsched.{consumer.lake.namespace}.{table_for_topic(clicks)}").scan().to_arrow()
+    clicks_rows = (
+        read_table(consumer, f"lagsched.{consumer.lake.namespace}.{table_for_topic(clicks)}").scan().to_arrow()
+    )
     assert sorted(clicks_rows.column("page").to_pylist()) == sorted(f"/p{i}" for i in range(50))
-    for topic, partitions, landed in ((orders, 2, rows), (clicks, 1, clicks_rows)):
-        latest = latest_offsets(kafka_config, topic, partitions)
-        for p in range(partitions):
-            here = offsets(landed, topic, p, "_topic", "_partition", "_offset")
-            there = offsets(dead, topic, p, "topic", "partition", "offset")
-            assert sorted(here + there) == list(range(latest[p])), (topic, p, len(here), len(there))
+    assert_once_over_both(rows, dead, orders, latest_offsets(kafka_config, orders, 2))
+    assert_once_over_both(clicks_rows, dead, clicks, latest_offsets(kafka_config, clicks, 1))
 
     # The shared table of raw records got none of them.
     assert consumer.sink_table().num_rows == 0

@@ -297,7 +297,8 @@ class LakeSink:
                 continue
             with schema_decisions.table_lock(self._conn, identifier):
                 self._decisions.update(schema_decisions.load_decisions(self._conn, [identifier]))
-                for schema_id in sorted(ids):
+                # Tombstones (-1) last: a table is created with a writer schema's columns where it can be.
+                for schema_id in sorted(ids, key=lambda i: (i < 0, i)):
                     fine &= self._decide(identifier, schema_id)
         return fine
 
