@@ -85,7 +85,7 @@ class SteadyProducer(threading.Thread):
         partitions: int = PARTITIONS,
     ) -> None:
         super().__init__(name=f"steady-producer-{topic}", daemon=True)
-        self._config, self._topic, self._per_s = kafka_config, topic, per_s
+        self._config, self._kafka_topic, self._per_s = kafka_config, topic, per_s
         self._value, self._partitions = value, partitions
         self._stop_event = threading.Event()
         self.count = 0
@@ -106,7 +106,7 @@ class SteadyProducer(threading.Thread):
             while self.count < due:
                 i = self.count
                 producer.produce(
-                    self._topic, key=f"k{i}".encode(), value=self._value(i), headers=[("i", str(i).encode())],
+                    self._kafka_topic, key=f"k{i}".encode(), value=self._value(i), headers=[("i", str(i).encode())],
                     partition=i % self._partitions, on_delivery=on_delivery,
                 )  # fmt: skip
                 self.count += 1
@@ -260,7 +260,7 @@ def check_nothing_committed_ahead(table: Any, topic: str, rows: dict[int, Partit
 
 def check_records(table: Any, topic: str) -> None:
     """Each row holds record i = 4 * offset + partition: its key, value and header."""
-    wanted = table.filter(_topic_is(table, topic))
+    wanted = table.filter(_kafka_topic_is(table, topic))
     for p, o, k, v, h in zip(
         *(wanted.column(c).to_pylist() for c in ("partition", "offset", "key", "value", "headers")), strict=True
     ):
@@ -268,7 +268,7 @@ def check_records(table: Any, topic: str) -> None:
         assert (k, v, h) == (f"k{i}".encode(), value_of(i), [{"key": "i", "value": str(i).encode()}]), (p, o)
 
 
-def _topic_is(table: Any, topic: str) -> Any:
+def _kafka_topic_is(table: Any, topic: str) -> Any:
     import pyarrow.compute as pc
 
     return pc.equal(table.column("topic").cast("string"), topic)
@@ -380,7 +380,9 @@ class RoutedTopic:
         produced = sum(latest.values())
         index = [
             o * 2 + p
-            for p, o in zip(rows.column("_partition").to_pylist(), rows.column("_offset").to_pylist(), strict=True)
+            for p, o in zip(
+                rows.column("_kafka_partition").to_pylist(), rows.column("_kafka_offset").to_pylist(), strict=True
+            )
         ]
         decoded = dict(zip(index, rows.column("i").to_pylist(), strict=True))
         extra = dict(zip(index, rows.column("extra").to_pylist(), strict=True))

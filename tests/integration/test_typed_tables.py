@@ -123,18 +123,26 @@ def test_routed_topics_land_typed_evolve_and_keep_every_poison_record_exactly_on
     table = read_table(consumer, f"lagsched.{consumer.lake.namespace}.orders")
     rows = table.scan().to_arrow()
     names = rows.schema.names
-    assert names[:7] == ["_topic", "_partition", "_offset", "_timestamp", "_headers", "_tombstone", "_key"], names
+    assert names[:7] == [
+        "_kafka_topic",
+        "_kafka_partition",
+        "_kafka_offset",
+        "_kafka_timestamp",
+        "_kafka_headers",
+        "_kafka_tombstone",
+        "_kafka_key",
+    ], names
     assert {"id", "sku", "amount", "at", "note", "status", "lines", "coupon"} <= set(names), names
-    typed = rows.filter(pc.invert(rows.column("_tombstone"))).sort_by("id")
+    typed = rows.filter(pc.invert(rows.column("_kafka_tombstone"))).sort_by("id")
     assert typed.num_rows == 500, slot.tail()
     assert typed.column("id").to_pylist() == list(range(500))
     assert typed.column("coupon").to_pylist() == [None] * 300 + [f"C{i}" for i in range(300, 500)]
     assert typed.column("status").to_pylist()[:2] == ["NEW", "PAID"]
     assert typed.column("lines").to_pylist()[2] == [{"qty": 0}, {"qty": 1}]
-    assert typed.column("_key").to_pylist()[:2] == ["k0", "k1"]
+    assert typed.column("_kafka_key").to_pylist()[:2] == ["k0", "k1"]
     assert str(typed.schema.field("at").type) == "timestamp[us, tz=UTC]"
-    stones = rows.filter(rows.column("_tombstone").combine_chunks())
-    assert stones.column("_key").to_pylist() == ["gone"] and stones.column("id").to_pylist() == [None]
+    stones = rows.filter(rows.column("_kafka_tombstone").combine_chunks())
+    assert stones.column("_kafka_key").to_pylist() == ["gone"] and stones.column("id").to_pylist() == [None]
     schemas = sorted(table.schemas())
     assert len(schemas) == 2, schemas  # created with v1, evolved once for v2
 

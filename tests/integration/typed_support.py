@@ -52,7 +52,7 @@ def dead_letters(consumer: Any) -> Any:
 def assert_once_over_both(typed: Any, dead: Any, topic: str, latest: dict[int, int]) -> None:
     """Every offset of every partition of ``topic`` in exactly one of its typed table and the dead letters."""
     for p, end in latest.items():
-        here = offsets(typed, topic, p, "_topic", "_partition", "_offset")
+        here = offsets(typed, topic, p, "_kafka_topic", "_kafka_partition", "_kafka_offset")
         there = offsets(dead, topic, p, "topic", "partition", "offset")
         both = sorted(here + there)
         twice = sorted({o for o in both if both.count(o) > 1}) if len(set(both)) != len(both) else []

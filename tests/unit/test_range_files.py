@@ -217,3 +217,84 @@ def test_same_numbered_partitions_of_two_topics_next_to_each_other_are_told_apar
     result = run([OffsetRange("a", 0, 0, 3), OffsetRange("b", 0, 1, 4)], consumer, settings)
     assert result.error is None, result.error
     assert rows(result) == [("a", 0, 0), ("a", 0, 2), ("b", 0, 1), ("b", 0, 3)]
+
+
+def test_a_routed_topic_writes_typed_files_and_dead_letters_next_to_the_shared_tables_in_one_task(
+    tmp_path: Path, settings: FileSettings
+) -> None:
+    """A task reading a raw and a routed topic (plain JSON: no registry needed) at once: the routed
+    records go to their typed table's folder, one that does not decode to the dead-letter table's,
+    a tombstone is a typed row; the raw topic's records go where they always did."""
+    import json
+
+    from lagsched.adapters.typed_files import RoutedTables, TableFiles
+    from lagsched.core.routing import parse_routes, route_topics
+
+    (route,) = parse_routes(
+        [{"topics": ["audit"], "value_format": "json", "key_format": "string",
+          "value_schema": {"type": "object", "required": ["who"], "properties": {"who": {"type": "string"}}}}],
+        "routes",
+    )  # fmt: skip
+    routed = route_topics([route], ["audit"], namespace="kafka", shared_table="c")["audit"]
+    assert routed is not None
+    tables = RoutedTables(
+        routes={"audit": routed},
+        tables={"lagsched.kafka.audit": TableFiles("lagsched.kafka.audit", (tmp_path / "audit").as_uri())},
+        dead_letters=TableFiles("lagsched.kafka.c_dead_letters", (tmp_path / "dead").as_uri()),
+    )
+    values = [json.dumps({"who": "ann"}).encode(), b"{not json", None, json.dumps({"who": "bo"}).encode()]
+    audit = [
+        Message(topic="audit", partition=0, offset=i, key=f"k{i}".encode(), value=v, timestamp=(1, T0 + 1))
+        for i, v in enumerate(values)
+    ]
+    consumer = ScriptedConsumer([[*audit, record("raw", 0, 0), eof("audit", 0, 4), eof("raw", 0, 1)]])
+    result = write_ranges(
+        [OffsetRange("audit", 0, 0, 4), OffsetRange("raw", 0, 0, 1)], {}, settings, routed=tables,
+        consumer_factory=lambda _c: consumer, clock=Clock(),
+    )  # fmt: skip
+    assert result.error is None, result.error
+    by_table = {(f.table, f.schema_id): f for f in result.files}
+    assert set(by_table) == {(None, None), ("lagsched.kafka.audit", 0), ("lagsched.kafka.audit", -1),
+                             ("lagsched.kafka.c_dead_letters", None)}  # fmt: skip
+    typed = pq.read_table(by_table[("lagsched.kafka.audit", 0)].location.removeprefix("file://"))
+    assert typed.column("who").to_pylist() == ["ann", "bo"] and typed.column("_kafka_offset").to_pylist() == [0, 3]
+    assert typed.column("_kafka_key").to_pylist() == ["k0", "k3"]
+    assert "/audit/data/_kafka_timestamp_hour=" in by_table[("lagsched.kafka.audit", 0)].location
+    stone = pq.read_table(by_table[("lagsched.kafka.audit", -1)].location.removeprefix("file://"))
+    assert stone.column("_kafka_tombstone").to_pylist() == [True] and stone.column("_kafka_offset").to_pylist() == [2]
+    dead_file = by_table[("lagsched.kafka.c_dead_letters", None)]
+    assert "/dead/data/topic=audit/timestamp_hour=" in dead_file.location
+    dead = pq.read_table(dead_file.location.removeprefix("file://"))
+    assert dead.column("offset").to_pylist() == [1] and dead.column("value").to_pylist() == [b"{not json"]
+    assert dead.column("target_table").to_pylist() == ["lagsched.kafka.audit"]
+    assert pq.read_schema(dead_file.location.removeprefix("file://")).field("offset").metadata is None  # by name
+    assert rows(TaskResult(files=(by_table[(None, None)],))) == [("raw", 0, 0)]
+    assert result.records == {("audit", 0): 4, ("raw", 0): 1}
+
+
+def test_a_routed_task_that_fails_leaves_no_typed_or_dead_letter_file_behind(
+    tmp_path: Path, settings: FileSettings
+) -> None:
+    from lagsched.adapters.typed_files import RoutedTables, TableFiles
+    from lagsched.core.routing import parse_routes, route_topics
+
+    routes = parse_routes([{"topics": ["audit"], "value_format": "json", "value_schema": {"type": "object"}}], "r")
+    routed = route_topics(routes, ["audit"], namespace="kafka", shared_table="c")["audit"]
+    assert routed is not None
+    tiny = {"write.parquet.row-group-size-bytes": "1"}
+    tables = RoutedTables(
+        routes={"audit": routed},
+        # Row groups of one byte: each file is on disk from its first records, so the clean-up has work to do.
+        tables={"lagsched.kafka.audit": TableFiles("lagsched.kafka.audit", (tmp_path / "audit").as_uri(), tiny)},
+        dead_letters=TableFiles("lagsched.kafka.c_dead_letters", (tmp_path / "dead").as_uri(), tiny),
+    )
+    first = [Message(topic="audit", partition=0, offset=0, key=None, value=b"{}", timestamp=(1, T0 + 1)),
+             Message(topic="audit", partition=0, offset=1, key=None, value=b"[", timestamp=(1, T0 + 1))]  # fmt: skip
+    # Then offsets out of order: the read fails after the first records were written.
+    consumer = ScriptedConsumer([first, [record("audit", 0, 3), record("audit", 0, 2)]])
+    result = write_ranges(
+        [OffsetRange("audit", 0, 0, 5)], {}, settings, routed=tables, consumer_factory=lambda _c: consumer,
+        clock=Clock(),
+    )  # fmt: skip
+    assert result.error is not None and "out of order" in result.error
+    assert not [p for p in tmp_path.rglob("*.parquet")]

@@ -88,11 +88,11 @@ def test_every_record_lands_in_exactly_one_place_with_the_reason_for_the_dead() 
     assert sorted(by_id) == [-1, 1, 2]
     assert by_id[1].offsets.tolist() == [100, 106]
     assert by_id[1].batch.column("id").to_pylist() == [1, 7]
-    assert by_id[1].batch.column("_key").to_pylist() == ["k", "k"]
+    assert by_id[1].batch.column("_kafka_key").to_pylist() == ["k", "k"]
     assert by_id[2].batch.column("note").to_pylist() == ["n"]
-    assert by_id[-1].offsets.tolist() == [102] and by_id[-1].batch.column("_tombstone").to_pylist() == [True]
-    assert by_id[1].batch.schema.names[: len(KAFKA_FIELDS) + 1] == [*(f.name for f in KAFKA_FIELDS), "_key"]
-    assert by_id[1].batch.column("_topic").to_pylist() == ["orders", "orders"]
+    assert by_id[-1].offsets.tolist() == [102] and by_id[-1].batch.column("_kafka_tombstone").to_pylist() == [True]
+    assert by_id[1].batch.schema.names[: len(KAFKA_FIELDS) + 1] == [*(f.name for f in KAFKA_FIELDS), "_kafka_key"]
+    assert by_id[1].batch.column("_kafka_topic").to_pylist() == ["orders", "orders"]
     assert sorted(split.writers) == [1, 2]
 
     assert split.dead is not None and split.dead.schema == DEAD_LETTER_SCHEMA
@@ -116,12 +116,15 @@ def test_plain_json_values_have_no_schema_id() -> None:
     split.check(raw.column("offset").to_numpy())
     assert [t.schema_id for t in split.typed] == [0, -1]
     assert split.typed[0].batch.column("id").to_pylist() == [1]
-    assert split.typed[0].batch.column("_key").type == pa.binary()
+    assert split.typed[0].batch.column("_kafka_key").type == pa.binary()
     assert split.dead is not None and split.dead.column("offset").to_pylist() == [101, 103]
 
 
 def test_a_value_field_named_like_a_kafka_column_is_refused() -> None:
-    with pytest.raises(UnsupportedSchema, match="_offset: a value field of the name of a Kafka column"):
-        typed_schema(pa.schema([pa.field("_offset", pa.int64())]), "raw")
+    with pytest.raises(UnsupportedSchema, match="_kafka_offset: a value field of the name of a Kafka column"):
+        typed_schema(pa.schema([pa.field("_kafka_offset", pa.int64())]), "raw")
     with pytest.raises(UnsupportedSchema, match="raw and string keys so far"):
         typed_schema(pa.schema([]), "avro")
+    # Iceberg's metadata columns: a data column of such a name fails every read of the table.
+    with pytest.raises(UnsupportedSchema, match="_partition: a name Iceberg keeps for a metadata column"):
+        typed_schema(pa.schema([pa.field("_partition", pa.int32())]), "raw")

@@ -199,12 +199,12 @@ class FileSettings:
         headers columns (the statistics the commit's conflict check needs, and the dictionaries).
 
         >>> import pyarrow as pa
-        >>> s = FileSettings.of_rows("s3a://b/w/kafka/orders", pa.schema([("_offset", pa.int64())]), {},
-        ...     coordinates=("_topic", "_partition", "_offset", "_timestamp", "_headers"), topic_in_path=False)
+        >>> s = FileSettings.of_rows("s3a://b/w/kafka/orders", pa.schema([("o", pa.int64())]), {},
+        ...     coordinates=("t", "p", "o", "ts", "h"), topic_in_path=False)
         >>> s.data_location, s.hour_column, s.statistics
-        ('s3a://b/w/kafka/orders/data', '_timestamp', ('_topic', '_partition', '_offset', '_timestamp'))
+        ('s3a://b/w/kafka/orders/data', 'ts', ('t', 'p', 'o', 'ts'))
         >>> s.dictionary_columns
-        ('_topic', '_partition', '_headers.list.element.key')
+        ('t', 'p', 'h.list.element.key')
         """
         topic, partition, offset, timestamp, headers = coordinates
         return cls(
@@ -346,7 +346,7 @@ class PartitionFiles:
         self._folder, self.topic, self.partition, self._settings = folder, topic, partition, settings
         self.table, self.schema_id = table, schema_id
         self.folder_uri = folder.uri
-        self._topic_dir = f"topic={quote_plus(topic)}/" if settings.topic_in_path else ""
+        self._kafka_topic_dir = f"topic={quote_plus(topic)}/" if settings.topic_in_path else ""
         self._open: dict[int, _OpenFile] = {}
         self.written: list[WrittenFile] = []
 
@@ -386,7 +386,9 @@ class PartitionFiles:
             f = None
         if f is None:
             hour_dir = f"{self._settings.hour_column}_hour={hour_name(hour)}"
-            uri = f"{self._folder.uri}/{self._topic_dir}{hour_dir}/{self.partition:05d}-{uuid.uuid4().hex}.parquet"
+            uri = (
+                f"{self._folder.uri}/{self._kafka_topic_dir}{hour_dir}/{self.partition:05d}-{uuid.uuid4().hex}.parquet"
+            )
             f = self._open[hour] = _OpenFile(self._folder, uri, self._settings)
         return f
 

@@ -86,7 +86,9 @@ class TableShape:
 
 SHARED = TableShape()
 DEAD_LETTERS = TableShape(name_mapped=True)
-TYPED = TableShape("_topic", "_partition", "_offset", "_timestamp", topic_partitioned=False, name_mapped=True)
+TYPED = TableShape(
+    "_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", topic_partitioned=False, name_mapped=True
+)
 #: The table property holding a table's name mapping (Iceberg's).
 NAME_MAPPING = "schema.name-mapping.default"
 

@@ -45,7 +45,7 @@ from lagsched.core.typed_rows import DEAD_LETTER_SCHEMA, split_batch
 __all__ = ["DEAD_LETTER_COORDINATES", "TYPED_COORDINATES", "RoutedPartitionFiles", "RoutedTables", "TableFiles"]
 
 #: The topic, partition, offset, timestamp and headers columns of a typed and the dead-letter table.
-TYPED_COORDINATES = ("_topic", "_partition", "_offset", "_timestamp", "_headers")
+TYPED_COORDINATES = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_headers")
 DEAD_LETTER_COORDINATES = ("topic", "partition", "offset", "timestamp", "headers")
 
 
@@ -188,7 +188,7 @@ class RoutedPartitionFiles:
             files = self._typed.get(rows.schema_id)
             if files is None:
                 files = self._typed[rows.schema_id] = self._files(self._typed_place, rows.batch.schema, rows.schema_id)
-            files.add(rows.batch, _hours(rows.batch.column("_timestamp")))
+            files.add(rows.batch, _hours(rows.batch.column("_kafka_timestamp")))
         self.writers.update(split.writers)
         if split.dead is not None:
             if self._dead is None:

@@ -9,7 +9,7 @@ its coordinates, the schema id, the table it was meant for and the reason. Every
 batch is in exactly one of the two (`Split.check`), which is what lets its offset advance.
 
 A tombstone (a null value) is not a dead letter: it lands as a typed row whose value columns are
-null and whose ``_tombstone`` is true. So a typed table's value columns are all optional; that a
+null and whose ``_kafka_tombstone`` is true. So a typed table's value columns are all optional; that a
 record has its required fields is checked when it is decoded.
 
 Writer schemas come from `schemas` (the registry client's ``schema``), so this module does no I/O
@@ -45,12 +45,12 @@ __all__ = [
 
 #: The columns every typed row keeps, before the key and the value's fields.
 KAFKA_FIELDS = (
-    pa.field("_topic", pa.string(), nullable=False),
-    pa.field("_partition", pa.int32(), nullable=False),
-    pa.field("_offset", pa.int64(), nullable=False),
-    pa.field("_timestamp", pa.timestamp("us", tz="UTC"), nullable=False),
-    pa.field("_headers", HEADERS_TYPE),
-    pa.field("_tombstone", pa.bool_(), nullable=False),
+    pa.field("_kafka_topic", pa.string(), nullable=False),
+    pa.field("_kafka_partition", pa.int32(), nullable=False),
+    pa.field("_kafka_offset", pa.int64(), nullable=False),
+    pa.field("_kafka_timestamp", pa.timestamp("us", tz="UTC"), nullable=False),
+    pa.field("_kafka_headers", HEADERS_TYPE),
+    pa.field("_kafka_tombstone", pa.bool_(), nullable=False),
 )
 #: A dead letter: the record as Kafka had it, where it was going, and why it did not get there.
 DEAD_LETTER_SCHEMA = pa.schema(
@@ -68,6 +68,11 @@ DEAD_LETTER_SCHEMA = pa.schema(
     ]
 )
 _KEY_TYPES = {"raw": pa.binary(), "string": pa.string()}
+#: Names Iceberg gives its metadata columns (a data column of one of them breaks every read of the table).
+ICEBERG_RESERVED = frozenset(
+    {"_file", "_pos", "_deleted", "_spec_id", "_partition", "_row_id", "_last_updated_sequence_number",
+     "_change_type", "_change_ordinal", "_commit_snapshot_id", "_identifier_fields"}
+)  # fmt: skip
 
 
 def typed_schema(value: pa.Schema, key_format: str) -> pa.Schema:
@@ -79,12 +84,19 @@ def typed_schema(value: pa.Schema, key_format: str) -> pa.Schema:
             one a typed table holds yet.
     """
     if key_format not in _KEY_TYPES:
-        raise UnsupportedSchema(f"key_format {key_format!r}: typed tables hold raw and string keys so far", path="_key")
-    taken = {f.name for f in KAFKA_FIELDS} | {"_key"}
+        raise UnsupportedSchema(
+            f"key_format {key_format!r}: typed tables hold raw and string keys so far", path="_kafka_key"
+        )
+    taken = {f.name for f in KAFKA_FIELDS} | {"_kafka_key"}
     clash = [f.name for f in value if f.name in taken]
     if clash:
         raise UnsupportedSchema(f"{clash[0]}: a value field of the name of a Kafka column", path=clash[0])
-    return pa.schema([*KAFKA_FIELDS, pa.field("_key", _KEY_TYPES[key_format]), *(f.with_nullable(True) for f in value)])
+    reserved = [f.name for f in value if f.name.lower() in ICEBERG_RESERVED]
+    if reserved:
+        raise UnsupportedSchema(f"{reserved[0]}: a name Iceberg keeps for a metadata column", path=reserved[0])
+    return pa.schema(
+        [*KAFKA_FIELDS, pa.field("_kafka_key", _KEY_TYPES[key_format]), *(f.with_nullable(True) for f in value)]
+    )
 
 
 @dataclass(frozen=True, slots=True)
