@@ -305,7 +305,7 @@ def _run_slot(
     stats.emit("started", spark_ready_s=time.monotonic() - STARTED)
     wake = threading.Event()
     registry = SlotRegistry(redis, cluster=cluster)
-    table = _lake_sink(args, session, lake, conn, slot_id=slot_id, cluster=cluster)
+    table = _lake_sink(args, session, lake, conn, slot_id=slot_id, cluster=cluster, redis=redis)
     # The reads fetch from a same-rack replica where the brokers allow it (KIP-392); a read that
     # makes no progress for the outage bound fails the batch as Kafka unreachable.
     writer = RangeWriter(session, kafka, rack=settings.rack, stall_s=settings.outage_bound_s)
@@ -356,8 +356,11 @@ def _run_slot(
     return _exit_code(outcome, keeper)
 
 
-def _lake_sink(args: argparse.Namespace, session: Any, lake: Any, conn: Any, *, slot_id: str, cluster: str) -> Any:
+def _lake_sink(
+    args: argparse.Namespace, session: Any, lake: Any, conn: Any, *, slot_id: str, cluster: str, redis: Any
+) -> Any:
     """The cluster's tables: the shared one, and the typed and dead-letter tables of its routes."""
+    from lagsched.adapters.alert_figures import DeadLetterCounter
     from lagsched.adapters.lake_sink import LakeSink
     from lagsched.core.routing import parse_routes
 
@@ -375,6 +378,7 @@ def _lake_sink(args: argparse.Namespace, session: Any, lake: Any, conn: Any, *, 
         routes=routes,
         registry=registry,
         properties={"lagsched.slot": slot_id, "lagsched.cluster": cluster},
+        count_dead_letters=DeadLetterCounter(redis, cluster).count,
     )
 
 

@@ -11,6 +11,7 @@ offset of every partition in exactly one of the two tables.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,7 @@ from consumer_support import ConsumerHarness, latest_offsets
 from typed_support import assert_once_over_both, avro, dead_letters, framed, read_table
 
 from lagsched.core.routing import table_for_topic
+from lagsched_dev.stack.config import StackConfig
 
 pytestmark = pytest.mark.integration
 
@@ -75,7 +77,7 @@ def produce(kafka_config: dict[str, Any], topic: str, records: list[tuple[int, b
 
 
 def test_routed_topics_land_typed_evolve_and_keep_every_poison_record_exactly_once(
-    consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any]
+    consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any], redis_client: Any
 ) -> None:
     from lagsched.adapters.schema_registry import RegistryClient
     from lagsched.connections import schema_registry_params
@@ -167,5 +169,80 @@ def test_routed_topics_land_typed_evolve_and_keep_every_poison_record_exactly_on
     assert_once_over_both(rows, dead, orders, latest_offsets(kafka_config, orders, 2))
     assert_once_over_both(clicks_rows, dead, clicks, latest_offsets(kafka_config, clicks, 1))
 
+    # The dead letters are counted per topic for /metrics, the page and `lagsched status` (and the alert).
+    from lagsched.adapters.alert_figures import read_dead_letters
+
+    assert read_dead_letters(redis_client, consumer.cluster) == {orders: 4 + 20, clicks: 1}
+
     # The shared table of raw records got none of them.
     assert consumer.sink_table().num_rows == 0
+
+
+TICK_V1 = {"type": "record", "name": "Tick", "namespace": "t.outage", "fields": [{"name": "n", "type": "long"}]}
+TICK_V2 = {**TICK_V1, "fields": [*TICK_V1["fields"], {"name": "more", "type": ["null", "string"], "default": None}]}
+
+
+@pytest.mark.serial  # stops the stack's schema registry
+@pytest.mark.timeout(600)
+def test_the_registry_down_mid_run_makes_no_dead_letter_resolved_schemas_still_land_and_the_slot_catches_up(
+    consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any], stack: StackConfig
+) -> None:
+    from consumer_support import wait_until
+
+    from lagsched.adapters.schema_registry import RegistryClient
+    from lagsched.connections import schema_registry_params
+    from lagsched_dev.stack.services import SchemaRegistry
+
+    registry = RegistryClient(schema_registry_params())
+    topic = new_topic(1)
+    v1 = registry.register(f"{topic}-value", json.dumps(TICK_V1))
+    v2 = registry.register(f"{topic}-value", json.dumps(TICK_V2))
+
+    def send(first: int, count: int, schema_id: int, schema: dict[str, Any]) -> None:
+        produce(
+            kafka_config,
+            topic,
+            [(0, None, framed(schema_id, avro(schema, {"n": n}))) for n in range(first, first + count)],
+        )
+
+    def typed_rows() -> int:
+        from pyiceberg.exceptions import NoSuchTableError
+        from sqlalchemy.exc import ProgrammingError
+
+        try:
+            return int(
+                read_table(consumer, f"lagsched.{consumer.lake.namespace}.{table_for_topic(topic)}")
+                .scan()
+                .to_arrow()
+                .num_rows
+            )
+        except (NoSuchTableError, ProgrammingError):  # not created yet (nor the catalog's own tables)
+            return 0
+
+    send(0, 100, v1, TICK_V1)
+    consumer.register(topic)
+    routes = json.dumps([{"topics": [topic], "value_format": "avro"}])
+    slot = consumer.start("outage", "--routes", routes, "--outage-s", "240", "--budget-s", "400")
+    wait_until(lambda: typed_rows() == 100, 240, "the first records in the typed table")
+
+    service = SchemaRegistry(stack)
+    assert service.stop()
+    try:
+        # A schema the workers resolved before keeps decoding while the registry is down.
+        send(100, 50, v1, TICK_V1)
+        wait_until(lambda: typed_rows() == 150, 120, "records of a resolved schema during the outage")
+        # A schema never resolved: the batch fails as an outage and is ridden through, never a dead letter.
+        send(150, 50, v2, TICK_V2)
+        time.sleep(15)
+        assert slot.proc.poll() is None, slot.tail()
+        assert typed_rows() == 150
+        assert dead_letters(consumer).num_rows == 0
+        assert "schema_registry" in slot.log.read_text(), slot.tail()
+    finally:
+        service.start()
+    wait_until(lambda: typed_rows() == 200, 240, "the records of the new schema after the registry came back")
+    slot.terminate()
+    assert slot.wait(120) == 0, slot.tail()
+    rows = read_table(consumer, f"lagsched.{consumer.lake.namespace}.{table_for_topic(topic)}").scan().to_arrow()
+    assert sorted(rows.column("n").to_pylist()) == list(range(200))
+    assert_once_over_both(rows, dead_letters(consumer), topic, latest_offsets(kafka_config, topic, 1))

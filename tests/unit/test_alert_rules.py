@@ -519,6 +519,39 @@ CASES = [
         },
         quiet_at=("12m", "15m", "20m", "25m"),
     ),
+    # -- dead letters in the last 10 minutes --
+    Case(
+        "LagschedDeadLetters",
+        "fires",
+        {
+            'lagsched_dead_letters_total{cluster="eu",topic="orders"}': "0x10 3x30",
+            'lagsched_dead_letters_total{cluster="eu",topic="clicks"}': "0x40",
+        },
+        quiet_at=("9m",),
+        fires_at="12m",
+        fired=(
+            Fired(
+                {"cluster": "eu", "topic": "orders", "severity": "warning"},
+                "Records of topic orders (cluster eu) land in the dead-letter table",
+                "3 record(s) of topic orders in the last 10 minutes could not be decoded into its typed table and "
+                "were written to cluster eu's dead-letter table with the reason.",
+            ),
+        ),
+    ),
+    Case(
+        # Dead letters long ago, none since: the counter stays where it was.
+        "LagschedDeadLetters",
+        "healthy",
+        {'lagsched_dead_letters_total{cluster="eu",topic="orders"}': "7x40"},
+        quiet_at=("5m", "20m", "40m"),
+    ),
+    Case(
+        # A scrape gap and a Redis that lost its counters (a reset to 0): no dead letter, no alert.
+        "LagschedDeadLetters",
+        "gap",
+        {'lagsched_dead_letters_total{cluster="eu",topic="orders"}': "5x10 _x5 0x25"},
+        quiet_at=("12m", "18m", "30m"),
+    ),
     # -- the newest table care attempt failed, for 15m --
     Case(
         "LagschedTableCareFailing",

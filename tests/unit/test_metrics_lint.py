@@ -68,6 +68,7 @@ def scrape() -> str:
         planned_slots=2,
         table_commits={("lake.prod_eu", "ok"): 812, ("lake.prod_eu", "refused"): 2, ("lake.prod_eu", "error"): 1},
         table_care=(TableCareRuns("ok", 5, NOW - 600), TableCareRuns("failed", 1, NOW - 4000)),
+        dead_letters={"orders": 3},
     )
     b = ClusterStatus("staging", NOW, (topic('odd"name\\x', state="stopped", owners=()),), (), ())
     figures = [PartitionFigures("orders", p, 10_000 + p, 9_400 + p, 600, 12.0 * p, NOW - 20.0) for p in range(3)]
@@ -95,6 +96,15 @@ def test_every_family_is_declared_with_help_once() -> None:
     assert {kind for name, kind in declared if name not in COUNTERS} == {"gauge"}
     assert all(name.endswith("_total") for name in COUNTERS)
     assert re.findall(r"^# HELP (\S+) \S", text, re.M) == list(METRIC_HELP)
+
+
+def test_dead_letters_are_a_counter_per_topic_and_the_status_command_names_them() -> None:
+    from lagsched.cli.status import format_status
+
+    assert 'lagsched_dead_letters_total{cluster="prod-eu",topic="orders"} 3' in scrape()
+    st = ClusterStatus("c", NOW, (), (), (), dead_letters={"orders": 1234})
+    assert st.as_dict()["dead_letters"] == {"orders": 1234}
+    assert "DEAD LETTERS orders: 1,234 record(s) in the dead-letter table" in format_status(st)
 
 
 def test_a_topic_never_measured_has_no_lag_figures() -> None:

@@ -22,7 +22,13 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from lagsched.adapters.redis_store import planned_slots_key, table_care_key, table_commits_key, thresholds_key
+from lagsched.adapters.redis_store import (
+    dead_letters_key,
+    planned_slots_key,
+    table_care_key,
+    table_commits_key,
+    thresholds_key,
+)
 from lagsched.core.status import TableCareRuns
 from lagsched.core.thresholds import ClusterThresholds
 from lagsched.core.times import epoch_s
@@ -33,8 +39,10 @@ if TYPE_CHECKING:
 __all__ = [
     "COMMIT_OUTCOMES",
     "TABLE_CARE_OUTCOMES",
+    "DeadLetterCounter",
     "TableCommitCounter",
     "count_table_care",
+    "read_dead_letters",
     "read_planned_slots",
     "read_table_care",
     "read_table_commits",
@@ -94,6 +102,33 @@ class TableCommitCounter:
             self._client.hincrby(self._key, f"{self._table}|{outcome}", 1)
         except Exception as exc:  # noqa: BLE001 - a metric one short, never a batch lost
             log.warning("could not count a table commit (%s) in Redis: %s", outcome, exc)
+
+
+class DeadLetterCounter:
+    """A slot's counter of the dead letters it committed, per topic (`count` never raises)."""
+
+    def __init__(self, client: redis.Redis, cluster: str) -> None:
+        self._client, self._key = client, dead_letters_key(cluster)
+
+    def count(self, per_topic: Mapping[str, int]) -> None:
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            for topic, n in per_topic.items():
+                pipe.hincrby(self._key, topic, int(n))
+            pipe.execute()
+        except Exception as exc:  # noqa: BLE001 - a metric short, never a batch lost
+            log.warning("could not count %d dead letter(s) in Redis: %s", sum(per_topic.values()), exc)
+
+
+def read_dead_letters(client: redis.Redis, cluster: str) -> dict[str, int]:
+    """``topic -> records`` the cluster's slots committed to its dead-letter table so far."""
+    raw: Mapping[str | bytes, str | bytes] = client.hgetall(dead_letters_key(cluster))
+    out: dict[str, int] = {}
+    for f, v in raw.items():
+        n = _count(v)
+        if n is not None:
+            out[_text(f)] = n
+    return out
 
 
 def read_table_commits(client: redis.Redis, cluster: str) -> dict[tuple[str, str], int]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +40,7 @@ from lagsched.adapters.sink import (
     TableCommit,
     TableShape,
 )
-from lagsched.adapters.typed_files import RoutedTables, TableFiles, decoder_for
+from lagsched.adapters.typed_files import RoutedTables, TableFiles, decoder_for, registry_client
 from lagsched.core import evolution
 from lagsched.core.errors import ConfigError, LagschedError
 from lagsched.core.iceberg_types import arrow_schema, iceberg_schema, name_mapping
@@ -117,12 +117,16 @@ class LakeSink:
         routes: Sequence[Route] = (),
         registry: Any = None,
         properties: Mapping[str, str] | None = None,
+        count_dead_letters: Callable[[Mapping[str, int]], None] | None = None,
     ) -> None:
         """``routes``: the cluster's routes (none: the shared table only, as before), applied to the
         topics the slot holds as it learns them (`learn`); ``registry``: the schema registry's
-        Connection (SchemaRegistryParams), needed when a route reads the registry's formats."""
+        Connection (SchemaRegistryParams), needed when a route reads the registry's formats;
+        ``count_dead_letters`` is told the records each topic committed to the dead-letter table
+        (`lagsched.adapters.alert_figures.DeadLetterCounter`: the metric, the alert, the page)."""
         self._spark, self._lake, self._conn, self._slot = spark, lake, conn, slot_id
         self._properties = dict(properties or {})
+        self._count_dead = count_dead_letters
         self.shared = IcebergSink(spark, lake, properties=self._properties)
         self._rules = tuple(routes)
         self._registry = registry
@@ -276,6 +280,7 @@ class LakeSink:
             dead_letters=TableFiles(self.dead_letters.identifier, location, properties),
             registry=self._registry,
             decisions=dict(self._decisions),
+            schemas={} if self._registry is None else registry_client(self._registry).known(),
             catalog=self._lake.catalog,
             s3_endpoint=self._lake.s3_endpoint,
         )
@@ -373,9 +378,23 @@ class LakeSink:
             files, records = files + landed.files, records + landed.records
             if name is None or snapshot_id is None:
                 snapshot_id = landed.snapshot_id
+            if sink is self.dead_letters:
+                self._dead_letters_landed(group)
         if first_refusal is not None:
             raise SinkConflictError(str(first_refusal), refused)
         return TableCommit(snapshot_id, files, records, time.monotonic() - started)
+
+    def _dead_letters_landed(self, files: Sequence[WrittenFile]) -> None:
+        per_topic: dict[str, int] = {}
+        for f in files:
+            per_topic[f.topic] = per_topic.get(f.topic, 0) + f.records
+        log.warning(
+            "%d record(s) could not be decoded and landed in %s: %s",
+            sum(per_topic.values()), self.dead_letters.identifier if self.dead_letters else "?",
+            ", ".join(f"{t} {n}" for t, n in sorted(per_topic.items())),
+        )  # fmt: skip
+        if self._count_dead is not None:
+            self._count_dead(per_topic)
 
     def _sink_for(self, identifier: str) -> IcebergSink:
         if self.dead_letters is not None and identifier == self.dead_letters.identifier:

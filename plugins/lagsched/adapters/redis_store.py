@@ -33,6 +33,7 @@ __all__ = [
     "PREFIX",
     "SCALING_CHANNEL",
     "committed_key",
+    "dead_letters_key",
     "evaluated_key",
     "lag_key",
     "latest_key",
@@ -144,6 +145,12 @@ def table_commits_key(cluster: str, *, prefix: str = PREFIX) -> str:
     """A HASH, no TTL: counters of the slots' table commits, field ``<table>|<outcome>``
     (``ok``, ``refused``, ``error``)."""
     return f"{prefix}{cluster}:table_commits"
+
+
+def dead_letters_key(cluster: str, *, prefix: str = PREFIX) -> str:
+    """A HASH, no TTL: counters of the records the cluster's slots committed to its dead-letter
+    table, field ``<topic>`` (docs/routing.md)."""
+    return f"{prefix}{cluster}:dead_letters"
 
 
 def table_care_key(cluster: str, *, prefix: str = PREFIX) -> str:

@@ -125,6 +125,17 @@ class RegistryClient:
         """How many schemas the client holds (resolved once each)."""
         return len(self._cache)
 
+    def known(self) -> dict[int, WriterSchema]:
+        """The schemas resolved so far, by id (no call to the registry)."""
+        with self._lock:
+            return dict(self._cache)
+
+    def seed(self, schemas: Mapping[int, WriterSchema]) -> None:
+        """Take schemas resolved elsewhere (the driver's, for a task): an id never changes its schema."""
+        with self._lock:
+            for schema_id, found in schemas.items():
+                self._cache.setdefault(schema_id, found)
+
     def schema(self, schema_id: int) -> WriterSchema:
         """The writer schema with id `schema_id`, from the cache or the registry.
 

@@ -79,6 +79,8 @@ class RoutedTables:
         dead_letters: the cluster's dead-letter table.
         registry: the schema registry's Connection (SchemaRegistryParams), when a route needs it.
         decisions: (table, schema id) -> why the schema was refused for the table; None: accepted.
+        schemas: the writer schemas the driver resolved, by id: a task's worker decodes them without
+            asking the registry (it may be down; the worker may be new).
     """
 
     routes: Mapping[str, TopicRoute]
@@ -86,6 +88,7 @@ class RoutedTables:
     dead_letters: TableFiles
     registry: Any = None
     decisions: Mapping[tuple[str, int], str | None] = field(default_factory=dict)
+    schemas: Mapping[int, Any] = field(default_factory=dict)
     catalog: str = "lagsched"
     s3_endpoint: str | None = None
 
@@ -99,6 +102,11 @@ _lock = threading.Lock()
 _clients: dict[Any, Any] = {}
 #: (registry URL, schema id) -> its decoder, or the permanent error building it gave.
 _decoders: dict[tuple[str, int], Any] = {}
+
+
+def registry_client(params: Any) -> Any:
+    """The worker's (or driver's) one registry client for `params` (its cache shared by every decoder)."""
+    return _client(params)
 
 
 def _client(params: Any) -> Any:
@@ -177,6 +185,8 @@ class RoutedPartitionFiles:
         #: What the typed rows of each writer schema were (for the driver's decisions).
         self.writers: dict[int, pa.Schema] = {}
         self.raw_schema = RAW_SCHEMA
+        if tables.schemas and tables.registry is not None:
+            _client(tables.registry).seed(tables.schemas)
 
     def add(self, raw: pa.RecordBatch, hours: np.ndarray[Any, Any]) -> None:
         """Records of this partition (the shared table's columns) in offset order; `hours` unused:

@@ -81,6 +81,8 @@ def format_status(status: ClusterStatus) -> str:
         for c in s["claims"]:
             offset = "none" if c["committed_offset"] is None else f"{c['committed_offset']:,}"
             lines.append(f"    {c['topic']}[{c['partition']}] committed {offset}, lease until {c['lease_expires_at']}")
+    for topic, n in d["dead_letters"].items():
+        lines.append(f"DEAD LETTERS {topic}: {n:,} record(s) in the dead-letter table (docs/routing.md)")
     for a in d["anomalies"]:
         where = a["topic"] + ("" if a["partition"] is None else f"[{a['partition']}]")
         lines.append(f"ANOMALY {a['kind']} {where}: {a['detail']}")

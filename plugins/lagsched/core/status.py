@@ -282,6 +282,8 @@ class ClusterStatus:
     planned_slots: int | None = None
     table_commits: Mapping[tuple[str, str], int] = field(default_factory=dict)
     table_care: tuple[TableCareRuns, ...] = ()
+    #: Records committed to the cluster's dead-letter table so far, per topic (docs/routing.md).
+    dead_letters: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def stuck(self) -> tuple[TopicView, ...]:
@@ -314,6 +316,7 @@ class ClusterStatus:
                 for t in self.topics
                 if is_old_open_transaction(t.held_by_transaction, t.transaction_open_s, t.open_transaction_bound_s)
             ],
+            "dead_letters": dict(sorted(self.dead_letters.items())),
             "notes": list(self.notes),
         }
 
@@ -651,12 +654,21 @@ METRIC_HELP: dict[str, str] = {
         "Table commits that failed: refused (another holder committed the ranges) or error (outcome unknown)."
     ),
     "lagsched_table_care_runs_total": "Table care task attempts by outcome (ok, failed).",
+    "lagsched_dead_letters_total": (
+        "Records of the topic committed to the cluster's dead-letter table: they could not be decoded into "
+        "its typed table (docs/routing.md)."
+    ),
     "lagsched_table_care_last_run_timestamp_seconds": "When the latest table care attempt of each outcome ended.",
 }
 
 #: The families of `METRIC_HELP` that are counters: they only grow (from 0, or after Redis lost them).
 COUNTERS = frozenset(
-    {"lagsched_table_commits_total", "lagsched_table_commit_failures_total", "lagsched_table_care_runs_total"}
+    {
+        "lagsched_table_commits_total",
+        "lagsched_table_commit_failures_total",
+        "lagsched_table_care_runs_total",
+        "lagsched_dead_letters_total",
+    }
 )
 
 
@@ -674,6 +686,8 @@ def _cluster_samples(st: ClusterStatus, add: Callable[[str, dict[str, str], floa
         for reason in ("refused", "error"):
             n = st.table_commits.get((table, reason), 0)
             add("lagsched_table_commit_failures_total", {**cl, "table": table, "reason": reason}, n)
+    for topic, n in sorted(st.dead_letters.items()):
+        add("lagsched_dead_letters_total", {**cl, "topic": topic}, n)
     for care in st.table_care:
         add("lagsched_table_care_runs_total", {**cl, "outcome": care.outcome}, care.runs)
         if care.last_at is not None:

@@ -23,7 +23,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from lagsched.adapters.alert_figures import read_planned_slots, read_table_care, read_table_commits, read_thresholds
+from lagsched.adapters.alert_figures import (
+    read_dead_letters,
+    read_planned_slots,
+    read_table_care,
+    read_table_commits,
+    read_thresholds,
+)
 from lagsched.adapters.decisions import recent_decisions
 from lagsched.adapters.lag_store import LagRecord, LagStore
 from lagsched.adapters.mysql import aware_utc
@@ -188,6 +194,7 @@ def cluster_status(
         planned_slots=read_planned_slots(redis, cluster),
         table_commits=read_table_commits(redis, cluster),
         table_care=read_table_care(redis, cluster),
+        dead_letters=read_dead_letters(redis, cluster),
     )
 
 

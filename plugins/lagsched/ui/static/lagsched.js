@@ -123,6 +123,7 @@
       ["live slots", fmtInt(st.live_slots)],
       ["stalled / stopped", fmtInt(st.stuck.length)],
       ["anomalies", fmtInt(st.anomalies.length)],
+      ["dead letters", fmtInt(Object.values(st.dead_letters || {}).reduce((a, n) => a + n, 0))],
     ];
     $("summary").replaceChildren(
       ...cards.map(([k, v]) => el("div", { class: "card", "data-key": k }, el("div", { class: "v", text: v }), el("div", { class: "k", text: k }))),
@@ -211,6 +212,8 @@
     const rows = [
       ...st.anomalies.map((a) => el("tr", { "data-kind": a.kind }, td(a.kind), td(a.topic), td(a.partition === null ? "" : a.partition, "num"), td(a.detail),
         el("td", { class: "age", title: a.seen_at || "", text: a.seen_at ? fmtAgo(a.seen_at) : "now" }))),
+      ...Object.entries(st.dead_letters || {}).map(([topic, n]) => el("tr", { "data-kind": "dead_letters" }, td("dead letters"), td(topic), td(""),
+        td(`${fmtInt(n)} record(s) could not be decoded into the topic's typed table: see the dead-letter table`), td(""))),
       ...st.notes.map((n) => el("tr", { "data-kind": "note" }, td("note"), td(""), td(""), td(n), td(""))),
     ];
     fillBody("anomalies", rows, "none", 5);
