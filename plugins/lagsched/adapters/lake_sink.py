@@ -33,6 +33,7 @@ from lagsched.adapters.data_files import WrittenFile
 from lagsched.adapters.sink import (
     DEAD_LETTERS,
     NAME_MAPPING,
+    SCHEMA_IDS_PROPERTY,
     TYPED,
     BatchRead,
     IcebergSink,
@@ -370,7 +371,12 @@ class LakeSink:
             sink = self.shared if name is None else self._sink_for(name)
             keys = {(f.topic, f.partition) for f in group}
             try:
-                landed = sink.commit(group, {k: ranges[k] for k in sorted(keys)}, marks.get(sink.identifier))
+                landed = sink.commit(
+                    group,
+                    {k: ranges[k] for k in sorted(keys)},
+                    marks.get(sink.identifier),
+                    summary=_summary(sink, group),
+                )
             except SinkConflictError as exc:
                 refused.update(exc.ranges)
                 first_refusal = first_refusal or exc
@@ -489,6 +495,17 @@ class LakeSink:
                 identifier, schema_id, ", ".join(_describe(c) for c in changes),
             )  # fmt: skip
         self._set_mapping(table)
+
+
+def _summary(sink: IcebergSink, files: Sequence[WrittenFile]) -> dict[str, str]:
+    """A typed table's commit records its rows per writer schema id (lineage: which schema wrote what)."""
+    if sink.shape is not TYPED:
+        return {}
+    per_schema: dict[str, int] = {}
+    for f in files:
+        key = str(-1 if f.schema_id is None else f.schema_id)
+        per_schema[key] = per_schema.get(key, 0) + f.records
+    return {SCHEMA_IDS_PROPERTY: json.dumps(dict(sorted(per_schema.items())), separators=(",", ":"))}
 
 
 def _empty() -> Any:

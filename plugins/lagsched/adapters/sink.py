@@ -38,6 +38,7 @@ from lagsched.core.lake import RANGES_PROPERTY, TABLE_PROPERTIES, LakeTable, enc
 __all__ = [
     "DEAD_LETTERS",
     "NAME_MAPPING",
+    "SCHEMA_IDS_PROPERTY",
     "SHARED",
     "TYPED",
     "BatchRead",
@@ -59,6 +60,8 @@ COLUMNS_DDL = (
 PARTITIONING = "topic, hours(`timestamp`)"
 #: Snapshot summary key naming the batch (a UUID) that committed it.
 BATCH_PROPERTY = "lagsched.batch"
+#: Snapshot summary key of a typed table's commit: its rows per writer schema id (``{"12": 900}``; -1: tombstones).
+SCHEMA_IDS_PROPERTY = "lagsched.schema-ids"
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,10 +357,17 @@ class IcebergSink:
         )
 
     def commit(
-        self, written: Sequence[WrittenFile], ranges: Mapping[tuple[str, int], tuple[int, int]], since: int | None
+        self,
+        written: Sequence[WrittenFile],
+        ranges: Mapping[tuple[str, int], tuple[int, int]],
+        since: int | None,
+        *,
+        summary: Mapping[str, str] | None = None,
     ) -> TableCommit:
         """Commit ``written`` in one snapshot that records ``ranges``, unless another holder committed
         records of those ranges since snapshot ``since`` (docs/lake.md, "Exactly once").
+
+        ``summary``: more snapshot summary entries of this commit (a typed table's writer schemas).
 
         Raises:
             SinkConflictError: another holder did; nothing was committed and the files are deleted.
@@ -371,7 +381,9 @@ class IcebergSink:
         except BaseException:
             self._delete(table, [f.location for f in written])
             raise
-        snapshot_id = self._commit(table, files, ranges, since, f"lagsched-{uuid.uuid4().hex}")
+        snapshot_id = self._commit(
+            table, files, ranges, since, batch_id=f"lagsched-{uuid.uuid4().hex}", summary=summary or {}
+        )
         return TableCommit(snapshot_id, len(files), sum(f.records for f in written), time.monotonic() - started)
 
     def _data_files(self, table: Any, written: Sequence[WrittenFile]) -> list[Any]:
@@ -458,7 +470,9 @@ class IcebergSink:
         files: Sequence[Any],
         ranges: Mapping[tuple[str, int], tuple[int, int]],
         since: int | None,
+        *,
         batch_id: str,
+        summary: Mapping[str, str],
     ) -> int | None:
         update = table.newOverwrite()
         for f in files:
@@ -468,7 +482,7 @@ class IcebergSink:
         update.conflictDetectionFilter(self._ranges_filter(ranges)).validateNoConflictingData()
         update.set(RANGES_PROPERTY, encode_ranges(ranges))
         update.set(BATCH_PROPERTY, batch_id)
-        for key, value in self._properties.items():
+        for key, value in {**self._properties, **summary}.items():
             update.set(key, value)
         try:
             update.commit()
