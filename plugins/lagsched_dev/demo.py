@@ -16,6 +16,12 @@
    per topic, linker_workers over time, records produced, consumed (committed offsets) and in the
    sink (Parquet rows), and whether the sink holds every consumed record exactly once.
 
+``demo.orders`` and ``demo.clicks`` are routed to typed tables (``DEMO_ROUTES``): the load generator
+writes them as Avro and JSON Schema through the stack's schema registry (``--typed``), orders
+evolving (an added optional field) when its ramp ends, with a handful of poison records. The
+summary reads the typed tables (their columns, the evolution, the rows by writer schema) and the
+dead-letter table (its records by reason), and checks exactly once over every table.
+
 Everything it adds is on the shared stack under the ``demo.`` prefix and the cluster
 ``lagsched_kafka``; ``lagsched-dev demo --down`` (``make demo-down``) stops the load generator and the
 stack.
@@ -92,6 +98,14 @@ DEMO_TOPIC_SETTINGS: dict[str, Any] = {
     "cooldown_s": 120,
     "max_workers": 3,
 }
+#: The demo's typed tables (docs/routing.md): orders as Avro, clicks as JSON Schema, both through the
+#: stack's schema registry (the load generator's --typed values, `lagsched_dev.typed_values`); the
+#: other demo topics land in the cluster's shared table.
+DEMO_ROUTES: list[dict[str, Any]] = [
+    {"topics": ["demo.orders"], "value_format": "avro", "key_format": "string", "namespace": "demo", "table": "orders"},
+    {"topics": ["demo.clicks"], "value_format": "json_schema", "key_format": "string", "namespace": "demo",
+     "table": "clicks"},
+]  # fmt: skip
 #: The consume DAG's slots for the demo cluster (the stack's pool lagsched_consume has 3).
 DEMO_MAX_SLOTS = 3
 STATUS_EVERY_S = 15.0
@@ -136,7 +150,7 @@ def merge_clusters(current: str | None) -> str:
     entry = clusters.setdefault(DEMO_CLUSTER, {})
     entry.update({
         "topic_pattern": r"demo\..*", "max_slots": DEMO_MAX_SLOTS, "slot_max_rate": int(DEMO_SLOT_MAX_RATE),
-        "commit_interval_s": DEMO_COMMIT_INTERVAL_S,
+        "commit_interval_s": DEMO_COMMIT_INTERVAL_S, "routes": DEMO_ROUTES,
     })  # fmt: skip
     parse_clusters(clusters)
     return json.dumps(clusters, indent=2)
@@ -405,6 +419,7 @@ def _loadgen_argv(loads: Sequence[TopicLoad], peak_rate: float, stats: Path) -> 
         "15",
         "--stats-file",
         str(stats),
+        "--typed",
     ]
 
 
@@ -420,6 +435,89 @@ def _read_table(lake: Any) -> tuple[Any, Any]:
     except Exception as exc:  # noqa: BLE001 - the summary says what it could not count
         print(f"demo: could not read {lake.identifier}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return None, None
+
+
+@dataclass
+class TypedReport:
+    """The demo's typed tables and dead letters as the summary shows them."""
+
+    #: (topic, partition, offset) of every row of the typed and dead-letter tables.
+    coordinates: list[Any]
+    lines: list[str]
+    data: dict[str, Any]
+
+
+def pa_concat(tables: Sequence[Any]) -> Any:
+    """The (topic, partition, offset) columns of several tables, one table (for `sink_rows`)."""
+    import pyarrow as pa
+
+    plain = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())])
+    return pa.concat_tables([t.select(plain.names).cast(plain) for t in tables])
+
+
+def _read_typed(lake: Any) -> TypedReport | None:
+    """The demo's typed tables (columns, evolution, rows per writer schema) and the dead letters by
+    reason, read with pyiceberg; None, said on stderr, when they cannot be read."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from lagsched.adapters.lake_reader import open_catalog
+    from lagsched.adapters.lake_sink import dead_letter_table
+    from lagsched.connections import mysql_params
+
+    try:
+        catalog = open_catalog(lake, mysql_params())
+        coordinates, lines, data = [], [], {}
+        for route in DEMO_ROUTES:
+            name = f"{route['namespace']}.{route['table']}"
+            try:
+                table = catalog.load_table(name)
+            except NoSuchTableError:
+                lines.append(f"typed table {lake.catalog}.{name}: not created (no record of {route['topics'][0]} yet)")
+                continue
+            rows = table.scan(selected_fields=("_kafka_topic", "_kafka_partition", "_kafka_offset")).to_arrow()
+            coordinates.append(rows.rename_columns(["topic", "partition", "offset"]))
+            schemas = [table.schemas()[i] for i in sorted(table.schemas())]
+            added = [f.name for f in schemas[-1].fields if f.name not in {g.name for g in schemas[0].fields}]
+            per_schema: dict[str, int] = {}
+            for snapshot in table.snapshots():
+                for schema_id, n in json.loads(snapshot.summary.get("lagsched.schema-ids") or "{}").items():
+                    per_schema[schema_id] = per_schema.get(schema_id, 0) + int(n)
+            value_columns = [f.name for f in schemas[-1].fields if not f.name.startswith("_kafka_")]
+            writers = ", ".join(
+                f"{'tombstones' if sid == '-1' else 'schema ' + sid} {n:,}" for sid, n in sorted(per_schema.items())
+            )
+            lines.append(
+                f"typed table {lake.catalog}.{name}: {rows.num_rows:,} rows ({route['value_format']}); "
+                f"columns {', '.join(value_columns)}"
+            )
+            lines.append(
+                f"  {len(schemas)} table schema version(s)"
+                + (f", evolved: added {', '.join(added)}" if added else "")
+                + (f"; rows by writer schema: {writers}" if writers else "")
+            )
+            data[name] = {
+                "rows": rows.num_rows,
+                "schema_versions": len(schemas),
+                "added": added,
+                "by_writer": per_schema,
+            }
+        try:
+            dead = catalog.load_table(dead_letter_table(lake).split(".", 1)[1]).scan().to_arrow()
+        except NoSuchTableError:
+            dead = None
+        if dead is not None:
+            coordinates.append(dead.select(["topic", "partition", "offset"]))
+            reasons: dict[str, int] = {}
+            for reason in dead.column("reason").to_pylist():
+                kind = reason.split(" (")[0][:90]
+                reasons[kind] = reasons.get(kind, 0) + 1
+            lines.append(f"dead-letter table {dead_letter_table(lake)}: {dead.num_rows:,} record(s)")
+            lines += [f"  {n:>5,}  {kind}" for kind, n in sorted(reasons.items(), key=lambda kv: -kv[1])]
+            data["dead_letters"] = {"records": dead.num_rows, "reasons": reasons}
+        return TypedReport(coordinates, lines, data)
+    except Exception as exc:  # noqa: BLE001 - the summary says what it could not count
+        print(f"demo: could not read the typed tables: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return None
 
 
 def _read_stats(path: Path) -> dict[str, Any]:
@@ -896,7 +994,10 @@ def _summary(demo: Demo) -> dict[str, Any]:
         peak = max(peaks.get(t, 0), final_lag)
         per_topic[t] = {"peak_lag": peak, "final_lag": final_lag, "produced": produced, "consumed": consumed}
     table, files = _read_table(lake)
-    counted = None if table is None else sink_rows(table, ranges)
+    typed = _read_typed(lake)
+    if table is not None and typed is not None:
+        table = pa_concat([table, *typed.coordinates])
+    counted = None if table is None or typed is None else sink_rows(table, ranges)
     consumed_total = sum(v["consumed"] for v in per_topic.values())
     if counted is None:
         exactly_once: bool | None = None
@@ -937,6 +1038,8 @@ def _summary(demo: Demo) -> dict[str, Any]:
             f"table {lake.identifier}: {files.data_files:,} data files, median {files.median_file_bytes:,} bytes, "
             f"{files.snapshots:,} snapshots (table care did not run)"
         )
+    if typed is not None:
+        lines += typed.lines
     if backlog:
         lines.append(f"(the consumed records include {backlog:,} that were waiting before the traffic started)")
     if exactly_once is None:
@@ -946,9 +1049,10 @@ def _summary(demo: Demo) -> dict[str, Any]:
         lines.append(
             "exactly once: "
             + (
-                "YES, every consumed record is in the table once (read with pyiceberg)"
+                "YES, every consumed record is in the lake once: in the shared table, its typed table or the "
+                "dead-letter table (read with pyiceberg)"
                 if exactly_once
-                else "NO: the table and the committed offsets differ"
+                else "NO: the tables and the committed offsets differ"
             )
         )
     slot_hosts = _slot_hosts(history)
@@ -989,6 +1093,7 @@ def _summary(demo: Demo) -> dict[str, Any]:
             "median_file_bytes_after": compaction["after"].median_file_bytes,
         },
         "exactly_once": exactly_once,
+        "typed_tables": None if typed is None else typed.data,
         "slot_hosts": slot_hosts,
         "spark_worker_cores_used": dict(sorted(demo.spark_cores.items())),
         "decisions": [

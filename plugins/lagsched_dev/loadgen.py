@@ -26,7 +26,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -224,8 +224,12 @@ def produce(
     stats_file: Path | None = None,
     out: TextIO = sys.stdout,
     clock: Callable[[], float] = time.monotonic,
+    encoders: Mapping[str, Callable[[int, int, float], bytes]] | None = None,
 ) -> LoadStats:
-    """Produce the profile until ``stop`` is set or ``duration_s`` has passed; then flush and return the counts."""
+    """Produce the profile until ``stop`` is set or ``duration_s`` has passed; then flush and return the counts.
+
+    ``encoders``: a topic's values (seq, ms since the epoch, seconds into the run -> bytes) instead
+    of the plain JSON ``{"seq", "ts_ms"}`` (`lagsched_dev.typed_values`)."""
     stats = stats if stats is not None else LoadStats()
     for lt in loads:
         stats.topics.setdefault(lt.topic, TopicStats())
@@ -240,11 +244,18 @@ def produce(
             stop.set()
         for topic, n in schedule.due(now).items():
             counts = stats.topics[topic]
+            encode = (encoders or {}).get(topic)
             for _ in range(n):
                 seq[topic] += 1
                 key = str(seq[topic]).encode()
+                ts_ms = int(time.time() * 1000)
                 # Keys spread records over the partitions; the value carries when it was made.
-                sender.produce(topic, json.dumps({"seq": seq[topic], "ts_ms": int(time.time() * 1000)}).encode(), key)
+                value = (
+                    json.dumps({"seq": seq[topic], "ts_ms": ts_ms}).encode()
+                    if encode is None
+                    else encode(seq[topic], ts_ms, now - start)
+                )
+                sender.produce(topic, value, key)
             counts.sent += n
         sender.poll(0)
         stats.elapsed_s = now - start
@@ -295,6 +306,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--rack", help="produce to partitions led from this rack (broker.rack), as a client in that zone would"
     )
     parser.add_argument("--replication-factor", type=int, default=1, help="for topics it creates (default 1)")
+    parser.add_argument(
+        "--typed", action="store_true",
+        help="<prefix>orders as Avro and <prefix>clicks as JSON Schema through the schema registry (the "
+        "lagsched_schema_registry Connection), orders evolving when the ramp ends, with a few poison records",
+    )  # fmt: skip
+
+
+def _typed_encoders(args: argparse.Namespace, loads: Sequence[TopicLoad]) -> dict[str, Any]:
+    """The routed topics' encoders (`lagsched_dev.typed_values`), their schemas registered now."""
+    from lagsched.adapters.schema_registry import RegistryClient
+    from lagsched.connections import schema_registry_params
+    from lagsched_dev.typed_values import TypedValues
+
+    values = TypedValues(args.prefix, evolve_at_s=args.ramp_at_s + args.ramp_s)
+    ids = values.register(RegistryClient(schema_registry_params()))
+    print(f"loadgen: typed values, schema ids {ids}; orders evolve at +{values.evolve_at_s:.0f} s", flush=True)
+    return {lt.topic: e for lt in loads if (e := values.encoder(lt.topic)) is not None}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -324,6 +352,7 @@ def run(args: argparse.Namespace) -> int:
     created = create_topics(config, loads, args.replication_factor)
     if created:
         print(f"loadgen: created {', '.join(created)}", flush=True)
+    encoders = _typed_encoders(args, loads) if args.typed else None
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -342,6 +371,7 @@ def run(args: argparse.Namespace) -> int:
             report_every_s=args.report_every_s,
             stats=stats,
             stats_file=args.stats_file,
+            encoders=encoders,
         )
     if args.rack:
         print(f"loadgen: {sender.routing()}", flush=True)

@@ -12,6 +12,7 @@ import pytest
 
 from lagsched.core.errors import ConfigError
 from lagsched_dev.demo import (
+    DEMO_ROUTES,
     DEMO_TOPIC_SETTINGS,
     Snapshot,
     _loadgen_argv,
@@ -58,8 +59,17 @@ def test_merge_clusters_restricts_the_demo_cluster_and_keeps_the_others() -> Non
         "max_slots": 3,
         "slot_max_rate": 500,
         "commit_interval_s": 5.0,
+        "routes": DEMO_ROUTES,
     }
     assert set(json.loads(merge_clusters(None))) == {"lagsched_kafka"}
+    # The routes are ones a slot accepts: orders and clicks get tables of their own, the rest the shared one.
+    from lagsched.core.clusters import parse_clusters
+
+    (cluster,) = parse_clusters({"lagsched_kafka": merged["lagsched_kafka"]})
+    routed = cluster.routes_for(["demo.orders", "demo.clicks", "demo.payments"])
+    assert {t: r and (r.namespace, r.table) for t, r in routed.items()} == {
+        "demo.orders": ("demo", "orders"), "demo.clicks": ("demo", "clicks"), "demo.payments": None,
+    }  # fmt: skip
 
 
 def rows(*batches: tuple[str, int, int, int]) -> pa.Table:
