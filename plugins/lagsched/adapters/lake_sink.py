@@ -194,6 +194,11 @@ class LakeSink:
         self._decisions.update(schema_decisions.load_decisions(self._conn, tables))
 
     @property
+    def has_routes(self) -> bool:
+        """Whether the cluster routes any topic to a typed table (its slots then decode)."""
+        return bool(self._rules)
+
+    @property
     def lake(self) -> LakeTable:
         return self._lake
 

@@ -231,14 +231,15 @@ class RangeWriter:
         self._spark, self._config = spark, reader_config(kafka_config, rack)
         self._tasks, self._stall_s = tasks, stall_s
 
-    def warm_up(self) -> float:
+    def warm_up(self, *, typed: bool = False) -> float:
         """Start the Python workers a batch's tasks run in and warm them (`warm_task`), one task per
-        core, so a slot's first batch reads at about its steady rate. Spark reuses a Python worker
+        core, so a slot's first batch reads at about its steady rate (``typed``: with the decoders of
+        routed topics imported too). Spark reuses a Python worker
         between tasks (``spark.python.worker.reuse``) but stops one idle for a minute: a slot that
         stands by warms them again now and then. The slowest task's seconds."""
         context = self._spark.sparkContext
         tasks = self._tasks or context.defaultParallelism
-        task = functools.partial(warm_task, kafka_config=self._config)
+        task = functools.partial(warm_task, kafka_config=self._config, typed=typed)
         return max(context.parallelize(range(tasks), tasks).mapPartitions(task).collect(), default=0.0)
 
     def write(
@@ -276,16 +277,24 @@ class RangeWriter:
         return files
 
 
-def warm_task(_numbers: Iterable[int], kafka_config: Mapping[str, Any]) -> Iterator[float]:
+def warm_task(_numbers: Iterable[int], kafka_config: Mapping[str, Any], typed: bool = False) -> Iterator[float]:
     """A warm-up task (`RangeWriter.warm_up`): what a first batch's task would do before its first
-    record, in this Python worker: the imports, the columns' and files' code, a consumer that asks
-    the brokers for metadata. The seconds it took."""
+    record, in this Python worker: the imports (``typed``: the decoders' too), the columns' and
+    files' code, a consumer that asks the brokers for metadata. The seconds it took."""
     started = time.monotonic()
     _keep_zip_directories()
     import pyarrow.parquet  # noqa: F401 - the data files' writer, imported once per worker
     from confluent_kafka import Consumer
 
-    import lagsched.adapters.data_files  # noqa: F401
+    import lagsched.adapters.data_files
+
+    if typed:
+        import fastavro  # noqa: F401 - the careful path's decoder
+        import polars  # noqa: F401 - the columnar Avro reader (~0.3 s to import)
+
+        import lagsched.adapters.typed_files
+        import lagsched.core.avro_decode
+        import lagsched.core.json_decode  # noqa: F401
 
     headers_array([[("k", b"v")], None], HEADERS_TYPE)
     consumer = Consumer({**kafka_config, "logger": _client_log()})

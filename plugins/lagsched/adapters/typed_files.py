@@ -19,6 +19,7 @@ through, and no record becomes a dead letter for it.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -43,6 +44,10 @@ from lagsched.core.routing import TopicRoute
 from lagsched.core.typed_rows import DEAD_LETTER_SCHEMA, split_batch
 
 __all__ = ["DEAD_LETTER_COORDINATES", "TYPED_COORDINATES", "RoutedPartitionFiles", "RoutedTables", "TableFiles"]
+
+# A Spark task is one core's work (one task per core): polars' own pool of a thread per core would
+# only contend with the other tasks. Read by polars when it is first imported, in this worker.
+os.environ.setdefault("POLARS_MAX_THREADS", "1")
 
 #: The topic, partition, offset, timestamp and headers columns of a typed and the dead-letter table.
 TYPED_COORDINATES = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_headers")

@@ -251,7 +251,7 @@ class Batches:
         """Warm the Spark tasks' Python workers (`RangeWriter.warm_up`) before a first batch; a
         failure only costs the first batch its warmth."""
         try:
-            seconds = self.writer.warm_up()
+            seconds = self.writer.warm_up(typed=self.sink.has_routes)
         except Exception as exc:  # noqa: BLE001 - the first batch starts its workers itself then
             log.warning("could not warm the Spark tasks' Python workers (%s); the first batch starts them", exc)
             return
