@@ -33,6 +33,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -509,7 +510,7 @@ def _read_typed(lake: Any) -> TypedReport | None:
             coordinates.append(dead.select(["topic", "partition", "offset"]))
             reasons: dict[str, int] = {}
             for reason in dead.column("reason").to_pylist():
-                kind = reason.split(" (")[0][:90]
+                kind = re.sub(r"\s*\([^)]*\)", "", reason)[:100]  # where the registry is: said once above
                 reasons[kind] = reasons.get(kind, 0) + 1
             lines.append(f"dead-letter table {dead_letter_table(lake)}: {dead.num_rows:,} record(s)")
             lines += [f"  {n:>5,}  {kind}" for kind, n in sorted(reasons.items(), key=lambda kv: -kv[1])]
