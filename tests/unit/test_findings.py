@@ -104,6 +104,38 @@ def test_lost_records_is_a_loss_within_the_window(losses: list[tuple[float, int]
     assert (found is not None) is active
 
 
+@pytest.mark.parametrize(
+    ("counts", "active"),
+    [
+        ([(0.0, 0), (60.0, 0)], False),
+        ([(0.0, 0), (60.0, 3)], True),  # dead letters since the last measurement
+        ([(0.0, 3), (60.0, 3)], False),  # counted before the first measurement seen
+        ([(0.0, 0), (60.0, 3), (900.0, 3)], True),
+        ([(0.0, 0), (60.0, 3), (901.0, 3)], False),  # none for 15 minutes: cleared
+        ([(0.0, 9), (60.0, 0)], False),  # Redis lost the counter: fewer is not a dead letter
+    ],
+)
+def test_dead_letters_is_a_rise_of_the_counter_within_the_window(counts: list[tuple[float, int]], active: bool) -> None:
+    from lagsched.core.findings import TITLES, dead_letters_finding
+    from lagsched.workflows.notifications import monitor_findings
+
+    found = dead_letters_finding("eu", "orders", counts, now=counts[-1][0])
+    assert (found is not None) is active
+    assert "dead_letters" in MONITOR_KINDS and TITLES["dead_letters"]
+    # Through the monitor's findings, from the lag records' counter.
+    from datetime import UTC, datetime
+
+    from lagsched.adapters.lag_store import LagRecord
+
+    history = {"orders": [LagRecord(at=at, lag=0, dead_letters=n) for at, n in counts]}
+    at = datetime.fromtimestamp(counts[-1][0], tz=UTC)
+    found_all, _scope = monitor_findings("eu", [("orders", "ok", "")], history, at)
+    assert [f.key for f in found_all] == (["dead_letters:orders"] if active else [])
+    # The record keeps the counter through Redis' JSON, and older records read as 0.
+    assert LagRecord.from_member(LagRecord(at=1.0, lag=0, dead_letters=4).to_member()).dead_letters == 4
+    assert LagRecord.from_member('{"at": 1.0, "lag": 0}').dead_letters == 0
+
+
 def test_lag_at_max_workers_has_hysteresis_on_the_fit() -> None:
     base = {"ceiling": 8, "lag": 500_000, "max_lag": 100_000, "min_fit_r2": 0.5}
     assert is_lag_at_max_workers(linker_workers=8, slope=10.0, fit_r2=0.9, was_active=False, **base)

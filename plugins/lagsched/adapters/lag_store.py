@@ -277,6 +277,8 @@ class LagRecord:
         held_by_transaction: offsets behind the partitions' last stable offsets (an open
             transaction and what follows it), summed over partitions.
         transaction_open_s: how long the oldest such hold has stood, seconds (0: none).
+        dead_letters: records of the topic committed to the cluster's dead-letter table so far (the
+            slots' counter, docs/routing.md), at this measurement.
     """
 
     at: float
@@ -290,6 +292,7 @@ class LagRecord:
     state_reason: str = ""
     held_by_transaction: int = 0
     transaction_open_s: float = 0.0
+    dead_letters: int = 0
 
     def to_member(self) -> str:
         """The ZSET member: compact JSON, unique per measurement because it holds ``at``."""
@@ -313,6 +316,7 @@ class LagRecord:
             state_reason=str(data.get("state_reason", "")),
             held_by_transaction=int(data.get("held_by_transaction", 0)),
             transaction_open_s=float(data.get("transaction_open_s", 0.0)),
+            dead_letters=int(data.get("dead_letters", 0)),
         )
 
 

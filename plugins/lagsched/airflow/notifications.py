@@ -181,7 +181,7 @@ def notify_after_measurement(
     if not notifiers:
         return _skipped(error)
     try:
-        history = store.read_lag_records([t.topic for t in summary.topics if t.lost])
+        history = store.read_lag_records([t.topic for t in summary.topics if t.lost or t.dead_letters])
         found, scope = monitor_findings(
             summary.cluster, ((t.topic, t.state, t.pipeline.reason) for t in summary.topics), history, summary.at
         )

@@ -17,7 +17,10 @@ active (docs/notifications.md has what to do about each):
   below 0), falls to ``max_lag`` or below, or the topic is below its ceiling (the ceiling was
   raised): a rising fit too weak to count raises nothing and clears nothing;
 * ``override_expiring``: an active manual override ends within `OVERRIDE_EXPIRY_WARN_S`; it clears
-  when the override has ended, was cancelled, or was extended past the window.
+  when the override has ended, was cancelled, or was extended past the window;
+* ``dead_letters``: records of a routed topic landed in the cluster's dead-letter table within the
+  last `LOST_WINDOW_S` (the slots' counter rose: the ``LagschedDeadLetters`` alert's rule); it
+  clears once none landed for that long.
 
 Each finding has a `key` (kind, topic, and for an override its id): the same key on the next run is
 the same finding, never sent again.
@@ -48,6 +51,7 @@ __all__ = [
     "FindingKind",
     "Notice",
     "Scope",
+    "dead_letters_finding",
     "diff",
     "is_lag_at_max_workers",
     "lost_records_finding",
@@ -55,10 +59,10 @@ __all__ = [
     "stuck_finding",
 ]
 
-FindingKind = Literal["stalled", "stopped", "lost_records", "lag_at_max_workers", "override_expiring"]
+FindingKind = Literal["stalled", "stopped", "lost_records", "lag_at_max_workers", "override_expiring", "dead_letters"]
 KINDS: tuple[FindingKind, ...] = get_args(FindingKind)
 #: What the lag monitor observes (every measured topic of the cluster).
-MONITOR_KINDS: frozenset[FindingKind] = frozenset({"stalled", "stopped", "lost_records"})
+MONITOR_KINDS: frozenset[FindingKind] = frozenset({"stalled", "stopped", "lost_records", "dead_letters"})
 #: What the evaluator observes (overrides: every topic; lag at max_workers: the topics it evaluated).
 EVALUATOR_KINDS: frozenset[FindingKind] = frozenset({"lag_at_max_workers", "override_expiring"})
 
@@ -76,6 +80,7 @@ TITLES: Mapping[FindingKind, str] = {
     "lost_records": "records lost to retention",
     "lag_at_max_workers": "lag rising at max_workers",
     "override_expiring": "manual override expiring",
+    "dead_letters": "records in the dead-letter table",
 }
 #: The runbook section in docs/alerts.md that matches the kind, where one does.
 RUNBOOK: Mapping[FindingKind, str] = {
@@ -84,6 +89,7 @@ RUNBOOK: Mapping[FindingKind, str] = {
     "lost_records": "docs/alerts.md#lagschedrecordslost",
     "lag_at_max_workers": "docs/notifications.md#lag_at_max_workers",
     "override_expiring": "docs/notifications.md#override_expiring",
+    "dead_letters": "docs/alerts.md#lagscheddeadletters",
 }
 
 
@@ -251,6 +257,32 @@ def lost_records_finding(
         topic,
         f"{newest - lowest:,} record(s) lost to retention in the last {window_s / 60:g} min "
         f"({newest:,} counted in the retained period)",
+    )
+
+
+def dead_letters_finding(
+    cluster: str, topic: str, counts: Sequence[tuple[float, int]], now: float, window_s: float = LOST_WINDOW_S
+) -> Finding | None:
+    """``dead_letters`` when the topic's newest dead-letter count is above the lowest of the last
+    ``window_s`` (``counts``: its ``(time, count)`` measurements, oldest first, the newest at ``now``).
+
+    >>> print(dead_letters_finding("eu", "orders", [(0.0, 2), (60.0, 2), (120.0, 5)], now=120.0).detail)
+    ... # doctest: +NORMALIZE_WHITESPACE
+    3 record(s) could not be decoded into the topic's typed table in the last 15 min and are in the
+    dead-letter table (5 so far)
+    >>> dead_letters_finding("eu", "orders", [(0.0, 2), (960.0, 5), (1020.0, 5)], now=1020.0) is None
+    True
+    """
+    recent = [n for at, n in counts if at >= now - window_s]
+    if not recent or recent[-1] <= min(recent):
+        return None
+    newest, lowest = recent[-1], min(recent)
+    return Finding(
+        "dead_letters",
+        cluster,
+        topic,
+        f"{newest - lowest:,} record(s) could not be decoded into the topic's typed table in the last "
+        f"{window_s / 60:g} min and are in the dead-letter table ({newest:,} so far)",
     )
 
 

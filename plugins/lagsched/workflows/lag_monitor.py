@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, overload
 
-from lagsched.adapters.alert_figures import write_thresholds
+from lagsched.adapters.alert_figures import read_dead_letters, write_thresholds
 from lagsched.adapters.gaps import lost_records
 from lagsched.adapters.kafka_admin import OffsetsAdmin, list_partitions, read_offsets
 from lagsched.adapters.lag_store import LagRecord, LagStore
@@ -97,6 +97,7 @@ class TopicMeasurement:
         transaction_open_s: how long the oldest such hold has stood (seconds, at least; the sample
             window bounds it); 0 when nothing is held.
         transaction_bound_s: the topic's ``open_transaction_bound_s``: a hold this old is warned of.
+        dead_letters: records of the topic in the cluster's dead-letter table so far (the slots' counter).
     """
 
     topic_id: str
@@ -117,6 +118,7 @@ class TopicMeasurement:
     held_by_transaction: int = 0
     transaction_open_s: float = 0.0
     transaction_bound_s: float = OPEN_TRANSACTION_WARN_S
+    dead_letters: int = 0
 
     @property
     def open_transaction_warning(self) -> str | None:
@@ -373,6 +375,7 @@ def measure(
         history=store.read_lag_records(list(lags)),
         skipped=lost_records(mysql, [r.row.topic_id for r in by_name.values()]),
         totals=aggregate_by_topic(p for ps in lags.values() for p in ps),
+        dead_letters=read_dead_letters(store.client, cluster),
     )
     measured: list[TopicMeasurement] = []
     slot_rates: dict[str, float] = {}
@@ -431,6 +434,7 @@ class _Readings:
     history: Mapping[str, Sequence[LagRecord]]
     skipped: Mapping[str, Mapping[int, int]]
     totals: Mapping[str, Any]
+    dead_letters: Mapping[str, int]
 
 
 def _measure_topic(r: _Readings, name: str, plags: Sequence[PartitionLag]) -> tuple[TopicMeasurement, dict[str, float]]:
@@ -487,6 +491,7 @@ def _measure_topic(r: _Readings, name: str, plags: Sequence[PartitionLag]) -> tu
         held_by_transaction=sum(held.values()),
         transaction_open_s=max(0.0, at - min(held_since)) if held_since else 0.0,
         transaction_bound_s=topic_settings.open_transaction_bound_s,
+        dead_letters=r.dead_letters.get(name, 0),
     )
     return measurement, slot_rates
 
@@ -505,6 +510,7 @@ def _lag_record(m: TopicMeasurement, at: float) -> LagRecord:
         state_reason=m.pipeline.reason,
         held_by_transaction=m.held_by_transaction,
         transaction_open_s=m.transaction_open_s,
+        dead_letters=m.dead_letters,
     )
 
 

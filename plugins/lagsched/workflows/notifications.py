@@ -37,6 +37,7 @@ from lagsched.core.findings import (
     Finding,
     Notice,
     Scope,
+    dead_letters_finding,
     diff,
     is_lag_at_max_workers,
     lag_at_max_detail,
@@ -197,6 +198,9 @@ def monitor_findings(
         losses = _recent_losses(history.get(name, ()), at)
         if (lost := lost_records_finding(cluster, name, losses, at)) is not None:
             found.append(lost)
+        dead = _recent_dead_letters(history.get(name, ()), at)
+        if (letters := dead_letters_finding(cluster, name, dead, at)) is not None:
+            found.append(letters)
     return found, Scope.of(MONITOR_KINDS)
 
 
@@ -211,6 +215,11 @@ def _recent_losses(records: Sequence[LagRecord], at: float) -> list[tuple[float,
         if r.at <= at:
             out.append((r.at, r.lost))
     return out[::-1]
+
+
+def _recent_dead_letters(records: Sequence[LagRecord], at: float) -> list[tuple[float, int]]:
+    """(time, dead-letter count) of the records within `LOST_WINDOW_S` before ``at``, oldest first."""
+    return [(r.at, r.dead_letters) for r in records if at - LOST_WINDOW_S <= r.at <= at]
 
 
 def evaluator_findings(
