@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from consumer_support import ConsumerHarness, latest_offsets
@@ -252,3 +253,68 @@ def test_the_registry_down_mid_run_makes_no_dead_letter_resolved_schemas_still_l
     rows = read_table(consumer, f"lagsched.{consumer.lake.namespace}.{table_for_topic(topic)}").scan().to_arrow()
     assert sorted(rows.column("n").to_pylist()) == list(range(200))
     assert_once_over_both(rows, dead_letters(consumer), topic, latest_offsets(kafka_config, topic, 1))
+
+
+def test_every_avro_type_plain_json_and_raw_values_read_back_from_their_tables(
+    consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any]
+) -> None:
+    """Each Avro type as Iceberg holds it, read back by pyiceberg through the name mapping (files
+    without field ids); a plain-JSON route against its declared schema; a raw route's bytes."""
+    import datetime as dt
+    import decimal
+    import uuid
+
+    from typed_support import EVERY_TYPE, every_type
+
+    from lagsched.adapters.schema_registry import RegistryClient
+    from lagsched.connections import schema_registry_params
+
+    every, audit, blobs = new_topic(1), new_topic(1), new_topic(1)
+    schema_id = RegistryClient(schema_registry_params()).register(f"{every}-value", json.dumps(EVERY_TYPE))
+    produce(kafka_config, every, [(0, None, framed(schema_id, avro(EVERY_TYPE, every_type(i)))) for i in range(40)])
+    produce(kafka_config, audit, [
+        (0, None, json.dumps({"who": f"u{i}", "n": i, "at": "2026-06-01T00:00:00Z"}).encode()) for i in range(10)
+    ] + [(0, None, b'{"n": "not a number"}')])  # fmt: skip
+    produce(kafka_config, blobs, [(0, b"k", bytes(range(i))) for i in range(5)])
+    for topic in (every, audit, blobs):
+        consumer.register(topic)
+    routes = [
+        {"topics": [every], "value_format": "avro"},
+        {"topics": [audit], "value_format": "json", "value_schema": {"type": "object", "required": ["who"],
+         "properties": {"who": {"type": "string"}, "n": {"type": "integer"},
+                        "at": {"type": "string", "format": "date-time"}}}},
+        {"topics": [blobs], "value_format": "raw", "table": "blobs"},
+    ]  # fmt: skip
+    consumer.run("types", "--routes", json.dumps(routes), "--exit-when-idle", timeout=300)
+    ns = f"lagsched.{consumer.lake.namespace}"
+
+    table = read_table(consumer, f"{ns}.{table_for_topic(every)}")
+    types = {f.name: str(f.field_type) for f in table.schema().fields}
+    assert {k: types[k] for k in ("id", "qty", "price", "score", "ok", "sku", "blob", "status", "amount", "hash",
+                                  "day", "at", "local", "clock", "uid")} == {
+        "id": "long", "qty": "int", "price": "double", "score": "float", "ok": "boolean", "sku": "string",
+        "blob": "binary", "status": "string", "amount": "decimal(12, 2)", "hash": "fixed[4]", "day": "date",
+        "at": "timestamptz", "local": "timestamp", "clock": "time", "uid": "string",
+    }  # fmt: skip
+    assert types["tags"].startswith("list<string") and types["attrs"].startswith("map<string, long")
+    rows = sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["id"])
+    assert len(rows) == 40
+    r = rows[7]
+    assert (r["qty"], r["price"], r["ok"], r["sku"], r["blob"], r["note"], r["status"]) == (
+        -7, 1.75, False, "s7é", bytes([7]) * 2, None, "PAID",
+    )  # fmt: skip
+    assert r["tags"] == ["t0"] and r["amount"] == decimal.Decimal("7.07") and r["hash"] == (7).to_bytes(4, "big")
+    assert r["ship_to"] == {"city": "c7", "zip": None} and rows[9]["ship_to"] == {"city": "c9", "zip": 9}
+    assert r["day"] == dt.date(2026, 1, 8) and r["at"] == dt.datetime(2026, 6, 1, 0, 0, 0, 7000, tzinfo=dt.UTC)
+    assert r["local"] == dt.datetime(2026, 6, 1, 0, 0, 0, 7) and r["clock"] == dt.time(12, 0, 0, 7)
+    assert r["uid"] == str(uuid.UUID(int=7)) and dict(r["attrs"]) == {"a": 7, "b": -7}
+
+    audit_rows = read_table(consumer, f"{ns}.{table_for_topic(audit)}").scan().to_arrow()
+    assert sorted(audit_rows.column("who").to_pylist()) == sorted(f"u{i}" for i in range(10))
+    assert audit_rows.schema.field("at").type == pa.timestamp("us", tz="UTC")
+    dead = dead_letters(consumer)
+    assert dead.column("offset").to_pylist() == [10] and dead.column("topic").to_pylist() == [audit]
+
+    raw_rows = read_table(consumer, f"{ns}.blobs").scan().to_arrow().sort_by("_kafka_offset")
+    assert raw_rows.column("value").to_pylist() == [bytes(range(i)) for i in range(5)]
+    assert raw_rows.column("_kafka_key").to_pylist() == [b"k"] * 5
