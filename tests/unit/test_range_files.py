@@ -254,12 +254,13 @@ def test_a_routed_topic_writes_typed_files_and_dead_letters_next_to_the_shared_t
     )  # fmt: skip
     assert result.error is None, result.error
     by_table = {(f.table, f.schema_id): f for f in result.files}
-    assert set(by_table) == {(None, None), ("lagsched.kafka.audit", 0), ("lagsched.kafka.audit", -1),
+    json_id = routed.local_schema_id
+    assert set(by_table) == {(None, None), ("lagsched.kafka.audit", json_id), ("lagsched.kafka.audit", -1),
                              ("lagsched.kafka.c_dead_letters", None)}  # fmt: skip
-    typed = pq.read_table(by_table[("lagsched.kafka.audit", 0)].location.removeprefix("file://"))
+    typed = pq.read_table(by_table[("lagsched.kafka.audit", routed.local_schema_id)].location.removeprefix("file://"))
     assert typed.column("who").to_pylist() == ["ann", "bo"] and typed.column("_kafka_offset").to_pylist() == [0, 3]
     assert typed.column("_kafka_key").to_pylist() == ["k0", "k3"]
-    assert "/audit/data/_kafka_timestamp_hour=" in by_table[("lagsched.kafka.audit", 0)].location
+    assert "/audit/data/_kafka_timestamp_hour=" in by_table[("lagsched.kafka.audit", routed.local_schema_id)].location
     stone = pq.read_table(by_table[("lagsched.kafka.audit", -1)].location.removeprefix("file://"))
     assert stone.column("_kafka_tombstone").to_pylist() == [True] and stone.column("_kafka_offset").to_pylist() == [2]
     dead_file = by_table[("lagsched.kafka.c_dead_letters", None)]

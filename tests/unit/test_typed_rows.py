@@ -114,7 +114,7 @@ def test_plain_json_values_have_no_schema_id() -> None:
     raw = raw_batch([b'{"id": 1}', b'{"id": "x"}', None, b"\x00\x00\x00\x00\x01{}"])
     split = split_batch(raw, route, lambda _id: JsonDecoder(schema), target="lagsched.web.clicks")
     split.check(raw.column("offset").to_numpy())
-    assert [t.schema_id for t in split.typed] == [0, -1]
+    assert [t.schema_id for t in split.typed] == [route.local_schema_id, -1] and route.local_schema_id > 0
     assert split.typed[0].batch.column("id").to_pylist() == [1]
     assert split.typed[0].batch.column("_kafka_key").type == pa.binary()
     assert split.dead is not None and split.dead.column("offset").to_pylist() == [101, 103]

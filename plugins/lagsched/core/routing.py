@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -163,6 +164,21 @@ class TopicRoute:
     @property
     def needs_registry(self) -> bool:
         return bool({self.value_format, self.key_format} & REGISTRY_FORMATS)
+
+    @property
+    def local_schema_id(self) -> int:
+        """The "writer schema id" of values that carry none (``json``, ``raw``): a fingerprint of the
+        route's declared schema, so that a changed ``value_schema`` is a new writer schema, decided
+        and evolved like a registry's new version (never above 2^31, as a registry's ids; 0: raw).
+
+        >>> a = TopicRoute("t", "n", "t", "json", "raw", value_schema='{"type":"object"}')
+        >>> b = TopicRoute("t", "n", "t", "json", "raw", value_schema='{"type":"object","required":["x"]}')
+        >>> a.local_schema_id != b.local_schema_id, TopicRoute("t", "n", "t", "raw", "raw").local_schema_id
+        (True, 0)
+        """
+        if self.value_format != "json" or self.value_schema is None:
+            return 0
+        return zlib.crc32(self.value_schema.encode()) & 0x7FFFFFFF
 
 
 def parse_routes(raw: object, path: str, *, label: str = "routes") -> tuple[Route, ...]:

@@ -101,7 +101,8 @@ def typed_schema(value: pa.Schema, key_format: str) -> pa.Schema:
 
 @dataclass(frozen=True, slots=True)
 class TypedRows:
-    """Rows of one writer schema (`schema_id`; 0 for plain json), in `typed_schema`'s columns."""
+    """Rows of one writer schema (`schema_id`: the registry's, or the route's `TopicRoute.local_schema_id`
+    for plain json and raw values; -1: tombstones), in `typed_schema`'s columns."""
 
     schema_id: int
     batch: pa.RecordBatch
@@ -135,7 +136,8 @@ Decoders = Callable[[int], Any]
 def split_batch(raw: pa.RecordBatch, route: TopicRoute, decoders: Decoders, *, target: str) -> Split:
     """Decode `raw` (the raw table's columns: topic, partition, offset, timestamp, key, value,
     headers; one topic) by `route`; `decoders(schema_id)` gives the decoder of a writer schema
-    (asked for id 0 for the json format, whose values carry none); `target` names the typed table
+    (asked for the route's `TopicRoute.local_schema_id` for the json and raw formats, whose values
+    carry none); `target` names the typed table
     for the dead letters."""
     values = raw.column("value")
     n = raw.num_rows
@@ -151,7 +153,7 @@ def split_batch(raw: pa.RecordBatch, route: TopicRoute, decoders: Decoders, *, t
         data, starts, ends = frames.data, frames.starts, frames.ends
     else:
         data, starts, ends = value_spans(values)
-        schema_ids = np.where(tombstone, -1, 0)
+        schema_ids = np.where(tombstone, -1, route.local_schema_id)
     typed: list[TypedRows] = []
     writers: dict[int, pa.Schema] = {}
     for schema_id in sorted(set(schema_ids[schema_ids >= 0].tolist())):
