@@ -22,6 +22,7 @@ EXPECTED = {
     "lagsched_consume",
     "lagsched_maintenance",
     "lagsched_table_care",
+    "lagsched_replay",
 }
 
 

@@ -21,6 +21,7 @@ import pytest
 from consumer_support import ConsumerHarness, latest_offsets
 from typed_support import assert_once_over_both, avro, dead_letters, framed, read_table
 
+from lagsched.core.errors import ConfigError
 from lagsched.core.routing import table_for_topic
 from lagsched_dev.stack.config import StackConfig
 
@@ -318,3 +319,76 @@ def test_every_avro_type_plain_json_and_raw_values_read_back_from_their_tables(
     raw_rows = read_table(consumer, f"{ns}.blobs").scan().to_arrow().sort_by("_kafka_offset")
     assert raw_rows.column("value").to_pylist() == [bytes(range(i)) for i in range(5)]
     assert raw_rows.column("_kafka_key").to_pylist() == [b"k"] * 5
+
+
+def test_replay_lands_fixed_dead_letters_once_even_when_killed_after_its_commit(
+    consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any]
+) -> None:
+    """Records missing a property the route's schema required are dead letters; the route's schema
+    is fixed (the property optional), and the replay lands them: a dry run first changes nothing,
+    a replay killed between its commit and its record is run again and lands nothing twice, a
+    third finds them all replayed; a record still wrong stays a dead letter with its reason."""
+    from lagsched.adapters.mysql import connect
+    from lagsched.core.routing import parse_routes, route_topics
+    from lagsched.workflows.replay import ReplayRequest, replay_dead_letters
+
+    topic = new_topic(1)
+    good = [json.dumps({"who": f"u{i}", "n": i}).encode() for i in range(5)]
+    no_who = [json.dumps({"n": 100 + i}).encode() for i in range(3)]
+    produce(kafka_config, topic, [(0, None, v) for v in [*good, *no_who, b'{"who": "z", "n": "x"}']])
+    consumer.register(topic)
+
+    def route(required: list[str]) -> dict[str, Any]:
+        schema = {"type": "object", "required": required,
+                  "properties": {"who": {"type": "string"}, "n": {"type": "integer"}}}  # fmt: skip
+        return {"topics": [topic], "value_format": "json", "value_schema": schema, "table": "audit"}
+
+    consumer.run("replay", "--routes", json.dumps([route(["who", "n"])]), "--exit-when-idle", timeout=300)
+    assert dead_letters(consumer).num_rows == 4
+    ns = consumer.lake.namespace
+    fixed = route_topics(parse_routes([route(["n"])], "routes"), [topic], namespace=ns, shared_table="x")[topic]
+
+    def replay(**options: Any) -> Any:
+        conn = connect(consumer.mysql)
+        try:
+            request = ReplayRequest.of({"cluster": consumer.cluster, "topic": topic, **options})
+            return replay_dead_letters(request, lake=consumer.lake, mysql=consumer.mysql, conn=conn, route=fixed)
+        finally:
+            conn.close()
+
+    def typed_offsets() -> list[int]:
+        rows = read_table(consumer, f"lagsched.{ns}.audit").scan().to_arrow()
+        return sorted(rows.column("_kafka_offset").to_pylist())
+
+    dry = replay(dry_run=True)
+    assert (dry.dead_letters, dry.landed, dry.still_dead) == (4, 3, 1), dry
+    assert typed_offsets() == [0, 1, 2, 3, 4]
+
+    class Killed(Exception):
+        pass
+
+    def killed(_report: Any) -> None:
+        raise Killed
+
+    conn = connect(consumer.mysql)
+    try:
+        request = ReplayRequest.of({"cluster": consumer.cluster, "topic": topic})
+        with pytest.raises(Killed):
+            replay_dead_letters(request, lake=consumer.lake, mysql=consumer.mysql, conn=conn, route=fixed,
+                                commit_hook=killed)  # fmt: skip
+    finally:
+        conn.close()
+    assert typed_offsets() == [0, 1, 2, 3, 4, 5, 6, 7]  # committed, not recorded as replayed
+
+    again = replay()
+    assert (again.landed, again.found_in_table, again.still_dead) == (0, 3, 1), again
+    assert typed_offsets() == [0, 1, 2, 3, 4, 5, 6, 7]
+    assert list(again.reasons.values()) == [1] and "n" in next(iter(again.reasons))
+    third = replay()
+    assert (third.replayed_before, third.landed, third.found_in_table) == (3, 0, 0), third
+    rows = read_table(consumer, f"lagsched.{ns}.audit").scan().to_arrow().sort_by("_kafka_offset")
+    assert rows.column("who").to_pylist()[5:] == [None, None, None]
+    assert rows.column("n").to_pylist()[5:] == [100, 101, 102]
+    # A bad request names its field and changes nothing.
+    with pytest.raises(ConfigError, match="from_offset 5 is not below to_offset 2"):
+        ReplayRequest.of({"cluster": consumer.cluster, "topic": topic, "from_offset": 5, "to_offset": 2})

@@ -137,3 +137,27 @@ def test_a_table_named_for_a_topic_frees_the_clash() -> None:
     routes = parse_routes([{"topics": ["a-b"], "table": "a_b_dash"}, {"topic_pattern": "a.*"}], "routes")
     routed = route_topics(routes, ["a.b", "a-b"], namespace="kafka", shared_table="lagsched_kafka")
     assert {t: r.table for t, r in routed.items() if r is not None} == {"a.b": "a_b", "a-b": "a_b_dash"}
+
+
+def test_a_replay_request_is_checked_field_by_field() -> None:
+    from lagsched.core.errors import ConfigError
+    from lagsched.workflows.replay import ReplayRequest
+
+    ok = ReplayRequest.of({"cluster": "eu", "topic": "orders", "partitions": [2, 0, 2], "from_offset": 0,
+                           "to_offset": 10, "from_time": "2026-12-01T00:00:00Z", "dry_run": True})  # fmt: skip
+    assert (ok.partitions, ok.from_offset, ok.to_offset, ok.dry_run) == ((0, 2), 0, 10, True)
+    assert ok.row_filter() == (
+        "topic == 'orders' AND partition IN (0, 2) AND offset >= 0 AND offset < 10 "
+        "AND timestamp >= '2026-12-01T00:00:00+00:00'"
+    )
+    for bad, says in (
+        ({"topic": "bad topic!"}, "topic"),
+        ({"topic": "o", "from_offset": -1}, "from_offset = -1"),
+        ({"topic": "o", "from_offset": True}, "from_offset = True"),
+        ({"topic": "o", "partitions": "0"}, "partitions"),
+        ({"topic": "o", "from_time": "yesterday"}, "an ISO time"),
+        ({"topic": "o", "from_time": "2026-12-01T00:00:00"}, "give its zone"),
+        ({"topic": "o", "from_time": "2026-12-02T00:00:00Z", "to_time": "2026-12-01T00:00:00Z"}, "not before"),
+    ):
+        with pytest.raises((ConfigError, ValueError), match=says):
+            ReplayRequest.of(bad)
