@@ -2,7 +2,7 @@
 Iceberg's commit, the JDBC catalog in MariaDB.
 
 Each case drives a batch's steps 3 and 4 (`lagsched.workflows.batch.write_batch`: the tasks of
-``RangeWriter``, then ``IcebergSink.commit``) directly, as two holders of one range would, and
+``RangeWriter``, then ``LakeSink.commit``) directly, as two holders of one range would, and
 judges the table with pyiceberg (Iceberg's own reader, no Spark). The slot-level tests (kills, a
 frozen holder, concurrent slots) are in test_consumer_failures.py.
 """
@@ -19,8 +19,9 @@ import pytest
 from consumer_support import produce, register_catalog
 
 from lagsched.adapters.lake_reader import load_table, read_rows, table_stats
+from lagsched.adapters.lake_sink import LakeSink
 from lagsched.adapters.range_files import RangeWriter, RecordsDeletedError
-from lagsched.adapters.sink import BatchRead, IcebergSink, SinkConflictError
+from lagsched.adapters.sink import BatchRead, SinkConflictError
 from lagsched.core.lake import RANGES_PROPERTY, LakeTable, decode_ranges
 from lagsched.workflows.batch import BatchWrite, write_batch
 
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.integration
 class Landing:
     """A table's committer and the tasks' writer, as a slot's batches use them."""
 
-    def __init__(self, sink: IcebergSink, writer: RangeWriter) -> None:
+    def __init__(self, sink: LakeSink, writer: RangeWriter) -> None:
         self.sink, self.writer, self.lake = sink, writer, sink.lake
 
     def mark(self) -> int | None:
@@ -44,7 +45,8 @@ class Landing:
 def lake_sink(
     request: pytest.FixtureRequest, spark: Any, empty_mysql_db: Any, kafka_config: dict[str, Any], tmp_path: Path
 ) -> Iterator[Landing]:
-    """An ``IcebergSink`` on a catalog of its own (this test's database) in the shared Spark session,
+    """The cluster's sink (`LakeSink` without routes: the shared table's ``IcebergSink``) on a catalog
+    of its own (this test's database) in the shared Spark session,
     its warehouse on the local disk or in the stack's S3 API server (S3Proxy, through S3A)."""
     catalog = f"t_{uuid.uuid4().hex[:8]}"
     if request.param == "s3a":
@@ -53,7 +55,8 @@ def lake_sink(
         sink = {"warehouse": (tmp_path / "warehouse").as_uri()}
     lake = LakeTable.of("sink_test", {"catalog": catalog, **sink}, default_warehouse="")
     register_catalog(spark, lake, empty_mysql_db)
-    sink = IcebergSink(spark, lake, properties={"lagsched.slot": "test"})
+    # A cluster without routes: the shared table alone (what a batch lands through, `write_batch`).
+    sink = LakeSink(spark, lake, conn=None, slot_id="test", properties={"lagsched.slot": "test"})
     yield Landing(sink, RangeWriter(spark, kafka_config))
 
 

@@ -25,8 +25,9 @@ import pytest
 from consumer_support import REPO, TEST_JVM, class_archive_path, register_catalog
 
 from lagsched.adapters.lake_reader import read_rows
+from lagsched.adapters.lake_sink import LakeSink
 from lagsched.adapters.range_files import RangeWriter
-from lagsched.adapters.sink import BatchRead, IcebergSink, ensure_table
+from lagsched.adapters.sink import BatchRead, ensure_table
 from lagsched.core.lake import LakeTable
 from lagsched.jobs import TABLE_CARE_JOB
 from lagsched.workflows.batch import write_batch
@@ -94,7 +95,7 @@ def lake_with_small_files(
     hours = [now_hour - 3, now_hour - 2, open_hour]
     topic = new_topic(2)
     produce_hours(kafka_config, topic, hours, per_hour=600)
-    sink, writer = IcebergSink(spark, lake), RangeWriter(spark, kafka_config)
+    sink, writer = LakeSink(spark, lake, conn=None, slot_id="test"), RangeWriter(spark, kafka_config)
     per_partition = 900  # 3 hours x 300 records a partition, in batches of 50: 6 batches per hour
     for start in range(0, per_partition, 50):
         reads = [BatchRead(topic, p, (start, start + 50), start) for p in (0, 1)]

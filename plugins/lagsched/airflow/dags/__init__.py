@@ -21,4 +21,5 @@ DAG_MODULES = {
     "lagsched_override": "override",
     "lagsched_maintenance": "maintenance",
     "lagsched_table_care": "table_care",
+    "lagsched_replay": "replay",
 }
