@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
 def _run(args: argparse.Namespace) -> dict[str, object]:
     from lagsched.adapters import sink, spark
     from lagsched.adapters.mysql import connect
-    from lagsched.adapters.table_care import care_for_table
+    from lagsched.adapters.table_care import care_for_table, cluster_tables
     from lagsched.connections import mysql_params
     from lagsched.core.lake import from_job_arguments
     from lagsched.core.names import validate_cluster_name
@@ -78,7 +78,13 @@ def _run(args: argparse.Namespace) -> dict[str, object]:
         conn.close()
     session = spark.session(f"lagsched-table-care-{cluster}", master=None, conf=conf)
     try:
-        return {"cluster": cluster, "settings": settings.as_dict(), **care_for_table(session, lake, settings, now)}
+        shared = care_for_table(session, lake, settings, now)
+        # The typed and dead-letter tables of the cluster's routes (docs/routing.md), one after another.
+        others = [
+            care_for_table(session, table, settings, now, compact=compact)
+            for table, compact in cluster_tables(session, lake, cluster)
+        ]
+        return {"cluster": cluster, "settings": settings.as_dict(), **shared, "tables": others}
     finally:
         session.stop()
 

@@ -56,6 +56,8 @@ log = logging.getLogger(__name__)
 Key = tuple[str, int]
 #: A typed table's properties at creation: the shared table's, but those of its key and value columns.
 TYPED_PROPERTIES = {k: v for k, v in TABLE_PROPERTIES.items() if ".column." not in k}
+#: The table property naming the cluster whose slots created a typed table (its table care finds it so).
+CLUSTER_PROPERTY = "lagsched.cluster"
 #: Each table's snapshot as of the mark (None: empty or not created yet), by identifier.
 Marks = dict[str, int | None]
 
@@ -461,6 +463,8 @@ class LakeSink:
         properties = jvm.java.util.HashMap()
         for key, value in (TYPED_PROPERTIES if shape is TYPED else TABLE_PROPERTIES).items():
             properties.put(key, value)
+        if CLUSTER_PROPERTY in self._properties:
+            properties.put(CLUSTER_PROPERTY, self._properties[CLUSTER_PROPERTY])
         try:
             table = catalog.createTable(table_id, iceberg, spec.build(), self._location(identifier), properties)
         except Exception as exc:

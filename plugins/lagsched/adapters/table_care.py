@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -164,8 +164,12 @@ def care_for_table(
     now: datetime,
     *,
     clock: Clock = SYSTEM_CLOCK,
+    compact: bool = True,
 ) -> dict[str, Any]:
     """Run every step on ``lake``'s table as of ``now``; the figures of each (JSON-ready).
+
+    ``compact`` False: no compaction (a typed table, partitioned by hour alone, which the
+    compaction's per-topic hours do not fit yet); snapshots, orphans and manifests as for any table.
 
     ``clock`` gives the real time, which bounds the orphans' age whatever ``now`` says (`orphan_cutoff`),
     and times the compaction.
@@ -180,9 +184,12 @@ def care_for_table(
         log.info("%s does not exist yet (no slot has written to it): nothing to care for", lake.identifier)
         return {**out, "skipped": "the table does not exist yet: no slot has written to it"}
 
-    out["compaction"] = _compact(spark, lake, settings.target_file_bytes, edge, clock)
-    log.info("compacted %s: %s", lake.identifier, out["compaction"])
-    if out["compaction"]["max_files_per_partition_after"] > MAX_FILES_PER_TARGET:
+    if not compact:
+        out["compaction"] = {"skipped": "a typed table: compaction by topic and hour does not fit it yet"}
+    else:
+        out["compaction"] = _compact(spark, lake, settings.target_file_bytes, edge, clock)
+        log.info("compacted %s: %s", lake.identifier, out["compaction"])
+    if compact and out["compaction"]["max_files_per_partition_after"] > MAX_FILES_PER_TARGET:
         # Slots committed late records into a closed hour during the run: the next run merges them.
         log.warning(
             "%s: a closed partition is still above %s files per target file", lake.identifier, MAX_FILES_PER_TARGET
@@ -223,6 +230,28 @@ def care_for_table(
         "seconds": round(clock.monotonic() - began, 3),
     }
     log.info("manifests of %s: %s", lake.identifier, out["manifests"])
+    return out
+
+
+def cluster_tables(spark: Any, lake: LakeTable, cluster: str) -> list[tuple[LakeTable, bool]]:
+    """The cluster's other tables, each with whether to compact it: its dead-letter table (laid out
+    as the shared table) and the typed tables its slots created (table property ``lagsched.cluster``)."""
+    from lagsched.adapters.lake_sink import CLUSTER_PROPERTY, dead_letter_table
+
+    def table(identifier: str) -> LakeTable:
+        _catalog, namespace, name = identifier.split(".")
+        return replace(lake, namespace=namespace, table=name)
+
+    out = [(table(dead_letter_table(lake)), True)]
+    for ns_row in spark.sql(f"SHOW NAMESPACES IN {lake.catalog}").collect():
+        namespace = str(ns_row[0])
+        for row in spark.sql(f"SHOW TABLES IN {lake.catalog}.{namespace}").collect():
+            identifier = f"{lake.catalog}.{namespace}.{row['tableName']}"
+            if identifier in (lake.identifier, dead_letter_table(lake)):
+                continue
+            props = {str(r[0]): str(r[1]) for r in spark.sql(f"SHOW TBLPROPERTIES {identifier}").collect()}
+            if props.get(CLUSTER_PROPERTY) == cluster:
+                out.append((table(identifier), False))
     return out
 
 

@@ -21,10 +21,14 @@ map<T>                                 map<string, T>             map<string, T>
 decimal(p, s) on bytes or fixed        decimal128(p, s), p <= 38  decimal(p, s)
 uuid (on string)                       string                     string
 date                                   date32                     date
-time-millis / time-micros              time64(us)                 time
+time-millis / time-micros              time64(us)                 long: µs since midnight (*)
 timestamp-millis / -micros             timestamp(us, UTC)         timestamptz
 local-timestamp-millis / -micros       timestamp(us)              timestamp
 =====================================  =========================  ==================
+
+(*) A typed table holds a time of day as its microseconds since midnight
+(`lagsched.core.typed_rows.spark_readable`): Spark refuses to load an Iceberg table with a ``time``
+column at all, and the slots' redo check and the table care read through Spark.
 
 A logical type Avro does not define is read as its underlying type (as the Avro spec says).
 Refused, with the field's path (`UnsupportedSchema`: the records become dead letters naming it): a

@@ -94,9 +94,27 @@ def typed_schema(value: pa.Schema, key_format: str) -> pa.Schema:
     reserved = [f.name for f in value if f.name.lower() in ICEBERG_RESERVED]
     if reserved:
         raise UnsupportedSchema(f"{reserved[0]}: a name Iceberg keeps for a metadata column", path=reserved[0])
-    return pa.schema(
-        [*KAFKA_FIELDS, pa.field("_kafka_key", _KEY_TYPES[key_format]), *(f.with_nullable(True) for f in value)]
-    )
+    values = (f.with_type(spark_readable(f.type)).with_nullable(True) for f in value)
+    return pa.schema([*KAFKA_FIELDS, pa.field("_kafka_key", _KEY_TYPES[key_format]), *values])
+
+
+def spark_readable(kind: pa.DataType) -> pa.DataType:
+    """``kind`` as a typed table holds it: a time of day (Avro's time-millis, time-micros) becomes
+    its microseconds since midnight (long), nested ones too. Spark refuses to load an Iceberg table
+    with a ``time`` column at all, and the slots' redo check and the table care read through Spark.
+
+    >>> spark_readable(pa.struct([("at", pa.time64("us")), ("n", pa.int32())]))
+    StructType(struct<at: int64, n: int32>)
+    """
+    if pa.types.is_time(kind):
+        return pa.int64()
+    if pa.types.is_struct(kind):
+        return pa.struct([f.with_type(spark_readable(f.type)) for f in kind])
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return pa.list_(kind.value_field.with_type(spark_readable(kind.value_type)))
+    if pa.types.is_map(kind):
+        return pa.map_(kind.key_field, kind.item_field.with_type(spark_readable(kind.item_type)))
+    return kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +255,8 @@ def _typed(
     index = pa.array(rows)
     columns = [*_coordinates(raw, index), pa.array(np.full(len(rows), values is None)), keys.take(index)]
     if values is not None:
-        columns += [c.combine_chunks() for c in values.columns]
+        held = pa.schema([schema.field(f.name) for f in values.schema])
+        columns += [c.combine_chunks() for c in values.cast(held).columns]  # times as microseconds (spark_readable)
     batch = pa.RecordBatch.from_arrays(columns, schema=schema)
     return TypedRows(schema_id, batch, raw.column("offset").take(index).to_numpy())
 
