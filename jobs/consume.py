@@ -366,7 +366,7 @@ def _lake_sink(
 
     routes = parse_routes(args.routes, "--routes", label="--routes")
     registry = None
-    if any(r.value_format in ("avro", "json_schema") or r.key_format in ("avro", "json_schema") for r in routes):
+    if any(r.needs_registry for r in routes):
         from lagsched.connections import schema_registry_params
 
         registry = schema_registry_params()

@@ -46,7 +46,7 @@ from lagsched.core import evolution
 from lagsched.core.errors import ConfigError, LagschedError
 from lagsched.core.iceberg_types import arrow_schema, iceberg_schema, name_mapping
 from lagsched.core.lake import TABLE_PROPERTIES, LakeTable
-from lagsched.core.routing import REGISTRY_FORMATS, Route, TopicRoute, route_topics
+from lagsched.core.routing import Route, TopicRoute, route_topics
 from lagsched.core.typed_rows import DEAD_LETTER_SCHEMA, typed_schema
 
 __all__ = ["LakeSink", "Marks", "Presence", "SchemaRefused", "dead_letter_table"]
@@ -88,15 +88,6 @@ class Presence:
     skip: frozenset[Key] = frozenset()
     tables: Mapping[str | None, frozenset[Key]] | None = None
 
-    def __bool__(self) -> bool:
-        return bool(self.skip)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.skip
-
-    def __len__(self) -> int:
-        return len(self.skip)
-
     def lacking(self, files: Sequence[WrittenFile]) -> tuple[list[WrittenFile], list[WrittenFile]]:
         """``files`` split into those for tables lacking their range, and those for tables holding it."""
         keep: list[WrittenFile] = []
@@ -133,7 +124,7 @@ class LakeSink:
         self.shared = IcebergSink(spark, lake, properties=self._properties)
         self._rules = tuple(routes)
         self._registry = registry
-        if any(r.value_format in REGISTRY_FORMATS for r in self._rules) and registry is None:
+        if any(r.needs_registry for r in self._rules) and registry is None:
             raise LagschedError(
                 "a route reads Avro or JSON Schema through a schema registry, but no lagsched_schema_registry "
                 "Connection was given to the slot"
@@ -245,7 +236,7 @@ class LakeSink:
         held: dict[str | None, frozenset[Key]] = {}
         for name, sink in self._tables().items():
             snapshot = since.get(name or self.shared.identifier)
-            wanted = [r for r in reads if self._could_land(r.topic, name)]
+            wanted = [r for r in reads if name in self._landing(r.topic)]
             held[name] = sink.present(wanted, snapshot) if wanted and snapshot is not None else frozenset()
         skip = frozenset(
             (r.topic, r.partition)
@@ -261,9 +252,6 @@ class LakeSink:
             return [None]
         assert self.dead_letters is not None
         return [self.identifier_of(route), self.dead_letters.identifier]
-
-    def _could_land(self, topic: str, table: str | None) -> bool:
-        return table in self._landing(topic)
 
     def file_settings(self) -> Any:
         """How the tasks write the shared table's files (`IcebergSink.file_settings`)."""

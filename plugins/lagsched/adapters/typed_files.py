@@ -111,10 +111,6 @@ _decoders: dict[tuple[str, int], Any] = {}
 
 def registry_client(params: Any) -> Any:
     """The worker's (or driver's) one registry client for `params` (its cache shared by every decoder)."""
-    return _client(params)
-
-
-def _client(params: Any) -> Any:
     from lagsched.adapters.schema_registry import RegistryClient
 
     with _lock:
@@ -158,7 +154,7 @@ def _build(route: TopicRoute, registry: Any, schema_id: int, avro: Any, json_dec
         if route.value_format == "json":
             return json_decoder(json.loads(route.value_schema or "{}"))
         try:
-            writer = _client(registry).schema(schema_id)
+            writer = registry_client(registry).schema(schema_id)
         except ConnectionFailure as exc:
             if exc.permanent:
                 raise
@@ -187,11 +183,9 @@ class RoutedPartitionFiles:
         self._folders: dict[str, DataFolder] = {}
         self._typed: dict[int, PartitionFiles] = {}
         self._dead: PartitionFiles | None = None
-        #: What the typed rows of each writer schema were (for the driver's decisions).
-        self.writers: dict[int, pa.Schema] = {}
         self.raw_schema = RAW_SCHEMA
         if tables.schemas and tables.registry is not None:
-            _client(tables.registry).seed(tables.schemas)
+            registry_client(tables.registry).seed(tables.schemas)
 
     def add(self, raw: pa.RecordBatch, hours: np.ndarray[Any, Any]) -> None:
         """Records of this partition (the shared table's columns) in offset order; `hours` unused:
@@ -204,7 +198,6 @@ class RoutedPartitionFiles:
             if files is None:
                 files = self._typed[rows.schema_id] = self._files(self._typed_place, rows.batch.schema, rows.schema_id)
             files.add(rows.batch, _hours(rows.batch.column("_kafka_timestamp")))
-        self.writers.update(split.writers)
         if split.dead is not None:
             if self._dead is None:
                 self._dead = self._files(self._tables.dead_letters, DEAD_LETTER_SCHEMA, None)

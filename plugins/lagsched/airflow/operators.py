@@ -86,14 +86,13 @@ def child_connections(args: Sequence[str]) -> tuple[str, ...]:
     True
     """
     from lagsched.connections import SCHEMA_REGISTRY_CONN_ID
-    from lagsched.core.routing import REGISTRY_FORMATS
+    from lagsched.core.routing import parse_routes
 
     args = list(args)
     if "--routes" not in args[:-1]:
         return CHILD_CONNECTIONS
-    routes = json.loads(args[args.index("--routes") + 1])
-    formats = {r.get(k) for r in routes for k in ("value_format", "key_format")}
-    return (*CHILD_CONNECTIONS, SCHEMA_REGISTRY_CONN_ID) if formats & REGISTRY_FORMATS else CHILD_CONNECTIONS
+    routes = parse_routes(json.loads(args[args.index("--routes") + 1]), "--routes", label="--routes")
+    return (*CHILD_CONNECTIONS, SCHEMA_REGISTRY_CONN_ID) if any(r.needs_registry for r in routes) else CHILD_CONNECTIONS
 
 
 def child_connections_environment(kafka_conn_id: str, conn_ids: Sequence[str] = CHILD_CONNECTIONS) -> dict[str, str]:

@@ -133,6 +133,11 @@ class Route(VariableModel):
             raise ValueError("; ".join(problems))
         return self
 
+    @property
+    def needs_registry(self) -> bool:
+        """Whether its keys or values are read through the schema registry (Confluent's wire format)."""
+        return bool({self.value_format, self.key_format} & REGISTRY_FORMATS)
+
     def matches(self, topic: str) -> bool:
         return topic in self.topics or (self.topic_pattern is not None and matches(self.topic_pattern, topic))
 

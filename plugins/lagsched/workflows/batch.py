@@ -137,14 +137,15 @@ def write_batch(
     """
     todo = [r for r in reads if r.batch[1] > r.read_start]
     present = sink.present([r for r in todo if r.redo], since)
-    if present:
+    there = len(present.skip)
+    if there:
         log.info(
             "%d redone range(s) were committed to %s already (by an earlier holder): committing only the offsets",
-            len(present), sink.lake.identifier,
+            there, sink.lake.identifier,
         )  # fmt: skip
-    todo = [r for r in todo if (r.topic, r.partition) not in present]
+    todo = [r for r in todo if (r.topic, r.partition) not in present.skip]
     if not todo:
-        return BatchWrite(0, len(present), 0.0, 0.0)
+        return BatchWrite(0, there, 0.0, 0.0)
     started = time.monotonic()
     ranges = [OffsetRange(r.topic, r.partition, r.read_start, r.batch[1]) for r in todo]
     files = writer.write(ranges, sink.file_settings(), sink.routed())
@@ -155,7 +156,7 @@ def write_batch(
     files, held = present.lacking(files)
     sink.delete(f.location for f in held)  # a table that holds a redone range already gets none again
     if not files:
-        return BatchWrite(0, len(present), written, 0.0)
+        return BatchWrite(0, there, written, 0.0)
     try:
         commit = sink.commit(files, {(r.topic, r.partition): r.batch for r in todo}, since)
     except SinkConflictError:
@@ -165,7 +166,7 @@ def write_batch(
         count("error")
         raise
     count("ok")
-    return BatchWrite(commit.files, len(present), written, commit.seconds, commit.snapshot_id, commit.records)
+    return BatchWrite(commit.files, there, written, commit.seconds, commit.snapshot_id, commit.records)
 
 
 class StatsLines:
