@@ -47,7 +47,7 @@ def ids(node: object) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("schema", [EVERY_TYPE, typed_schema(EVERY_TYPE, "string"), DEAD_LETTER_SCHEMA])
+@pytest.mark.parametrize("schema", [EVERY_TYPE, typed_schema(EVERY_TYPE, pa.string()), DEAD_LETTER_SCHEMA])
 def test_every_type_goes_to_iceberg_and_back_with_unique_ids(schema: pa.Schema) -> None:
     iceberg = iceberg_schema(schema)
     numbers = ids(iceberg)

@@ -242,7 +242,8 @@ class WrittenFile:
     ``hour`` is the ``hours(timestamp)`` partition value (hours since the epoch, UTC); ``first``
     and ``last`` are the lowest and highest offsets in the file. ``table``: the typed or dead-letter
     table it is for (its identifier), None for the cluster's shared table; ``schema_id``: the writer
-    schema of its rows (a typed table's; -1 for tombstones).
+    schema of its rows (a typed table's; -1 for tombstones); ``key_schema_id``: of its keys (-1:
+    keys of no writer schema; None: not a typed table's file).
     """
 
     location: str
@@ -255,6 +256,7 @@ class WrittenFile:
     last: int
     table: str | None = None
     schema_id: int | None = None
+    key_schema_id: int | None = None
 
 
 # -------------------------------------------------------------------------------- file system
@@ -342,9 +344,10 @@ class PartitionFiles:
         *,
         table: str | None = None,
         schema_id: int | None = None,
+        key_schema_id: int | None = None,
     ) -> None:
         self._folder, self.topic, self.partition, self._settings = folder, topic, partition, settings
-        self.table, self.schema_id = table, schema_id
+        self.table, self.schema_id, self.key_schema_id = table, schema_id, key_schema_id
         self.folder_uri = folder.uri
         self._kafka_topic_dir = f"topic={quote_plus(topic)}/" if settings.topic_in_path else ""
         self._open: dict[int, _OpenFile] = {}
@@ -399,9 +402,10 @@ class PartitionFiles:
             records, size, first, last = done
             self.written.append(
                 WrittenFile(
-                    f.uri, self.topic, self.partition, hour, records, size, first, last, self.table, self.schema_id
+                    f.uri, self.topic, self.partition, hour, records, size, first, last, self.table,
+                    schema_id=self.schema_id, key_schema_id=self.key_schema_id,
                 )
-            )
+            )  # fmt: skip
 
 
 class _OpenFile:

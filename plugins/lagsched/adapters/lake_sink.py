@@ -32,6 +32,7 @@ from lagsched.adapters import schema_decisions
 from lagsched.adapters.data_files import WrittenFile
 from lagsched.adapters.sink import (
     DEAD_LETTERS,
+    KEY_SCHEMA_IDS_PROPERTY,
     NAME_MAPPING,
     SCHEMA_IDS_PROPERTY,
     TYPED,
@@ -47,7 +48,7 @@ from lagsched.core.errors import ConfigError, LagschedError
 from lagsched.core.iceberg_types import arrow_schema, iceberg_schema, name_mapping
 from lagsched.core.lake import TABLE_PROPERTIES, LakeTable
 from lagsched.core.routing import Route, TopicRoute, route_topics
-from lagsched.core.typed_rows import DEAD_LETTER_SCHEMA, typed_schema
+from lagsched.core.typed_rows import DEAD_LETTER_SCHEMA, FIXED_KEY_TYPES, KEY, VALUE, typed_schema, writer_columns
 
 __all__ = ["LakeSink", "Marks", "Presence", "SchemaRefused", "dead_letter_table"]
 
@@ -129,22 +130,13 @@ class LakeSink:
                 "a route reads Avro or JSON Schema through a schema registry, but no lagsched_schema_registry "
                 "Connection was given to the slot"
             )
-        unbuilt = [r for r in self._rules if r.key_format not in ("raw", "string")]
-        if unbuilt:
-            raise ConfigError(
-                f"routes: key_format {unbuilt[0].key_format!r} is not built yet (typed tables hold raw and string "
-                "keys so far); route the topic with key_format raw or string",
-                field="routes",
-                value=unbuilt[0].key_format,
-                allowed="raw, string",
-            )
         self._routes: dict[str, TopicRoute] = {}
         self._unrouted: set[str] = set()
         self._route_of: dict[str, TopicRoute] = {}
         self._typed: dict[str, IcebergSink] = {}
         self._exists: set[str] = set()
         self.dead_letters: IcebergSink | None = None
-        self._decisions: dict[tuple[str, int], str | None] = {}
+        self._decisions: schema_decisions.Decisions = {}
         if self._rules:
             dead = dead_letter_table(lake)
             self._ensure(dead, DEAD_LETTER_SCHEMA, DEAD_LETTERS)
@@ -283,63 +275,72 @@ class LakeSink:
 
     def prepare(self, files: Sequence[WrittenFile]) -> bool:
         """Make each typed table ``files`` go to ready for them: created if missing, each new writer
-        schema decided and the table evolved. False if a schema was refused: the files are to be
-        deleted and their ranges read again, their records going to the dead-letter table then."""
-        wanted: dict[str, set[int]] = {}
+        schema (of values, and of keys) decided and the table evolved. False if a schema was
+        refused: the files are to be deleted and their ranges read again, their records going to
+        the dead-letter table then."""
+        wanted: dict[str, set[tuple[str, int]]] = {}
         for f in files:
             if f.table is not None and f.table in self._route_of:
-                wanted.setdefault(f.table, set()).add(-1 if f.schema_id is None else f.schema_id)
+                writers = wanted.setdefault(f.table, set())
+                writers.add((VALUE, -1 if f.schema_id is None else f.schema_id))
+                if f.key_schema_id is not None and f.key_schema_id >= 0:
+                    writers.add((KEY, f.key_schema_id))
         fine = True
-        for identifier, ids in sorted(wanted.items()):
-            known = {i for (t, i) in self._decisions if t == identifier}
-            exists = identifier in self._exists
-            if exists and not (ids - known - {-1}):
-                fine &= not any(self._decisions.get((identifier, i)) for i in ids)
+        for identifier, writers in sorted(wanted.items()):
+            known = {(part, i) for (t, part, i) in self._decisions if t == identifier}
+            if identifier in self._exists and not (writers - known - {(VALUE, -1)}):
+                fine &= not any(self._decisions.get((identifier, *w)) for w in writers)
                 continue
             with schema_decisions.table_lock(self._conn, identifier):
                 self._decisions.update(schema_decisions.load_decisions(self._conn, [identifier]))
-                # Tombstones (-1) last: a table is created with a writer schema's columns where it can be.
-                for schema_id in sorted(ids, key=lambda i: (i < 0, i)):
-                    fine &= self._decide(identifier, schema_id)
+                # Values first, tombstones (-1) last: a table is created with a writer schema's
+                # columns where it can be.
+                for part, schema_id in sorted(writers, key=lambda w: (w[1] < 0, w[0] != VALUE, w[1])):
+                    fine &= self._decide(identifier, part, schema_id)
         return fine
 
-    def _decide(self, identifier: str, schema_id: int) -> bool:
-        """Under the table's lock: whether rows of ``schema_id`` may be committed to the table (-1:
-        tombstones, which have the Kafka columns alone). Decided once (recorded); an accepted schema
-        has evolved the table before its decision was recorded."""
+    def _decide(self, identifier: str, part: str, schema_id: int) -> bool:
+        """Under the table's lock: whether rows of the writer schema ``schema_id`` of ``part`` may
+        be committed to the table (values of -1: tombstones, which have the Kafka columns alone).
+        Decided once (recorded); an accepted schema has evolved the table before its decision was
+        recorded."""
         route = self._route_of[identifier]
         if schema_id < 0:
             self._ensure_typed(identifier, None, route)
             return True
-        writer = typed_schema(decoder_for(route, self._registry, schema_id).schema, route.key_format)
+        writer = writer_columns(route, part, decoder_for(route, self._registry, schema_id, part))
         created = self._ensure_typed(identifier, writer, route)
-        known = (identifier, schema_id) in self._decisions
-        if known and self._decisions[(identifier, schema_id)] is not None:
+        decision = (identifier, part, schema_id)
+        whose = "key writer schema" if part == KEY else "writer schema"
+        known = decision in self._decisions
+        if known and self._decisions[decision] is not None:
             return False
         refused: str | None = None
         if not created:
             try:
-                self._evolve(identifier, writer, schema_id)
+                self._evolve(identifier, writer, f"{whose} {schema_id}")
             except evolution.Incompatible as exc:
                 if known:  # accepted once: the table was dropped and made again otherwise since
                     raise LagschedError(
-                        f"{identifier}: writer schema {schema_id} was accepted for it, but the table cannot hold it "
+                        f"{identifier}: {whose} {schema_id} was accepted for it, but the table cannot hold it "
                         f"now ({exc}); was the table re-created? Restore it, or delete the schema_decisions rows "
                         "of the table after moving its data away"
                     ) from exc
                 refused = str(exc)
         if known:
             return True
-        standing = schema_decisions.record_decision(self._conn, identifier, schema_id, refused, self._slot)
-        self._decisions[(identifier, schema_id)] = standing
+        standing = schema_decisions.record_decision(
+            self._conn, identifier, part, schema_id, refused=refused, slot_id=self._slot
+        )
+        self._decisions[decision] = standing
         if standing is not None:
             dead = self.dead_letters.identifier if self.dead_letters is not None else "the dead-letter table"
             log.error(
-                "%s: writer schema %d is incompatible with the table (%s); its records go to %s",
-                identifier, schema_id, standing, dead,
+                "%s: %s %d is incompatible with the table (%s); its records go to %s",
+                identifier, whose, schema_id, standing, dead,
             )  # fmt: skip
         else:
-            log.info("%s: writer schema %d accepted", identifier, schema_id)
+            log.info("%s: %s %d accepted", identifier, whose, schema_id)
         return standing is None
 
     def commit(
@@ -429,7 +430,7 @@ class LakeSink:
         does not exist; whether it was created now."""
         if identifier in self._exists or self._table_exists(identifier):
             return False
-        schema = writer if writer is not None else typed_schema(_empty(), route.key_format)
+        schema = writer if writer is not None else typed_schema(_empty(), FIXED_KEY_TYPES.get(route.key_format))
         created = self._ensure(identifier, schema, TYPED)
         self._typed_sink(identifier)
         return created
@@ -474,7 +475,7 @@ class LakeSink:
         if mapping != (None if previous is None else str(previous)):
             table.updateProperties().set(NAME_MAPPING, mapping).commit()
 
-    def _evolve(self, identifier: str, writer: Any, schema_id: int) -> None:
+    def _evolve(self, identifier: str, writer: Any, whose: str) -> None:
         """Evolve the table to hold ``writer``'s rows (`lagsched.core.evolution`), or raise Incompatible."""
         sink = self._sink_for(identifier)
         table = sink.loaded()
@@ -487,10 +488,7 @@ class LakeSink:
                 _apply(update, change, jvm)
             update.commit()
             table.refresh()
-            log.info(
-                "%s evolved for writer schema %d: %s",
-                identifier, schema_id, ", ".join(_describe(c) for c in changes),
-            )  # fmt: skip
+            log.info("%s evolved for %s: %s", identifier, whose, ", ".join(_describe(c) for c in changes))
         self._set_mapping(table)
 
 
@@ -499,10 +497,17 @@ def _summary(sink: IcebergSink, files: Sequence[WrittenFile]) -> dict[str, str]:
     if sink.shape is not TYPED:
         return {}
     per_schema: dict[str, int] = {}
+    per_key_schema: dict[str, int] = {}
     for f in files:
         key = str(-1 if f.schema_id is None else f.schema_id)
         per_schema[key] = per_schema.get(key, 0) + f.records
-    return {SCHEMA_IDS_PROPERTY: json.dumps(dict(sorted(per_schema.items())), separators=(",", ":"))}
+        if f.key_schema_id is not None and f.key_schema_id >= 0:
+            key = str(f.key_schema_id)
+            per_key_schema[key] = per_key_schema.get(key, 0) + f.records
+    out = {SCHEMA_IDS_PROPERTY: json.dumps(dict(sorted(per_schema.items())), separators=(",", ":"))}
+    if per_key_schema:
+        out[KEY_SCHEMA_IDS_PROPERTY] = json.dumps(dict(sorted(per_key_schema.items())), separators=(",", ":"))
+    return out
 
 
 def _empty() -> Any:

@@ -1,6 +1,7 @@
 """Whether a writer schema may evolve a typed table: decided once, recorded in ``schema_decisions``.
 
-The first slot to meet a (table, schema id) decides it, holding the table's lock (`table_lock`)
+The first slot to meet a (table, part, schema id) decides it (part: ``value`` or ``key``, the
+columns the schema is for), holding the table's lock (`table_lock`)
 while it compares the schema with the table's and evolves the table; the decision is recorded
 first-writer-wins and never changes. So where a schema id's records land (the typed table, or the
 dead-letter table as incompatible) is the same for every slot and every redo of a range, whatever
@@ -17,38 +18,48 @@ from typing import Any
 from lagsched.adapters.transactions import transaction
 from lagsched.core.errors import LagschedError
 
-__all__ = ["load_decisions", "record_decision", "table_lock"]
+__all__ = ["Decisions", "load_decisions", "record_decision", "table_lock"]
 
 #: Seconds a slot waits for another that is deciding a schema of the same table.
 LOCK_WAIT_S = 60
 _REASON_CHARS = 2000
 
 
-def load_decisions(conn: Any, tables: list[str]) -> dict[tuple[str, int], str | None]:
-    """The recorded decisions of ``tables``: (table, schema id) -> the reason it was refused, None if accepted."""
+#: (table, part, schema id) -> the reason the schema was refused for the table; None: accepted.
+Decisions = dict[tuple[str, str, int], str | None]
+
+
+def load_decisions(conn: Any, tables: list[str]) -> Decisions:
+    """The recorded decisions of ``tables``."""
     if not tables:
         return {}
     marks = ", ".join(["%s"] * len(tables))
     with transaction(conn) as cur:
         cur.execute(
-            f"SELECT table_name, schema_id, accepted, reason FROM schema_decisions WHERE table_name IN ({marks})",  # noqa: S608 - placeholders only
+            "SELECT table_name, part, schema_id, accepted, reason FROM schema_decisions"  # noqa: S608 - placeholders only
+            f" WHERE table_name IN ({marks})",
             tables,
         )
         rows = cur.fetchall()
-    return {(str(t), int(i)): (None if accepted else str(reason or "incompatible")) for t, i, accepted, reason in rows}
+    return {
+        (str(t), str(part), int(i)): (None if accepted else str(reason or "incompatible"))
+        for t, part, i, accepted, reason in rows
+    }
 
 
-def record_decision(conn: Any, table: str, schema_id: int, refused: str | None, slot_id: str) -> str | None:
+def record_decision(
+    conn: Any, table: str, part: str, schema_id: int, *, refused: str | None, slot_id: str
+) -> str | None:
     """Record a decision unless one is recorded already; the decision that stands (None: accepted)."""
     with transaction(conn) as cur:
         cur.execute(
-            "INSERT IGNORE INTO schema_decisions (table_name, schema_id, accepted, reason, decided_by)"
-            " VALUES (%s, %s, %s, %s, %s)",
-            (table, schema_id, refused is None, None if refused is None else refused[:_REASON_CHARS], slot_id),
+            "INSERT IGNORE INTO schema_decisions (table_name, part, schema_id, accepted, reason, decided_by)"
+            " VALUES (%s, %s, %s, %s, %s, %s)",
+            (table, part, schema_id, refused is None, None if refused is None else refused[:_REASON_CHARS], slot_id),
         )
         cur.execute(
-            "SELECT accepted, reason FROM schema_decisions WHERE table_name = %s AND schema_id = %s",
-            (table, schema_id),
+            "SELECT accepted, reason FROM schema_decisions WHERE table_name = %s AND part = %s AND schema_id = %s",
+            (table, part, schema_id),
         )
         accepted, reason = cur.fetchone() or (True, None)  # the row is there: inserted or found
     return None if accepted else str(reason or "incompatible")

@@ -37,6 +37,7 @@ from lagsched.core.lake import RANGES_PROPERTY, TABLE_PROPERTIES, LakeTable, enc
 
 __all__ = [
     "DEAD_LETTERS",
+    "KEY_SCHEMA_IDS_PROPERTY",
     "NAME_MAPPING",
     "SCHEMA_IDS_PROPERTY",
     "SHARED",
@@ -62,6 +63,8 @@ PARTITIONING = "topic, hours(`timestamp`)"
 BATCH_PROPERTY = "lagsched.batch"
 #: Snapshot summary key of a typed table's commit: its rows per writer schema id (``{"12": 900}``; -1: tombstones).
 SCHEMA_IDS_PROPERTY = "lagsched.schema-ids"
+#: The same for the key writer schemas, where the route decodes keys (``avro``, ``json_schema``, ``json``).
+KEY_SCHEMA_IDS_PROPERTY = "lagsched.key-schema-ids"
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,12 +3,12 @@
 Used inside Spark tasks (`adapters.range_files`), in place of the shared table's `PartitionFiles`
 for a partition whose topic has a route (`lagsched.core.routing.TopicRoute`): the records a task
 reads are split (`lagsched.core.typed_rows.split_batch`) into typed rows, one set of files per
-writer schema, and dead letters. Writer schemas come from the schema registry through one client
-per Python worker (`RegistryClient`, which caches each schema id), and each id's decoder is built
-once per worker.
+writer schema (of the value, and of the key where keys are decoded too), and dead letters. Writer
+schemas come from the schema registry through one client per Python worker (`RegistryClient`,
+which caches each schema id), and each id's decoder is built once per worker.
 
-Whether a writer schema may evolve its table is decided on the driver, once per (table, schema
-id), and recorded (`adapters.schema_decisions`); the batch carries the decisions known when it
+Whether a writer schema may evolve its table is decided on the driver, once per (table, part,
+schema id), and recorded (`adapters.schema_decisions`); the batch carries the decisions known when it
 started (`RoutedTables.decisions`). Rows of a schema refused there are dead letters here. A schema
 id not decided yet is written as typed rows; the driver decides it before the commit and, if it
 refuses it, voids the batch, which is read again with the decision (`adapters.lake_sink`).
@@ -41,7 +41,7 @@ from lagsched.core.avro_types import UnsupportedSchema
 from lagsched.core.errors import ConnectionFailure, RegistryUnreachable
 from lagsched.core.evolution import Incompatible
 from lagsched.core.routing import TopicRoute
-from lagsched.core.typed_rows import DEAD_LETTER_SCHEMA, split_batch
+from lagsched.core.typed_rows import DEAD_LETTER_SCHEMA, KEY, VALUE, split_batch
 
 __all__ = ["DEAD_LETTER_COORDINATES", "TYPED_COORDINATES", "RoutedPartitionFiles", "RoutedTables", "TableFiles"]
 
@@ -83,7 +83,7 @@ class RoutedTables:
         tables: typed table identifier -> its files' place.
         dead_letters: the cluster's dead-letter table.
         registry: the schema registry's Connection (SchemaRegistryParams), when a route needs it.
-        decisions: (table, schema id) -> why the schema was refused for the table; None: accepted.
+        decisions: (table, part, schema id) -> why the schema was refused for the table; None: accepted.
         schemas: the writer schemas the driver resolved, by id: a task's worker decodes them without
             asking the registry (it may be down; the worker may be new).
     """
@@ -92,7 +92,7 @@ class RoutedTables:
     tables: Mapping[str, TableFiles]
     dead_letters: TableFiles
     registry: Any = None
-    decisions: Mapping[tuple[str, int], str | None] = field(default_factory=dict)
+    decisions: Mapping[tuple[str, str, int], str | None] = field(default_factory=dict)
     schemas: Mapping[int, Any] = field(default_factory=dict)
     catalog: str = "lagsched"
     s3_endpoint: str | None = None
@@ -105,8 +105,8 @@ class RoutedTables:
 RAW_SCHEMA = arrow_schema(CREATED_SCHEMA)
 _lock = threading.Lock()
 _clients: dict[Any, Any] = {}
-#: (registry URL, schema id) -> its decoder, or the permanent error building it gave.
-_decoders: dict[tuple[str, int], Any] = {}
+#: (registry URL, schema id, part) -> its decoder, or the permanent error building it gave.
+_decoders: dict[tuple[str, int, str], Any] = {}
 
 
 def registry_client(params: Any) -> Any:
@@ -120,57 +120,66 @@ def registry_client(params: Any) -> Any:
         return client
 
 
-def decoder_for(route: TopicRoute, registry: Any, schema_id: int) -> Any:
-    """The decoder of `route`'s values written with `schema_id` (0 for the ``json`` format), built
-    once per worker. Raises UnknownSchemaId or UnsupportedSchema (permanent: dead letters), or
-    RegistryUnreachable."""
-    from lagsched.core.avro_decode import AvroDecoder
-    from lagsched.core.json_decode import JsonDecoder
-
-    if route.value_format == "raw":
+def decoder_for(route: TopicRoute, registry: Any, schema_id: int, part: str = VALUE) -> Any:
+    """The decoder of `route`'s values (`part` VALUE) or keys (KEY, a `KeyDecoder`) written with
+    `schema_id` (the route's local id for the ``json`` format), built once per worker. Raises
+    UnknownSchemaId or UnsupportedSchema (permanent: dead letters), or RegistryUnreachable."""
+    fmt = route.key_format if part == KEY else route.value_format
+    declared = route.key_schema if part == KEY else route.value_schema
+    if fmt == "raw":
         from lagsched.core.decoded import RawDecoder
 
         return RawDecoder()
-    if route.value_format == "json":
-        key = (f"json:{route.value_schema}", 0)
+    if fmt == "json":
+        key = (f"json:{declared}", 0, part)
     else:
         if registry is None:
             raise ValueError(f"topic {route.topic} is read through a schema registry, but none was configured")
-        key = (registry.url, schema_id)
+        key = (registry.url, schema_id, part)
     found = _decoders.get(key)
     if found is None:
-        found = _decoders[key] = _build(route, registry, schema_id, AvroDecoder, JsonDecoder)
+        found = _decoders[key] = _build(fmt, declared, registry, schema_id, part)
     if isinstance(found, Exception):
         raise found
     return found
 
 
-def _build(route: TopicRoute, registry: Any, schema_id: int, avro: Any, json_decoder: Any) -> Any:
+def _build(fmt: str, declared: str | None, registry: Any, schema_id: int, part: str) -> Any:
+    """A decoder, or the permanent error building it gave (kept: the registry never reuses an id)."""
     import json
 
+    from lagsched.core import key_decode
+    from lagsched.core.avro_decode import AvroDecoder
     from lagsched.core.errors import UnknownSchemaId
+    from lagsched.core.json_decode import JsonDecoder
 
     try:
-        if route.value_format == "json":
-            return json_decoder(json.loads(route.value_schema or "{}"))
+        if fmt == "json":
+            parsed = json.loads(declared or "{}")
+            if part == KEY:
+                return key_decode.KeyDecoder(JsonDecoder(key_decode.wrap_json_schema(parsed)), json_text=True)
+            return JsonDecoder(parsed)
         try:
             writer = registry_client(registry).schema(schema_id)
         except ConnectionFailure as exc:
             if exc.permanent:
                 raise
             raise RegistryUnreachable(str(exc)) from None
-        wanted = "AVRO" if route.value_format == "avro" else "JSON"
+        wanted = "AVRO" if fmt == "avro" else "JSON"
         if writer.schema_type != wanted:
-            return UnsupportedSchema(
-                f"schema {schema_id} is {writer.schema_type}, but the route reads {route.value_format}", path=""
-            )
-        return avro(writer.text) if wanted == "AVRO" else json_decoder(writer.parsed())
+            return UnsupportedSchema(f"schema {schema_id} is {writer.schema_type}, but the route reads {fmt}", path="")
+        if part == KEY and wanted == "AVRO":
+            return key_decode.KeyDecoder(AvroDecoder(json.dumps(key_decode.wrap_avro(json.loads(writer.text)))))
+        if part == KEY:
+            return key_decode.KeyDecoder(JsonDecoder(key_decode.wrap_json_schema(writer.parsed())), json_text=True)
+        return AvroDecoder(writer.text) if wanted == "AVRO" else JsonDecoder(writer.parsed())
     except (UnknownSchemaId, UnsupportedSchema) as exc:
         return exc
 
 
 class RoutedPartitionFiles:
-    """One routed partition's files in one task: typed files per writer schema, and dead letters.
+    """One routed partition's files in one task: typed files per writer schema (and key writer
+    schema), and dead letters.
 
     The same calls as `PartitionFiles` (``add``, ``close``, ``abandon``, ``written``), taking the
     records as the shared table's columns.
@@ -181,7 +190,7 @@ class RoutedPartitionFiles:
         self.table = tables.identifier_of(route)
         self._typed_place = tables.tables[self.table]
         self._folders: dict[str, DataFolder] = {}
-        self._typed: dict[int, PartitionFiles] = {}
+        self._typed: dict[tuple[int, int], PartitionFiles] = {}
         self._dead: PartitionFiles | None = None
         self.raw_schema = RAW_SCHEMA
         if tables.schemas and tables.registry is not None:
@@ -194,29 +203,37 @@ class RoutedPartitionFiles:
         split = split_batch(raw, self.route, self._decoder, target=self.table)
         split.check(raw.column("offset").to_numpy())
         for rows in split.typed:
-            files = self._typed.get(rows.schema_id)
+            writers = (rows.schema_id, rows.key_schema_id)
+            files = self._typed.get(writers)
             if files is None:
-                files = self._typed[rows.schema_id] = self._files(self._typed_place, rows.batch.schema, rows.schema_id)
+                files = self._typed[writers] = self._files(self._typed_place, rows.batch.schema, writers)
             files.add(rows.batch, _hours(rows.batch.column("_kafka_timestamp")))
         if split.dead is not None:
             if self._dead is None:
                 self._dead = self._files(self._tables.dead_letters, DEAD_LETTER_SCHEMA, None)
             self._dead.add(split.dead, _hours(split.dead.column("timestamp")))
 
-    def _decoder(self, schema_id: int) -> Any:
-        refused = self._tables.decisions.get((self.table, schema_id))
+    def _decoder(self, part: str, schema_id: int) -> Any:
+        refused = self._tables.decisions.get((self.table, part, schema_id))
         if refused is not None:
             raise Incompatible(refused, path="")
-        return decoder_for(self.route, self._tables.registry, schema_id)
+        return decoder_for(self.route, self._tables.registry, schema_id, part)
 
-    def _files(self, place: TableFiles, schema: pa.Schema, schema_id: int | None) -> PartitionFiles:
+    def _files(self, place: TableFiles, schema: pa.Schema, writers: tuple[int, int] | None) -> PartitionFiles:
         dead = place is self._tables.dead_letters
         settings = place.settings(schema, dead_letters=dead, s3_endpoint=self._tables.s3_endpoint)
         folder = self._folders.get(settings.data_location)
         if folder is None:
             folder = self._folders[settings.data_location] = DataFolder(settings.data_location, settings.s3_endpoint)
+        schema_id, key_schema_id = writers if writers is not None else (None, None)
         return PartitionFiles(
-            folder, self.route.topic, self.partition, settings, table=place.identifier, schema_id=schema_id
+            folder,
+            self.route.topic,
+            self.partition,
+            settings,
+            table=place.identifier,
+            schema_id=schema_id,
+            key_schema_id=key_schema_id,
         )
 
     def _all(self) -> list[PartitionFiles]:

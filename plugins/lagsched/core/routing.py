@@ -185,6 +185,13 @@ class TopicRoute:
             return 0
         return zlib.crc32(self.value_schema.encode()) & 0x7FFFFFFF
 
+    @property
+    def local_key_schema_id(self) -> int:
+        """`local_schema_id` of plain-json keys: a fingerprint of the route's ``key_schema`` (0: none)."""
+        if self.key_format != "json" or self.key_schema is None:
+            return 0
+        return zlib.crc32(self.key_schema.encode()) & 0x7FFFFFFF
+
 
 def parse_routes(raw: object, path: str, *, label: str = "routes") -> tuple[Route, ...]:
     """A cluster's ``routes`` (a JSON list; None is none) as `Route` s, or one `ConfigError` naming

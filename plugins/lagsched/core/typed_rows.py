@@ -31,17 +31,23 @@ from lagsched.core.avro_types import UnsupportedSchema
 from lagsched.core.decoded import Decoded
 from lagsched.core.errors import UnknownSchemaId
 from lagsched.core.evolution import Incompatible
-from lagsched.core.routing import TopicRoute
+from lagsched.core.routing import REGISTRY_FORMATS, TopicRoute
 from lagsched.core.wire_format import frame_column, value_spans
 
 __all__ = [
     "DEAD_LETTER_SCHEMA",
     "KAFKA_FIELDS",
+    "KEY",
+    "VALUE",
     "Split",
     "TypedRows",
     "split_batch",
     "typed_schema",
+    "writer_columns",
 ]
+
+#: The two parts of a record a writer schema is for (a decision is per table, part and schema id).
+VALUE, KEY = "value", "key"
 
 #: The columns every typed row keeps, before the key and the value's fields.
 KAFKA_FIELDS = (
@@ -67,7 +73,8 @@ DEAD_LETTER_SCHEMA = pa.schema(
         pa.field("reason", pa.string(), nullable=False),
     ]
 )
-_KEY_TYPES = {"raw": pa.binary(), "string": pa.string()}
+#: The key column's type for the key formats that need no schema; other keys take their writer schema's.
+FIXED_KEY_TYPES = {"raw": pa.binary(), "string": pa.string()}
 #: Names Iceberg gives its metadata columns (a data column of one of them breaks every read of the table).
 ICEBERG_RESERVED = frozenset(
     {"_file", "_pos", "_deleted", "_spec_id", "_partition", "_row_id", "_last_updated_sequence_number",
@@ -75,18 +82,15 @@ ICEBERG_RESERVED = frozenset(
 )  # fmt: skip
 
 
-def typed_schema(value: pa.Schema, key_format: str) -> pa.Schema:
-    """A typed table's columns for rows of the writer schema `value` (Arrow): the Kafka columns, the
-    key, then the value's fields, each optional (a tombstone has none).
+def typed_schema(value: pa.Schema, key: pa.DataType | None) -> pa.Schema:
+    """A typed table's columns for rows of the writer schema `value` (Arrow) and keys of type `key`
+    (None: rows without a ``_kafka_key`` column, as keys of no writer schema are, null keys of a
+    decoded key format): the Kafka columns, the key, then the value's fields, each optional (a
+    tombstone has none).
 
     Raises:
-        UnsupportedSchema: a value field has the name of a Kafka column, or the key format is not
-            one a typed table holds yet.
+        UnsupportedSchema: a value field has the name of a Kafka column or of an Iceberg metadata column.
     """
-    if key_format not in _KEY_TYPES:
-        raise UnsupportedSchema(
-            f"key_format {key_format!r}: typed tables hold raw and string keys so far", path="_kafka_key"
-        )
     taken = {f.name for f in KAFKA_FIELDS} | {"_kafka_key"}
     clash = [f.name for f in value if f.name in taken]
     if clash:
@@ -95,7 +99,17 @@ def typed_schema(value: pa.Schema, key_format: str) -> pa.Schema:
     if reserved:
         raise UnsupportedSchema(f"{reserved[0]}: a name Iceberg keeps for a metadata column", path=reserved[0])
     values = (f.with_type(spark_readable(f.type)).with_nullable(True) for f in value)
-    return pa.schema([*KAFKA_FIELDS, pa.field("_kafka_key", _KEY_TYPES[key_format]), *values])
+    keys = [] if key is None else [pa.field("_kafka_key", spark_readable(key))]
+    return pa.schema([*KAFKA_FIELDS, *keys, *values])
+
+
+def writer_columns(route: TopicRoute, part: str, decoder: Any) -> pa.Schema:
+    """The typed table's columns a writer schema of `part` needs (what a decision on it evolves the
+    table to hold): a value schema's fields (and the key column, when its type is fixed by the key
+    format), or a key schema's key column. `decoder`: the schema's (`typed_files.decoder_for`)."""
+    if part == KEY:
+        return typed_schema(pa.schema([]), decoder.key_type)
+    return typed_schema(decoder.schema, FIXED_KEY_TYPES.get(route.key_format))
 
 
 def spark_readable(kind: pa.DataType) -> pa.DataType:
@@ -120,11 +134,13 @@ def spark_readable(kind: pa.DataType) -> pa.DataType:
 @dataclass(frozen=True, slots=True)
 class TypedRows:
     """Rows of one writer schema (`schema_id`: the registry's, or the route's `TopicRoute.local_schema_id`
-    for plain json and raw values; -1: tombstones), in `typed_schema`'s columns."""
+    for plain json and raw values; -1: tombstones) and one key writer schema (`key_schema_id`; -1:
+    keys of no writer schema: a raw or string key, a null key), in `typed_schema`'s columns."""
 
     schema_id: int
     batch: pa.RecordBatch
     offsets: np.ndarray
+    key_schema_id: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,8 +149,9 @@ class Split:
 
     typed: list[TypedRows] = field(default_factory=list)
     dead: pa.RecordBatch | None = None
-    #: The writer schemas met, by id (what the driver evolves the table with before the commit).
-    writers: dict[int, pa.Schema] = field(default_factory=dict)
+    #: The writer schemas met, by (part, id), as the table columns each needs (`writer_columns`):
+    #: what the table is evolved with before the commit.
+    writers: dict[tuple[str, int], pa.Schema] = field(default_factory=dict)
 
     def check(self, offsets: np.ndarray) -> None:
         """Every offset of the batch in exactly one place, or an AssertionError (a bug, never data)."""
@@ -146,24 +163,25 @@ class Split:
             raise AssertionError("a record of the batch is not in exactly one table")
 
 
-#: A writer schema's id -> its decoder (``decode`` and ``schema``: `AvroDecoder`, `JsonDecoder`); raises
-#: UnknownSchemaId, UnsupportedSchema, or ConnectionFailure when the registry cannot answer.
-Decoders = Callable[[int], Any]
+#: (part, writer schema id) -> its decoder (``decode`` and ``schema``: `AvroDecoder`, `JsonDecoder`;
+#: for keys ``key_type``: `KeyDecoder`); raises UnknownSchemaId, UnsupportedSchema, Incompatible
+#: (refused for the table), or ConnectionFailure when the registry cannot answer.
+Decoders = Callable[[str, int], Any]
 
 
 def split_batch(raw: pa.RecordBatch, route: TopicRoute, decoders: Decoders, *, target: str) -> Split:
     """Decode `raw` (the raw table's columns: topic, partition, offset, timestamp, key, value,
-    headers; one topic) by `route`; `decoders(schema_id)` gives the decoder of a writer schema
+    headers; one topic) by `route`; `decoders(part, schema_id)` gives the decoder of a writer schema
     (asked for the route's `TopicRoute.local_schema_id` for the json and raw formats, whose values
-    carry none); `target` names the typed table
-    for the dead letters."""
+    carry none); `target` names the typed table for the dead letters. Keys are decoded first: a
+    record whose key cannot be is a dead letter, whatever its value."""
     values = raw.column("value")
     n = raw.num_rows
     reasons: dict[int, str] = {}
+    writers: dict[tuple[str, int], pa.Schema] = {}
+    keys = _keys(raw.column("key"), route, decoders, reasons, writers, target=target)
     tombstone = values.is_null().to_numpy(zero_copy_only=False)
-    keys, key_dead = _keys(raw.column("key"), route.key_format)
-    reasons.update(key_dead)
-    if route.value_format in ("avro", "json_schema"):
+    if route.value_format in REGISTRY_FORMATS:
         frames = frame_column(values)
         schema_ids = frames.schema_ids
         for i in np.flatnonzero(~frames.framed & ~frames.tombstone).tolist():
@@ -173,35 +191,37 @@ def split_batch(raw: pa.RecordBatch, route: TopicRoute, decoders: Decoders, *, t
         data, starts, ends = value_spans(values)
         schema_ids = np.where(tombstone, -1, route.local_schema_id)
     typed: list[TypedRows] = []
-    writers: dict[int, pa.Schema] = {}
     for schema_id in sorted(set(schema_ids[schema_ids >= 0].tolist())):
         rows = np.flatnonzero((schema_ids == schema_id) & ~_marked(n, reasons))
         try:
-            decoder = decoders(int(schema_id))
-        except UnknownSchemaId as exc:
-            reasons.update({int(i): str(exc) for i in rows})
-            continue
-        except UnsupportedSchema as exc:
-            reasons.update({int(i): f"the writer schema {schema_id} cannot be a table's: {exc}" for i in rows})
-            continue
-        except Incompatible as exc:
-            reason = f"the writer schema {schema_id} is incompatible with {target}: {exc}"
-            reasons.update({int(i): reason for i in rows})
+            decoder = decoders(VALUE, int(schema_id))
+        except (UnknownSchemaId, UnsupportedSchema, Incompatible) as exc:
+            reasons.update({int(i): _refusal(exc, VALUE, int(schema_id), target) for i in rows})
             continue
         decoded: Decoded = decoder.decode(data, starts[rows], ends[rows])
         for local, reason in decoded.dead.items():
             reasons[int(rows[local])] = reason
         kept = rows[decoded.rows]
         if len(kept):
-            schema = typed_schema(decoder.schema, route.key_format)
-            writers[int(schema_id)] = decoder.schema
-            typed.append(_typed(raw, keys, kept, schema=schema, schema_id=int(schema_id), values=decoded.table))
+            writers[(VALUE, int(schema_id))] = writer_columns(route, VALUE, decoder)
+            typed += _typed(
+                raw, keys, kept, value_schema=decoder.schema, schema_id=int(schema_id), values=decoded.table
+            )
     stones = np.flatnonzero(tombstone & ~_marked(n, reasons))
     if len(stones):
-        schema = typed_schema(pa.schema([]), route.key_format)
-        typed.append(_typed(raw, keys, stones, schema=schema, schema_id=-1, values=None))
+        typed += _typed(raw, keys, stones, value_schema=pa.schema([]), schema_id=-1, values=None)
     dead = _dead_letters(raw, reasons, schema_ids, target) if reasons else None
     return Split(typed, dead, writers)
+
+
+def _refusal(exc: Exception, part: str, schema_id: int, target: str) -> str:
+    """The dead letters' reason when a writer schema cannot be read into the table."""
+    whose = "the key's writer schema" if part == KEY else "the writer schema"
+    if isinstance(exc, UnsupportedSchema):
+        return f"{whose} {schema_id} cannot be a table's: {exc}"
+    if isinstance(exc, Incompatible):
+        return f"{whose} {schema_id} is incompatible with {target}: {exc}"
+    return f"the key: {exc}" if part == KEY else str(exc)
 
 
 def _marked(n: int, reasons: Mapping[int, str]) -> np.ndarray:
@@ -211,7 +231,78 @@ def _marked(n: int, reasons: Mapping[int, str]) -> np.ndarray:
     return marked
 
 
-def _keys(keys: pa.Array, key_format: str) -> tuple[pa.Array, dict[int, str]]:
+@dataclass(frozen=True, slots=True)
+class _Keys:
+    """A batch's keys as the table holds them.
+
+    Attributes:
+        ids: each record's key writer schema id; -1: none (a raw or string key, a null key).
+        fixed: the whole key column, for the formats that need no schema (raw, string); else None.
+        decoded: key writer schema id -> (the column of its keys, each record's row in it).
+        types: key writer schema id -> its key column's type.
+    """
+
+    ids: np.ndarray
+    fixed: pa.Array | None = None
+    decoded: dict[int, tuple[pa.Array, np.ndarray]] = field(default_factory=dict)
+    types: dict[int, pa.DataType] = field(default_factory=dict)
+
+    def column(self, rows: np.ndarray, key_id: int) -> tuple[pa.DataType | None, pa.Array | None]:
+        """The key column's type and values for `rows`, all of key writer schema `key_id`."""
+        if self.fixed is not None:
+            return self.fixed.type, self.fixed.take(pa.array(rows))
+        if key_id < 0:
+            return None, None
+        column, position = self.decoded[key_id]
+        return self.types[key_id], column.take(pa.array(position[rows]))
+
+
+def _keys(
+    keys: pa.Array,
+    route: TopicRoute,
+    decoders: Decoders,
+    reasons: dict[int, str],
+    writers: dict[tuple[str, int], Any],
+    *,
+    target: str,
+) -> _Keys:
+    """The keys decoded by the route's key format; a key that cannot be makes its record a dead letter
+    (in `reasons`); the key writer schemas met go to `writers`."""
+    n = len(keys)
+    if route.key_format in FIXED_KEY_TYPES:
+        fixed, dead = _fixed_keys(keys, route.key_format)
+        reasons.update(dead)
+        return _Keys(np.full(n, -1, np.int64), fixed=fixed)
+    if route.key_format in REGISTRY_FORMATS:
+        frames = frame_column(keys)
+        ids = frames.schema_ids
+        for i in np.flatnonzero(~frames.framed & ~frames.tombstone).tolist():
+            reasons.setdefault(i, f"the key is {frames.problem(i)}")
+        data, starts, ends = frames.data, frames.starts, frames.ends
+    else:  # json: plain JSON text read against the route's key_schema
+        data, starts, ends = value_spans(keys)
+        ids = np.where(keys.is_null().to_numpy(zero_copy_only=False), -1, route.local_key_schema_id)
+    out = _Keys(ids)
+    for key_id in sorted(set(ids[ids >= 0].tolist())):
+        rows = np.flatnonzero((ids == key_id) & ~_marked(n, reasons))
+        try:
+            decoder = decoders(KEY, int(key_id))
+        except (UnknownSchemaId, UnsupportedSchema, Incompatible) as exc:
+            reasons.update({int(i): _refusal(exc, KEY, int(key_id), target) for i in rows})
+            continue
+        decoded: Decoded = decoder.decode(data, starts[rows], ends[rows])
+        for local, reason in decoded.dead.items():
+            reasons[int(rows[local])] = reason
+        position = np.full(n, -1, np.int64)
+        position[rows[decoded.rows]] = np.arange(len(decoded.rows))
+        out.decoded[int(key_id)] = (decoded.table.column(0).combine_chunks(), position)
+        out.types[int(key_id)] = decoder.key_type
+        if len(decoded.rows):
+            writers[(KEY, int(key_id))] = writer_columns(route, KEY, decoder)
+    return out
+
+
+def _fixed_keys(keys: pa.Array, key_format: str) -> tuple[pa.Array, dict[int, str]]:
     """The key column in the table's type; a string key that is not UTF-8 is a dead letter."""
     if key_format == "raw":
         return keys, {}
@@ -248,17 +339,35 @@ def _coordinates(raw: pa.RecordBatch, index: pa.Array) -> list[pa.Array]:
 
 
 def _typed(
-    raw: pa.RecordBatch, keys: pa.Array, rows: np.ndarray, *, schema: pa.Schema, schema_id: int, values: pa.Table | None
-) -> TypedRows:
-    """Typed rows: the Kafka columns and the key of `rows`, then the decoded `values` (None: a
-    tombstone's, which has no value column; a reader fills them with nulls)."""
-    index = pa.array(rows)
-    columns = [*_coordinates(raw, index), pa.array(np.full(len(rows), values is None)), keys.take(index)]
-    if values is not None:
-        held = pa.schema([schema.field(f.name) for f in values.schema])
-        columns += [c.combine_chunks() for c in values.cast(held).columns]  # times as microseconds (spark_readable)
-    batch = pa.RecordBatch.from_arrays(columns, schema=schema)
-    return TypedRows(schema_id, batch, raw.column("offset").take(index).to_numpy())
+    raw: pa.RecordBatch,
+    keys: _Keys,
+    rows: np.ndarray,
+    *,
+    value_schema: pa.Schema,
+    schema_id: int,
+    values: pa.Table | None,
+) -> list[TypedRows]:
+    """Typed rows, one set per key writer schema: the Kafka columns and the key of `rows`, then
+    the decoded `values` (row i of it is record ``rows[i]``'s; None: tombstones, which have no
+    value column; a reader fills them with nulls)."""
+    out = []
+    key_ids = keys.ids[rows]
+    for key_id in sorted(set(key_ids.tolist())):
+        local = np.flatnonzero(key_ids == key_id)
+        some = rows[local]
+        key_type, key_column = keys.column(some, key_id)
+        schema = typed_schema(value_schema, key_type)
+        index = pa.array(some)
+        columns = [*_coordinates(raw, index), pa.array(np.full(len(some), values is None))]
+        if key_column is not None:
+            columns.append(key_column.cast(schema.field("_kafka_key").type))  # times as microseconds
+        if values is not None:
+            held = pa.schema([schema.field(f.name) for f in values.schema])
+            part = values if len(local) == values.num_rows else values.take(pa.array(local))
+            columns += [c.combine_chunks() for c in part.cast(held).columns]  # times as microseconds (spark_readable)
+        batch = pa.RecordBatch.from_arrays(columns, schema=schema)
+        out.append(TypedRows(schema_id, batch, raw.column("offset").take(index).to_numpy(), key_schema_id=key_id))
+    return out
 
 
 def _dead_letters(

@@ -283,33 +283,34 @@ def _decode(dead: pa.Table, route: TopicRoute, *, registry: Any, conn: Any, targ
     )
     decisions = schema_decisions.load_decisions(conn, [target])
 
-    def decoder(schema_id: int) -> Any:
-        refused = decisions.get((target, schema_id))
+    def decoder(part: str, schema_id: int) -> Any:
+        refused = decisions.get((target, part, schema_id))
         if refused is not None:
             raise Incompatible(refused, path="")
-        return decoder_for(route, registry, schema_id)
+        return decoder_for(route, registry, schema_id, part)
 
     split = split_batch(raw, route, decoder, target=target)
-    fresh = [i for i in split.writers if (target, i) not in decisions]
+    fresh = [w for w in split.writers if (target, *w) not in decisions]
     if not fresh:
         return split
     with schema_decisions.table_lock(conn, target):
-        for schema_id in sorted(fresh):
-            refused = _evolve(typed, split.writers[schema_id], route)
-            decisions[(target, schema_id)] = schema_decisions.record_decision(
-                conn, target, schema_id, refused, "lagsched_replay"
+        decisions.update(schema_decisions.load_decisions(conn, [target]))
+        for part, schema_id in sorted(fresh):
+            if (target, part, schema_id) in decisions:
+                continue  # a slot decided it meanwhile
+            refused = _evolve(typed, split.writers[(part, schema_id)])
+            decisions[(target, part, schema_id)] = schema_decisions.record_decision(
+                conn, target, part, schema_id, refused=refused, slot_id="lagsched_replay"
             )
     return split_batch(raw, route, decoder, target=target)
 
 
-def _evolve(typed: Any, writer: pa.Schema, route: TopicRoute) -> str | None:
-    """Evolve the typed table (pyiceberg) to hold ``writer``'s rows; the reason it cannot, or None."""
+def _evolve(typed: Any, wanted: pa.Schema) -> str | None:
+    """Evolve the typed table (pyiceberg) to hold the ``wanted`` columns; the reason it cannot, or None."""
     from lagsched.adapters.sink import NAME_MAPPING
     from lagsched.core import evolution
     from lagsched.core.iceberg_types import arrow_schema, name_mapping
-    from lagsched.core.typed_rows import typed_schema
 
-    wanted = typed_schema(writer, route.key_format)
     current = arrow_schema(json.loads(typed.schema().model_dump_json()))
     try:
         changes = evolution.plan(current, wanted)
