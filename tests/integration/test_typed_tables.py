@@ -256,11 +256,13 @@ def test_the_registry_down_mid_run_makes_no_dead_letter_resolved_schemas_still_l
     assert_once_over_both(rows, dead_letters(consumer), topic, latest_offsets(kafka_config, topic, 1))
 
 
-def test_every_avro_type_plain_json_and_raw_values_read_back_from_their_tables(
+def test_every_avro_type_plain_json_and_raw_values_and_every_key_format_read_back_from_their_tables(
     consumer: ConsumerHarness, new_topic: Callable[..., str], kafka_config: dict[str, Any]
 ) -> None:
     """Each Avro type as Iceberg holds it, read back by pyiceberg through the name mapping (files
-    without field ids); a plain-JSON route against its declared schema; a raw route's bytes."""
+    without field ids); a plain-JSON route against its declared schema; a raw route's bytes. The
+    keys: Avro records whose schema evolves (and a primitive Avro key the table cannot take), plain
+    JSON keys against a declared schema, JSON Schema keys through the registry."""
     import datetime as dt
     import decimal
     import uuid
@@ -271,20 +273,41 @@ def test_every_avro_type_plain_json_and_raw_values_read_back_from_their_tables(
     from lagsched.connections import schema_registry_params
 
     every, audit, blobs = new_topic(1), new_topic(1), new_topic(1)
-    schema_id = RegistryClient(schema_registry_params()).register(f"{every}-value", json.dumps(EVERY_TYPE))
-    produce(kafka_config, every, [(0, None, framed(schema_id, avro(EVERY_TYPE, every_type(i)))) for i in range(40)])
+    registry = RegistryClient(schema_registry_params())
+    schema_id = registry.register(f"{every}-value", json.dumps(EVERY_TYPE))
+    key_v1 = {"type": "record", "name": "EveryKey", "fields": [{"name": "shop", "type": "string"}]}
+    key_v2 = {**key_v1, "fields": [*key_v1["fields"], {"name": "region", "type": ["null", "string"], "default": None}]}
+    k1, k2 = (registry.register(f"{every}-key", json.dumps(k)) for k in (key_v1, key_v2))
+    k_text = registry.register(f"{every}-other-key", json.dumps("string"))  # not a record: cannot join the struct
+
+    def every_key(i: int) -> bytes | None:
+        if i < 20:
+            return framed(k1, avro(key_v1, {"shop": f"s{i}"}))
+        if i < 35:
+            return framed(k2, avro(key_v2, {"shop": f"s{i}", "region": f"r{i}"}))
+        return {35: framed(k_text, avro("string", "k35")), 36: framed(k_text, avro("string", "k36")),  # type: ignore[arg-type]
+                37: None, 38: b"junk", 39: framed(k1, b"\x7f")}[i]  # fmt: skip
+
+    produce(
+        kafka_config, every, [(0, every_key(i), framed(schema_id, avro(EVERY_TYPE, every_type(i)))) for i in range(40)]
+    )
     produce(kafka_config, audit, [
-        (0, None, json.dumps({"who": f"u{i}", "n": i, "at": "2026-06-01T00:00:00Z"}).encode()) for i in range(10)
-    ] + [(0, None, b'{"n": "not a number"}')])  # fmt: skip
-    produce(kafka_config, blobs, [(0, b"k", bytes(range(i))) for i in range(5)])
+        (0, str(i).encode(), json.dumps({"who": f"u{i}", "n": i, "at": "2026-06-01T00:00:00Z"}).encode())
+        for i in range(10)
+    ] + [(0, b"10", b'{"n": "not a number"}'), (0, b'"eleven"', b'{"who": "u11"}')])  # fmt: skip
+    blob_key = {"type": "object", "properties": {"k": {"type": "string"}, "n": {"type": "integer"}}}
+    json_key = registry.register(f"{blobs}-key", json.dumps(blob_key), "JSON")
+    produce(kafka_config, blobs, [(0, framed(json_key, json.dumps({"k": "a", "n": i}).encode()), bytes(range(i)))
+                                  for i in range(5)])  # fmt: skip
     for topic in (every, audit, blobs):
         consumer.register(topic)
     routes = [
-        {"topics": [every], "value_format": "avro"},
+        {"topics": [every], "value_format": "avro", "key_format": "avro"},
         {"topics": [audit], "value_format": "json", "value_schema": {"type": "object", "required": ["who"],
          "properties": {"who": {"type": "string"}, "n": {"type": "integer"},
-                        "at": {"type": "string", "format": "date-time"}}}},
-        {"topics": [blobs], "value_format": "raw", "table": "blobs"},
+                        "at": {"type": "string", "format": "date-time"}}},
+         "key_format": "json", "key_schema": {"type": "integer"}},
+        {"topics": [blobs], "value_format": "raw", "table": "blobs", "key_format": "json_schema"},
     ]  # fmt: skip
     consumer.run("types", "--routes", json.dumps(routes), "--exit-when-idle", timeout=300)
     ns = f"lagsched.{consumer.lake.namespace}"
@@ -298,8 +321,14 @@ def test_every_avro_type_plain_json_and_raw_values_read_back_from_their_tables(
         "at": "timestamptz", "local": "timestamp", "clock": "long", "uid": "string",
     }  # fmt: skip
     assert types["tags"].startswith("list<string") and types["attrs"].startswith("map<string, long")
+    # The key schema evolved too: v2's optional field added to the key's struct.
+    assert [f.name for f in table.schema().find_field("_kafka_key").field_type.fields] == ["shop", "region"]
     rows = sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["id"])
-    assert len(rows) == 40
+    assert [r["id"] for r in rows] == [*range(35), 37]
+    assert rows[3]["_kafka_key"] == {"shop": "s3", "region": None} and rows[30]["_kafka_key"] == {
+        "shop": "s30", "region": "r30"
+    }  # fmt: skip
+    assert rows[-1]["_kafka_key"] is None  # a null key is no dead letter
     r = rows[7]
     assert (r["qty"], r["price"], r["ok"], r["sku"], r["blob"], r["note"], r["status"]) == (
         -7, 1.75, False, "s7é", bytes([7]) * 2, None, "PAID",
@@ -310,16 +339,28 @@ def test_every_avro_type_plain_json_and_raw_values_read_back_from_their_tables(
     # A time of day as its microseconds since midnight: Spark cannot load a table with Iceberg's time type.
     assert r["local"] == dt.datetime(2026, 6, 1, 0, 0, 0, 7) and r["clock"] == 12 * 3600 * 10**6 + 7
     assert r["uid"] == str(uuid.UUID(int=7)) and dict(r["attrs"]) == {"a": 7, "b": -7}
+    summaries = [s.summary.additional_properties for s in table.snapshots()]
+    key_ids = [json.loads(s["lagsched.key-schema-ids"]) for s in summaries if "lagsched.key-schema-ids" in s]
+    assert sum(ids.get(str(k1), 0) for ids in key_ids) == 20 and sum(ids.get(str(k2), 0) for ids in key_ids) == 15
 
-    audit_rows = read_table(consumer, f"{ns}.{table_for_topic(audit)}").scan().to_arrow()
-    assert sorted(audit_rows.column("who").to_pylist()) == sorted(f"u{i}" for i in range(10))
-    assert audit_rows.schema.field("at").type == pa.timestamp("us", tz="UTC")
     dead = dead_letters(consumer)
-    assert dead.column("offset").to_pylist() == [10] and dead.column("topic").to_pylist() == [audit]
+    every_dead = {r["offset"]: r["reason"] for r in dead.to_pylist() if r["topic"] == every}
+    assert sorted(every_dead) == [35, 36, 38, 39], every_dead
+    assert every_dead[35].startswith(f"the key's writer schema {k_text} is incompatible with {ns}.")
+    assert every_dead[38] == "the key is not in the wire format (first byte 0x6a, not 0x00)"
+    assert every_dead[39].startswith("the key: ")
+    assert_once_over_both(table.scan().to_arrow(), dead, every, latest_offsets(kafka_config, every, 1))
+
+    audit_rows = read_table(consumer, f"{ns}.{table_for_topic(audit)}").scan().to_arrow().sort_by("_kafka_offset")
+    assert audit_rows.column("who").to_pylist() == [f"u{i}" for i in range(10)]
+    assert audit_rows.column("_kafka_key").to_pylist() == list(range(10))
+    assert audit_rows.schema.field("at").type == pa.timestamp("us", tz="UTC")
+    audit_dead = {r["offset"]: r["reason"] for r in dead.to_pylist() if r["topic"] == audit}
+    assert sorted(audit_dead) == [10, 11] and audit_dead[11].startswith("the key: "), audit_dead
 
     raw_rows = read_table(consumer, f"{ns}.blobs").scan().to_arrow().sort_by("_kafka_offset")
     assert raw_rows.column("value").to_pylist() == [bytes(range(i)) for i in range(5)]
-    assert raw_rows.column("_kafka_key").to_pylist() == [b"k"] * 5
+    assert raw_rows.column("_kafka_key").to_pylist() == [{"k": "a", "n": i} for i in range(5)]
 
     # Table care finds the cluster's typed and dead-letter tables (two days on: every snapshot is old)
     # and expires them down to the kept ones; the rows stay.
@@ -345,7 +386,7 @@ def test_every_avro_type_plain_json_and_raw_values_read_back_from_their_tables(
         assert "skipped" in cared[name]["compaction"]
         assert cared[name]["expire_snapshots"]["snapshots_left"] <= cared[name]["expire_snapshots"]["snapshots_before"]
     assert "skipped" not in cared[f"{ns}.{consumer.lake.table}_dead_letters"]["compaction"]
-    assert read_table(consumer, f"{ns}.{table_for_topic(every)}").scan().to_arrow().num_rows == 40
+    assert read_table(consumer, f"{ns}.{table_for_topic(every)}").scan().to_arrow().num_rows == 36
 
 
 def test_replay_lands_fixed_dead_letters_once_even_when_killed_after_its_commit(

@@ -3,7 +3,8 @@
 What a Spark task does with the records of a topic that has a table of its own (a `TopicRoute`):
 the values are decoded by the route's format (`lagsched.core.avro_decode`,
 `lagsched.core.json_decode`), a writer schema at a time; each typed row keeps the Kafka columns
-(`KAFKA_FIELDS`) and the key; a record that cannot be decoded for a permanent reason becomes a
+(`KAFKA_FIELDS`) and the key, itself decoded by the route's key format where it has a schema
+(`lagsched.core.key_decode`), so the rows of a batch are split per (value, key) writer schema; a record that cannot be decoded for a permanent reason becomes a
 row of the cluster's dead-letter table (`DEAD_LETTER_SCHEMA`) with its raw key, value and headers,
 its coordinates, the schema id, the table it was meant for and the reason. Every record of the
 batch is in exactly one of the two (`Split.check`), which is what lets its offset advance.
