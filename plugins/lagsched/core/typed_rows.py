@@ -4,9 +4,10 @@ What a Spark task does with the records of a topic that has a table of its own (
 the values are decoded by the route's format (`lagsched.core.avro_decode`,
 `lagsched.core.json_decode`), a writer schema at a time; each typed row keeps the Kafka columns
 (`KAFKA_FIELDS`) and the key, itself decoded by the route's key format where it has a schema
-(`lagsched.core.key_decode`), so the rows of a batch are split per (value, key) writer schema; a record that cannot be decoded for a permanent reason becomes a
-row of the cluster's dead-letter table (`DEAD_LETTER_SCHEMA`) with its raw key, value and headers,
-its coordinates, the schema id, the table it was meant for and the reason. Every record of the
+(`lagsched.core.key_decode`), so the rows of a batch are split per (value, key) writer schema; a
+record that cannot be decoded for a permanent reason becomes a row of the cluster's dead-letter
+table (`DEAD_LETTER_SCHEMA`) with its raw key, value and headers, its coordinates, the schema id,
+the table it was meant for and the reason. Every record of the
 batch is in exactly one of the two (`Split.check`), which is what lets its offset advance.
 
 A tombstone (a null value) is not a dead letter: it lands as a typed row whose value columns are
