@@ -34,12 +34,16 @@ def gather(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, sep: int | No
     >>> data = np.frombuffer(b"..ab...cde", np.uint8)
     >>> gather(data, np.array([2, 7]), np.array([4, 10]), sep=ord("\\n")).tobytes()
     b'ab\\ncde\\n'
+    >>> gather(data, np.array([7, 2]), np.array([10, 4])).tobytes()  # out of order: as asked
+    b'cdeab'
     """
     lengths = (ends - starts).astype(np.int64)
+    if len(starts) == 0 or int(lengths.sum()) == 0:
+        return np.full(len(starts), sep, np.uint8) if sep is not None else np.zeros(0, np.uint8)
+    if len(starts) == 1 or bool(np.all(starts[1:] >= ends[:-1])):
+        return _gather_in_order(data, starts, ends, lengths, sep)
     step = lengths + (0 if sep is None else 1)
     total = int(step.sum())
-    if total == 0:
-        return np.zeros(0, np.uint8)
     # Output byte j of range i reads data[starts[i] + (j - where range i begins in the output)].
     begins = np.concatenate([[0], np.cumsum(step)[:-1]])
     index = np.repeat(starts.astype(np.int64) - begins, lengths) + np.arange(total - (0 if sep is None else len(step)))
@@ -50,6 +54,27 @@ def gather(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, sep: int | No
     inside[begins + lengths] = False  # the separators' places
     out[inside] = data[index + np.repeat(np.arange(len(step)), lengths)]
     return out
+
+
+def _gather_in_order(
+    data: np.ndarray, starts: np.ndarray, ends: np.ndarray, lengths: np.ndarray, sep: int | None
+) -> np.ndarray:
+    """`gather` of ranges in the order of the data, none overlapping (a column's values, or some of
+    them): a mask of the bytes kept, a byte per byte of data. The general way builds an 8-byte index
+    per byte gathered: for a block of 100,000 records that is tens of megabytes, which the allocator
+    maps fresh (and the kernel faults in) on every call."""
+    some = lengths > 0  # a byte starts at most one non-empty range and ends at most one: no index repeats
+    first, last = (
+        int(starts[some][0]),
+        int(ends[some][-1]),
+    )  # only the span the ranges cover (a slice's data is all of its buffer)
+    edges = np.zeros(last - first + 1, np.int8)
+    edges[starts[some] - first] += 1
+    edges[ends[some] - first] -= 1
+    kept = data[first:last][np.cumsum(edges[:-1], dtype=np.int8).view(bool)]
+    if sep is None:
+        return kept
+    return np.insert(kept, np.cumsum(lengths), np.uint8(sep))
 
 
 class RawDecoder:

@@ -21,6 +21,8 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("lagsched_dev.bench.sink", []),
     # Issue 41's typed topics: Avro and JSON values into columns, against a record at a time (no service).
     ("lagsched_dev.bench.decode", []),
+    # Where a typed record's time goes in a slot's task, against the raw consumer's same decode (no service).
+    ("lagsched_dev.bench.typed_task", []),
     ("lagsched_dev.bench.slot_start", []),
     # Through Airflow (started with the stack if not running); the consume DAG must be paused.
     ("lagsched_dev.bench.lifecycle", []),
