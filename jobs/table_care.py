@@ -81,8 +81,8 @@ def _run(args: argparse.Namespace) -> dict[str, object]:
         shared = care_for_table(session, lake, settings, now)
         # The typed and dead-letter tables of the cluster's routes (docs/routing.md), one after another.
         others = [
-            care_for_table(session, table, settings, now, compact=compact)
-            for table, compact in cluster_tables(session, lake, cluster)
+            care_for_table(session, table, settings, now, shape=shape)
+            for table, shape in cluster_tables(session, lake, cluster)
         ]
         return {"cluster": cluster, "settings": settings.as_dict(), **shared, "tables": others}
     finally:

@@ -309,7 +309,8 @@ def test_every_avro_type_plain_json_and_raw_values_and_every_key_format_read_bac
          "key_format": "json", "key_schema": {"type": "integer"}},
         {"topics": [blobs], "value_format": "raw", "table": "blobs", "key_format": "json_schema"},
     ]  # fmt: skip
-    consumer.run("types", "--routes", json.dumps(routes), "--exit-when-idle", timeout=300)
+    # Batches of at most 15 records a partition: several small files in one hour, for the table care below.
+    consumer.run("types", "--routes", json.dumps(routes), "--exit-when-idle", "--max-records", "15", timeout=300)
     ns = f"lagsched.{consumer.lake.namespace}"
 
     table = read_table(consumer, f"{ns}.{table_for_topic(every)}")
@@ -383,10 +384,19 @@ def test_every_avro_type_plain_json_and_raw_values_and_every_key_format_read_bac
     typed_names = {f"{ns}.{table_for_topic(every)}", f"{ns}.{table_for_topic(audit)}", f"{ns}.blobs"}
     assert typed_names | {f"{ns}.{consumer.lake.table}_dead_letters"} == set(cared), sorted(cared)
     for name in typed_names:
-        assert "skipped" in cared[name]["compaction"]
+        compaction = cared[name]["compaction"]
+        assert (
+            compaction["files_after"] <= compaction["files_before"]
+            and compaction["max_files_per_partition_after"] <= 1.5
+        )
         assert cared[name]["expire_snapshots"]["snapshots_left"] <= cared[name]["expire_snapshots"]["snapshots_before"]
+    # The Avro table's small files of one hour (its hours hold one topic) merged; rewritten with field ids, still read.
+    merged = cared[f"{ns}.{table_for_topic(every)}"]["compaction"]
+    assert merged["files_before"] >= 3 and merged["files_after"] < merged["files_before"], merged
     assert "skipped" not in cared[f"{ns}.{consumer.lake.table}_dead_letters"]["compaction"]
-    assert read_table(consumer, f"{ns}.{table_for_topic(every)}").scan().to_arrow().num_rows == 36
+    compacted = read_table(consumer, f"{ns}.{table_for_topic(every)}").scan().to_arrow()
+    assert compacted.num_rows == 36 and sorted(compacted.column("id").to_pylist()) == [*range(35), 37]
+    assert_once_over_both(compacted, dead_letters(consumer), every, latest_offsets(kafka_config, every, 1))
 
 
 def test_replay_lands_fixed_dead_letters_once_even_when_killed_after_its_commit(

@@ -5,7 +5,8 @@ snapshots, delete orphan files, and rewrite the manifests when they pile up. Eac
 own (a commit of its own, so a reader sees the table before or after it, never between), logged
 with its figures; `care_for_table` returns them all.
 
-Compaction is two passes: Iceberg's bin-pack over the closed hours, then a whole rewrite of the few
+Compaction is two passes over the closed hours (of each topic in the shared and the dead-letter
+table; a typed table's hours hold one topic): Iceberg's bin-pack over the closed hours, then a whole rewrite of the few
 closed partitions the bin-pack leaves above `MAX_FILES_PER_TARGET` files per file their bytes need
 (a target-sized file next to a small late one: the bin-pack only picks files outside 0.75-1.8 x the
 target, and only groups of two or more).
@@ -21,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lagsched.adapters.clock import SYSTEM_CLOCK
+from lagsched.adapters.sink import DEAD_LETTERS, SHARED, TYPED, TableShape
 from lagsched.core.lake import LakeTable
 from lagsched.core.names import validate_topic_name
 from lagsched.core.table_care import (
@@ -51,7 +53,7 @@ class FileCensus:
         bytes: their total size.
         median_file_bytes: the median size (0 when empty).
         max_files_per_partition: over closed partitions, files / ceil(partition bytes / target); 0 if none.
-        closed_partitions: (topic, hour) partitions before the closed edge.
+        closed_partitions: (topic, hour) partitions before the closed edge (a typed table's topic: "").
         closed: each closed partition's file sizes, by (topic, hour since the epoch).
     """
 
@@ -63,11 +65,14 @@ class FileCensus:
     closed: Mapping[tuple[str, int], Sequence[int]] = field(default_factory=dict)
 
 
-def file_census(spark: Any, lake: LakeTable, target_bytes: int, closed_edge: datetime) -> FileCensus:
+def file_census(
+    spark: Any, lake: LakeTable, target_bytes: int, closed_edge: datetime, shape: TableShape = SHARED
+) -> FileCensus:
     """Count the table's data files (Iceberg's ``files`` metadata table) and judge its closed partitions."""
-    # Identifiers only (validated names, `core.lake`); no value is spliced into the SQL.
+    # Identifiers only (validated names, `core.lake`; the shape's column names); no value is spliced into the SQL.
+    topic = f"partition.{shape.topic}" if shape.topic_partitioned else "''"
     rows = spark.sql(
-        f"SELECT partition.topic AS topic, partition.timestamp_hour AS hour, file_size_in_bytes AS size "  # noqa: S608
+        f"SELECT {topic} AS topic, partition.{shape.timestamp}_hour AS hour, file_size_in_bytes AS size "  # noqa: S608
         f"FROM {lake.identifier}.files WHERE content = 0"
     ).collect()
     sizes = sorted(int(r["size"]) for r in rows)
@@ -92,12 +97,15 @@ def _sql_time(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _hour_condition(topic: str, hour: int) -> str:
+def _hour_condition(topic: str, hour: int, shape: TableShape) -> str:
     start = datetime.fromtimestamp(hour * _HOUR_S, UTC)
-    return (
-        f"(topic = '{validate_topic_name(topic)}' AND `timestamp` >= TIMESTAMP '{_sql_time(start)}' "
-        f"AND `timestamp` < TIMESTAMP '{_sql_time(start + timedelta(hours=1))}')"
+    at = f"`{shape.timestamp}`"
+    hour_range = (
+        f"{at} >= TIMESTAMP '{_sql_time(start)}' AND {at} < TIMESTAMP '{_sql_time(start + timedelta(hours=1))}'"
     )
+    if not shape.topic_partitioned:
+        return f"({hour_range})"
+    return f"({shape.topic} = '{validate_topic_name(topic)}' AND {hour_range})"
 
 
 def _rewrite(spark: Any, system: str, table_arg: str, where: str, target: int, *, whole: bool) -> dict[str, int]:
@@ -123,28 +131,36 @@ def _rewrite(spark: Any, system: str, table_arg: str, where: str, target: int, *
     }
 
 
-def _compact(spark: Any, lake: LakeTable, target: int, edge: datetime, clock: Clock) -> dict[str, Any]:
+def _compact(
+    spark: Any, lake: LakeTable, target: int, edge: datetime, *, clock: Clock, shape: TableShape
+) -> dict[str, Any]:
     """Bin-pack the closed partitions, then rewrite whole the ones still above `MAX_FILES_PER_TARGET`."""
     table_arg, system = f"{lake.namespace}.{lake.table}", f"{lake.catalog}.system"
-    before = file_census(spark, lake, target, edge)
+    before = file_census(spark, lake, target, edge, shape)
     started, began = clock.now().timestamp(), clock.monotonic()
-    done = _rewrite(spark, system, table_arg, f"`timestamp` < TIMESTAMP '{_sql_time(edge)}'", target, whole=False)
-    packed = file_census(spark, lake, target, edge)
+    closed = f"`{shape.timestamp}` < TIMESTAMP '{_sql_time(edge)}'"
+    done = _rewrite(spark, system, table_arg, closed, target, whole=False)
+    packed = file_census(spark, lake, target, edge, shape)
     left = partitions_over(packed.closed, target)
     for i in range(0, len(left), _WHOLE_PER_CALL):
-        where = " OR ".join(_hour_condition(t, h) for t, h in left[i : i + _WHOLE_PER_CALL])
+        where = " OR ".join(_hour_condition(t, h, shape) for t, h in left[i : i + _WHOLE_PER_CALL])
         for key, value in _rewrite(spark, system, table_arg, where, target, whole=True).items():
             done[key] += value
     seconds = clock.monotonic() - began
     finished = clock.now().timestamp()
-    after = file_census(spark, lake, target, edge) if left else packed
+    after = file_census(spark, lake, target, edge, shape) if left else packed
     return {
         "files_before": before.files,
         "files_after": after.files,
         "bytes_before": before.bytes,
         "bytes_after": after.bytes,
         **done,
-        "rewritten_whole": [f"{t}@{datetime.fromtimestamp(h * _HOUR_S, UTC):%Y-%m-%dT%H}" for t, h in left],
+        "rewritten_whole": [
+            f"{t}@{datetime.fromtimestamp(h * _HOUR_S, UTC):%Y-%m-%dT%H}"
+            if t
+            else f"{datetime.fromtimestamp(h * _HOUR_S, UTC):%Y-%m-%dT%H}"
+            for t, h in left
+        ],
         "median_file_bytes_before": before.median_file_bytes,
         "median_file_bytes_after": after.median_file_bytes,
         "max_files_per_partition_before": before.max_files_per_partition,
@@ -164,12 +180,12 @@ def care_for_table(
     now: datetime,
     *,
     clock: Clock = SYSTEM_CLOCK,
-    compact: bool = True,
+    shape: TableShape = SHARED,
 ) -> dict[str, Any]:
     """Run every step on ``lake``'s table as of ``now``; the figures of each (JSON-ready).
 
-    ``compact`` False: no compaction (a typed table, partitioned by hour alone, which the
-    compaction's per-topic hours do not fit yet); snapshots, orphans and manifests as for any table.
+    ``shape``: the table's columns and partitions (a typed table's hours hold one topic, its
+    timestamp is ``_kafka_timestamp``); the compaction works on its closed hours.
 
     ``clock`` gives the real time, which bounds the orphans' age whatever ``now`` says (`orphan_cutoff`),
     and times the compaction.
@@ -184,12 +200,9 @@ def care_for_table(
         log.info("%s does not exist yet (no slot has written to it): nothing to care for", lake.identifier)
         return {**out, "skipped": "the table does not exist yet: no slot has written to it"}
 
-    if not compact:
-        out["compaction"] = {"skipped": "a typed table: compaction by topic and hour does not fit it yet"}
-    else:
-        out["compaction"] = _compact(spark, lake, settings.target_file_bytes, edge, clock)
-        log.info("compacted %s: %s", lake.identifier, out["compaction"])
-    if compact and out["compaction"]["max_files_per_partition_after"] > MAX_FILES_PER_TARGET:
+    out["compaction"] = _compact(spark, lake, settings.target_file_bytes, edge, clock=clock, shape=shape)
+    log.info("compacted %s: %s", lake.identifier, out["compaction"])
+    if out["compaction"]["max_files_per_partition_after"] > MAX_FILES_PER_TARGET:
         # Slots committed late records into a closed hour during the run: the next run merges them.
         log.warning(
             "%s: a closed partition is still above %s files per target file", lake.identifier, MAX_FILES_PER_TARGET
@@ -233,16 +246,16 @@ def care_for_table(
     return out
 
 
-def cluster_tables(spark: Any, lake: LakeTable, cluster: str) -> list[tuple[LakeTable, bool]]:
-    """The cluster's other tables, each with whether to compact it: its dead-letter table (laid out
-    as the shared table) and the typed tables its slots created (table property ``lagsched.cluster``)."""
+def cluster_tables(spark: Any, lake: LakeTable, cluster: str) -> list[tuple[LakeTable, TableShape]]:
+    """The cluster's other tables, each with its shape: its dead-letter table (laid out as the
+    shared table) and the typed tables its slots created (table property ``lagsched.cluster``)."""
     from lagsched.adapters.lake_sink import CLUSTER_PROPERTY, dead_letter_table
 
     def table(identifier: str) -> LakeTable:
         _catalog, namespace, name = identifier.split(".")
         return replace(lake, namespace=namespace, table=name)
 
-    out = [(table(dead_letter_table(lake)), True)]
+    out = [(table(dead_letter_table(lake)), DEAD_LETTERS)]
     for ns_row in spark.sql(f"SHOW NAMESPACES IN {lake.catalog}").collect():
         namespace = str(ns_row[0])
         for row in spark.sql(f"SHOW TABLES IN {lake.catalog}.{namespace}").collect():
@@ -251,7 +264,7 @@ def cluster_tables(spark: Any, lake: LakeTable, cluster: str) -> list[tuple[Lake
                 continue
             props = {str(r[0]): str(r[1]) for r in spark.sql(f"SHOW TBLPROPERTIES {identifier}").collect()}
             if props.get(CLUSTER_PROPERTY) == cluster:
-                out.append((table(identifier), False))
+                out.append((table(identifier), TYPED))
     return out
 
 

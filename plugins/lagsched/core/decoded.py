@@ -64,17 +64,16 @@ def _gather_in_order(
     per byte gathered: for a block of 100,000 records that is tens of megabytes, which the allocator
     maps fresh (and the kernel faults in) on every call."""
     some = lengths > 0  # a byte starts at most one non-empty range and ends at most one: no index repeats
-    first, last = (
-        int(starts[some][0]),
-        int(ends[some][-1]),
-    )  # only the span the ranges cover (a slice's data is all of its buffer)
+    # Only the span the ranges cover: a slice's data is all of its buffer.
+    first, last = int(starts[some][0]), int(ends[some][-1])
     edges = np.zeros(last - first + 1, np.int8)
     edges[starts[some] - first] += 1
     edges[ends[some] - first] -= 1
-    kept = data[first:last][np.cumsum(edges[:-1], dtype=np.int8).view(bool)]
+    kept: np.ndarray = data[first:last][np.cumsum(edges[:-1], dtype=np.int8).view(bool)]
     if sep is None:
         return kept
-    return np.insert(kept, np.cumsum(lengths), np.uint8(sep))
+    separated: np.ndarray = np.insert(kept, np.cumsum(lengths), np.uint8(sep))
+    return separated
 
 
 class RawDecoder:

@@ -151,7 +151,7 @@ def raw_path(runs: list[pa.RecordBatch], location: str) -> int:
         table, f"{location}/raw.parquet", compression="snappy",
         use_dictionary=["partition", "headers.list.element.key"], row_group_size=1024 * 1024,
     )  # fmt: skip
-    return table.num_rows
+    return int(table.num_rows)
 
 
 def stages(runs: list[pa.RecordBatch], location: str) -> dict[str, float]:
