@@ -62,8 +62,8 @@ class Sink:
         self.log, self.outcome = log, outcome
         self.lake = type("Lake", (), {"identifier": "lagsched.kafka.c"})()
 
-    def mark(self) -> int:
-        self.log.append(("mark",))
+    def mark(self, topics: Any = None) -> int:
+        self.log.append(("mark", sorted(topics)))
         return 7
 
     def file_settings(self) -> object:
@@ -147,7 +147,7 @@ def test_waiting_batches_land_as_one_union_per_partition_recorded_after_the_mark
     held = claims({0: 10, 1: 8})
     b.flush(held, TOPICS)
     assert log[1:] == [
-        ("mark",),
+        ("mark", ["orders"]),  # the tables of the ranges' topics only
         ("record", 0, 10, 30), ("record", 1, 8, 9),
         ("table", ["f2-p0", "f3-p0", "f3-p1"], {("orders", 0): (10, 30), ("orders", 1): (8, 9)}, 7),
         ("offset", 0, 30), ("offset", 1, 9),

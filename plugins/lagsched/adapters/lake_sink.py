@@ -217,9 +217,15 @@ class LakeSink:
 
     # ------------------------------------------------------------------ the batch's calls
 
-    def mark(self) -> Marks:
-        """Each table's current snapshot: take it before ``begin_batch`` (docs/lake.md)."""
-        return {(name or self.shared.identifier): sink.mark() for name, sink in self._tables().items()}
+    def mark(self, topics: Iterable[str] | None = None) -> Marks:
+        """The current snapshot of each table ``topics`` can land in (None: of every table): take it
+        before ``begin_batch`` (docs/lake.md). A batch reads only the tables of its own topics: a
+        cluster of hundreds of typed tables would otherwise refresh each of them every batch."""
+        tables = self._tables()
+        if topics is not None:
+            wanted = {table for topic in topics for table in self._landing(topic)}
+            tables = {name: sink for name, sink in tables.items() if name in wanted}
+        return {(name or self.shared.identifier): sink.mark() for name, sink in tables.items()}
 
     def present(self, reads: Sequence[BatchRead], since: Marks | None) -> Presence:
         """Which tables hold records of the redone ``reads`` as of the mark ``since``."""

@@ -356,7 +356,8 @@ class Batches:
         result = BatchResult()
         reads: list[BatchRead] = []
         started: dict[Key, PartitionRow] = {}
-        since = self.sink.mark()  # 1. before any range is recorded (docs/lake.md, "Exactly once")
+        # 1. Before any range is recorded (docs/lake.md, "Exactly once"): the tables its topics land in.
+        since = self.sink.mark({topics[key[0]].name for key in batch.plans})
         for key, plan in sorted(batch.plans.items()):  # 2. record
             claim = batch.claims[key]
             name = topics[key[0]].name
@@ -596,7 +597,7 @@ class Batches:
             since, started = (
                 (None, {})
                 if self._schema_refused(waiting, result, voided)
-                else self._record(ranges, claims, result, voided)
+                else self._record(ranges, claims, result, voided, {topics[k[0]].name for k in ranges})
             )
             files = [f for k, f in waiting.files if k in started]
             self.sink.delete(f.location for k, f in waiting.files if k not in started)
@@ -698,13 +699,15 @@ class Batches:
         claims: Mapping[Key, PartitionRow],
         result: BatchResult,
         voided: set[Key],
+        topic_names: set[str],
     ) -> tuple[Marks, dict[Key, PartitionRow]]:
-        """The mark, then each waiting range recorded under its claim's epoch (`ClaimStore.begin_batch`);
-        rows not held or lost go into ``voided``. The mark and the claims as recorded."""
+        """The mark (of the tables the ranges' topics, ``topic_names``, land in), then each waiting
+        range recorded under its claim's epoch (`ClaimStore.begin_batch`); rows not held or lost go
+        into ``voided``. The mark and the claims as recorded."""
         for key in [k for k in ranges if k not in claims]:
             log.warning("%s[%d]: written but no longer held; its batches are dropped", key[0], key[1])
             voided.add(key)
-        since = self.sink.mark()  # before any range is recorded (docs/lake.md)
+        since = self.sink.mark(topic_names)  # before any range is recorded (docs/lake.md)
         started: dict[Key, PartitionRow] = {}
         for key, (start, end) in sorted(ranges.items()):
             if key in voided:
