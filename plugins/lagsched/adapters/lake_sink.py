@@ -4,7 +4,7 @@ dead-letter table, each committed exactly once (docs/lake.md, "Several tables").
 `LakeSink` has the shared table's calls (`adapters.sink.IcebergSink`: mark, present, commit,
 delete), for all of them at once:
 
-* **mark**: every table's current snapshot, before the batch's ranges are recorded;
+* **mark**: the current snapshot of each table the batch's topics can land in, before its ranges are recorded;
 * **present** (a redo): which tables hold records of each recorded range already;
 * **prepare** (before the ranges are recorded): each typed table the batch writes is created on
   its first records, and each new writer schema is decided (`adapters.schema_decisions`): the
