@@ -131,6 +131,12 @@ def _rewrite(spark: Any, system: str, table_arg: str, where: str, target: int, *
     }
 
 
+def _partition_name(topic: str, hour: int) -> str:
+    """``topic@2026-06-01T13``; a typed table's hours (no topic): ``2026-06-01T13``."""
+    name = f"{datetime.fromtimestamp(hour * _HOUR_S, UTC):%Y-%m-%dT%H}"
+    return f"{topic}@{name}" if topic else name
+
+
 def _compact(
     spark: Any, lake: LakeTable, target: int, edge: datetime, *, clock: Clock, shape: TableShape
 ) -> dict[str, Any]:
@@ -155,12 +161,7 @@ def _compact(
         "bytes_before": before.bytes,
         "bytes_after": after.bytes,
         **done,
-        "rewritten_whole": [
-            f"{t}@{datetime.fromtimestamp(h * _HOUR_S, UTC):%Y-%m-%dT%H}"
-            if t
-            else f"{datetime.fromtimestamp(h * _HOUR_S, UTC):%Y-%m-%dT%H}"
-            for t, h in left
-        ],
+        "rewritten_whole": [_partition_name(t, h) for t, h in left],
         "median_file_bytes_before": before.median_file_bytes,
         "median_file_bytes_after": after.median_file_bytes,
         "max_files_per_partition_before": before.max_files_per_partition,

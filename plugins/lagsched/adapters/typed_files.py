@@ -148,17 +148,11 @@ def _build(fmt: str, declared: str | None, registry: Any, schema_id: int, part: 
     """A decoder, or the permanent error building it gave (kept: the registry never reuses an id)."""
     import json
 
-    from lagsched.core import key_decode
-    from lagsched.core.avro_decode import AvroDecoder
     from lagsched.core.errors import UnknownSchemaId
-    from lagsched.core.json_decode import JsonDecoder
 
     try:
         if fmt == "json":
-            parsed = json.loads(declared or "{}")
-            if part == KEY:
-                return key_decode.KeyDecoder(JsonDecoder(key_decode.wrap_json_schema(parsed)), json_text=True)
-            return JsonDecoder(parsed)
+            return _decoder("JSON", json.loads(declared or "{}"), part)
         try:
             writer = registry_client(registry).schema(schema_id)
         except ConnectionFailure as exc:
@@ -168,13 +162,26 @@ def _build(fmt: str, declared: str | None, registry: Any, schema_id: int, part: 
         wanted = "AVRO" if fmt == "avro" else "JSON"
         if writer.schema_type != wanted:
             return UnsupportedSchema(f"schema {schema_id} is {writer.schema_type}, but the route reads {fmt}", path="")
-        if part == KEY and wanted == "AVRO":
-            return key_decode.KeyDecoder(AvroDecoder(json.dumps(key_decode.wrap_avro(json.loads(writer.text)))))
-        if part == KEY:
-            return key_decode.KeyDecoder(JsonDecoder(key_decode.wrap_json_schema(writer.parsed())), json_text=True)
-        return AvroDecoder(writer.text) if wanted == "AVRO" else JsonDecoder(writer.parsed())
+        return _decoder(wanted, json.loads(writer.text) if wanted == "AVRO" else writer.parsed(), part)
     except (UnknownSchemaId, UnsupportedSchema) as exc:
         return exc
+
+
+def _decoder(kind: str, schema: Any, part: str) -> Any:
+    """The decoder of an Avro (``kind`` AVRO) or JSON schema (parsed), of values or of keys."""
+    import json
+
+    from lagsched.core import key_decode
+    from lagsched.core.avro_decode import AvroDecoder
+    from lagsched.core.json_decode import JsonDecoder
+
+    if kind == "AVRO":
+        if part == KEY:
+            return key_decode.KeyDecoder(AvroDecoder(json.dumps(key_decode.wrap_avro(schema))))
+        return AvroDecoder(json.dumps(schema))
+    if part == KEY:
+        return key_decode.KeyDecoder(JsonDecoder(key_decode.wrap_json_schema(schema)), json_text=True)
+    return JsonDecoder(schema)
 
 
 class RoutedPartitionFiles:

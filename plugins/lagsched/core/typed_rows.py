@@ -21,7 +21,7 @@ itself: an unknown schema id (`UnknownSchemaId`) makes dead letters, a registry 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -193,27 +193,45 @@ def split_batch(raw: pa.RecordBatch, route: TopicRoute, decoders: Decoders, *, t
         data, starts, ends = value_spans(values)
         schema_ids = np.where(tombstone, -1, route.local_schema_id)
     typed: list[TypedRows] = []
-    for schema_id in sorted(set(schema_ids[schema_ids >= 0].tolist())):
-        rows = np.flatnonzero((schema_ids == schema_id) & ~_marked(n, reasons))
-        try:
-            decoder = decoders(VALUE, int(schema_id))
-        except (UnknownSchemaId, UnsupportedSchema, Incompatible) as exc:
-            reasons.update({int(i): _refusal(exc, VALUE, int(schema_id), target) for i in rows})
-            continue
-        decoded: Decoded = decoder.decode(data, starts[rows], ends[rows])
-        for local, reason in decoded.dead.items():
-            reasons[int(rows[local])] = reason
+    for schema_id, decoder, rows, decoded in _each_writer(
+        schema_ids, (data, starts, ends), part=VALUE, decoders=decoders, reasons=reasons, target=target
+    ):
         kept = rows[decoded.rows]
         if len(kept):
-            writers[(VALUE, int(schema_id))] = writer_columns(route, VALUE, decoder)
-            typed += _typed(
-                raw, keys, kept, value_schema=decoder.schema, schema_id=int(schema_id), values=decoded.table
-            )
+            writers[(VALUE, schema_id)] = writer_columns(route, VALUE, decoder)
+            typed += _typed(raw, keys, kept, value_schema=decoder.schema, schema_id=schema_id, values=decoded.table)
     stones = np.flatnonzero(tombstone & ~_marked(n, reasons))
     if len(stones):
         typed += _typed(raw, keys, stones, value_schema=pa.schema([]), schema_id=-1, values=None)
     dead = _dead_letters(raw, reasons, schema_ids, target) if reasons else None
     return Split(typed, dead, writers)
+
+
+def _each_writer(
+    ids: np.ndarray,
+    spans: tuple[np.ndarray, np.ndarray, np.ndarray],
+    *,
+    part: str,
+    decoders: Decoders,
+    reasons: dict[int, str],
+    target: str,
+) -> Iterator[tuple[int, Any, np.ndarray, Decoded]]:
+    """For each writer schema id of `ids` (-1: none), in order: (the id, its decoder, its records
+    not dead letters yet, what they decoded to). A schema that cannot be read into the table, and
+    each datum that does not decode, are put in `reasons` (dead letters) on the way. ``spans``: the
+    datums' bytes, starts and ends."""
+    data, starts, ends = spans
+    for schema_id in np.unique(ids[ids >= 0]).tolist():
+        rows = np.flatnonzero((ids == schema_id) & ~_marked(len(ids), reasons))
+        try:
+            decoder = decoders(part, schema_id)
+        except (UnknownSchemaId, UnsupportedSchema, Incompatible) as exc:
+            reasons.update({int(i): _refusal(exc, part, schema_id, target) for i in rows})
+            continue
+        decoded: Decoded = decoder.decode(data, starts[rows], ends[rows])
+        for local, reason in decoded.dead.items():
+            reasons[int(rows[local])] = reason
+        yield schema_id, decoder, rows, decoded
 
 
 def _refusal(exc: Exception, part: str, schema_id: int, target: str) -> str:
@@ -285,22 +303,15 @@ def _keys(
         data, starts, ends = value_spans(keys)
         ids = np.where(keys.is_null().to_numpy(zero_copy_only=False), -1, route.local_key_schema_id)
     out = _Keys(ids)
-    for key_id in sorted(set(ids[ids >= 0].tolist())):
-        rows = np.flatnonzero((ids == key_id) & ~_marked(n, reasons))
-        try:
-            decoder = decoders(KEY, int(key_id))
-        except (UnknownSchemaId, UnsupportedSchema, Incompatible) as exc:
-            reasons.update({int(i): _refusal(exc, KEY, int(key_id), target) for i in rows})
-            continue
-        decoded: Decoded = decoder.decode(data, starts[rows], ends[rows])
-        for local, reason in decoded.dead.items():
-            reasons[int(rows[local])] = reason
+    for key_id, decoder, rows, decoded in _each_writer(
+        ids, (data, starts, ends), part=KEY, decoders=decoders, reasons=reasons, target=target
+    ):
         position = np.full(n, -1, np.int64)
         position[rows[decoded.rows]] = np.arange(len(decoded.rows))
-        out.decoded[int(key_id)] = (decoded.table.column(0).combine_chunks(), position)
-        out.types[int(key_id)] = decoder.key_type
+        out.decoded[key_id] = (decoded.table.column(0).combine_chunks(), position)
+        out.types[key_id] = decoder.key_type
         if len(decoded.rows):
-            writers[(KEY, int(key_id))] = writer_columns(route, KEY, decoder)
+            writers[(KEY, key_id)] = writer_columns(route, KEY, decoder)
     return out
 
 
@@ -354,7 +365,7 @@ def _typed(
     value column; a reader fills them with nulls)."""
     out = []
     key_ids = keys.ids[rows]
-    for key_id in sorted(set(key_ids.tolist())):
+    for key_id in np.unique(key_ids).tolist():
         local = np.flatnonzero(key_ids == key_id)
         some = rows[local]
         key_type, key_column = keys.column(some, key_id)
@@ -365,8 +376,8 @@ def _typed(
             columns.append(key_column.cast(schema.field("_kafka_key").type))  # times as microseconds
         if values is not None:
             held = pa.schema([schema.field(f.name) for f in values.schema])
-            part = values if len(local) == values.num_rows else values.take(pa.array(local))
-            columns += [c.combine_chunks() for c in part.cast(held).columns]  # times as microseconds (spark_readable)
+            taken = values if len(local) == values.num_rows else values.take(pa.array(local))
+            columns += [c.combine_chunks() for c in taken.cast(held).columns]  # times as microseconds (spark_readable)
         batch = pa.RecordBatch.from_arrays(columns, schema=schema)
         out.append(TypedRows(schema_id, batch, raw.column("offset").take(index).to_numpy(), key_schema_id=key_id))
     return out
