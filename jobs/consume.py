@@ -378,6 +378,7 @@ def _lake_sink(
         routes=routes,
         registry=registry,
         properties={"lagsched.slot": slot_id, "lagsched.cluster": cluster},
+        cluster=cluster,
         count_dead_letters=DeadLetterCounter(redis, cluster).count,
     )
 

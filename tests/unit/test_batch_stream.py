@@ -49,7 +49,9 @@ class Store:
         self.log.append(("record", claim.partition_id, start, end))
         return claim
 
-    def commit_offset(self, slot: str, claim: PartitionRow, offset: int) -> PartitionRow:
+    def commit_offset(
+        self, slot: str, claim: PartitionRow, offset: int, max_timestamp_ms: int | None = None
+    ) -> PartitionRow:
         self.log.append(("offset", claim.partition_id, offset))
         return dataclasses.replace(claim, committed_offset=offset)
 

@@ -127,7 +127,9 @@ _PICK_ABOVE = (
 )
 # A commit stores the next offset and closes the batch recorded by begin_batch.
 _COMMIT = (
-    "UPDATE topic_partitions SET committed_offset = %s, pending_start = NULL, pending_end = NULL"
+    "UPDATE topic_partitions SET committed_offset = %s, pending_start = NULL, pending_end = NULL,"
+    # GREATEST is NULL when either is: the stored time only grows, and a NULL on either side keeps the other.
+    " max_timestamp_ms = COALESCE(GREATEST(max_timestamp_ms, %s), max_timestamp_ms, %s)"
     " WHERE topic_id = %s AND partition_id = %s AND claimed_by = %s AND claim_epoch = %s"
 )
 _RELEASE = (
@@ -653,8 +655,13 @@ class ClaimStore:
 
         return self._run("renew", op)
 
-    def commit_offset(self, slot_id: str, claim: PartitionRow, offset: int) -> PartitionRow:
+    def commit_offset(
+        self, slot_id: str, claim: PartitionRow, offset: int, max_timestamp_ms: int | None = None
+    ) -> PartitionRow:
         """Store ``offset`` as the next offset to consume, only while the slot still holds the row.
+
+        ``max_timestamp_ms``: the largest timestamp among the records committed up to ``offset`` in
+        this commit (the partition's watermark, docs/completeness.md; None: none known, it stays).
 
         Returns:
             The claim as the table has it now: ``committed_offset = offset`` and the current lease.
@@ -677,7 +684,7 @@ class ClaimStore:
             # and nothing needs reading back.
             cur.execute(
                 _COMMIT + " AND lease_expires_at = %s AND lease_expires_at > CURRENT_TIMESTAMP(6)",
-                (offset, topic_id, partition_id, slot_id, epoch, to_db(lease)),
+                (offset, max_timestamp_ms, max_timestamp_ms, topic_id, partition_id, slot_id, epoch, to_db(lease)),
             )
             if cur.rowcount == 1:
                 return dataclasses.replace(claim, committed_offset=offset)
@@ -688,7 +695,7 @@ class ClaimStore:
             if verdict is None and row is not None and row.lease_expires_at is not None:
                 cur.execute(
                     _COMMIT + " AND lease_expires_at > CURRENT_TIMESTAMP(6)",
-                    (offset, topic_id, partition_id, slot_id, epoch),
+                    (offset, max_timestamp_ms, max_timestamp_ms, topic_id, partition_id, slot_id, epoch),
                 )
                 if row.committed_offset == offset:  # rowcount counts changed rows: nothing changed, still held
                     return _held(slot_id, topic_id, partition_id, offset, epoch, row.lease_expires_at)

@@ -24,6 +24,7 @@ from urllib.parse import quote_plus, urlsplit
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lagsched.core.arrow_types import HEADERS_TYPE
@@ -40,6 +41,7 @@ __all__ = [
     "arrow_schema",
     "delete_written",
     "hour_name",
+    "max_timestamps",
 ]
 
 log = logging.getLogger(__name__)
@@ -243,7 +245,8 @@ class WrittenFile:
     and ``last`` are the lowest and highest offsets in the file. ``table``: the typed or dead-letter
     table it is for (its identifier), None for the cluster's shared table; ``schema_id``: the writer
     schema of its rows (a typed table's; -1 for tombstones); ``key_schema_id``: of its keys (-1:
-    keys of no writer schema; None: not a typed table's file).
+    keys of no writer schema; None: not a typed table's file); ``max_timestamp_ms``: the largest
+    record timestamp in it (Kafka's milliseconds: the partition's watermark, docs/completeness.md).
     """
 
     location: str
@@ -257,6 +260,18 @@ class WrittenFile:
     table: str | None = None
     schema_id: int | None = None
     key_schema_id: int | None = None
+    max_timestamp_ms: int | None = None
+
+
+def max_timestamps(files: Iterable[WrittenFile]) -> dict[tuple[str, int], int]:
+    """The largest record timestamp (ms) of ``files`` per (topic, partition): what `commit_offset`
+    stores with the offset (the watermark, docs/completeness.md)."""
+    latest: dict[tuple[str, int], int] = {}
+    for f in files:
+        if f.max_timestamp_ms is not None:
+            key = (f.topic, f.partition)
+            latest[key] = max(latest.get(key, f.max_timestamp_ms), f.max_timestamp_ms)
+    return latest
 
 
 # -------------------------------------------------------------------------------- file system
@@ -404,6 +419,7 @@ class PartitionFiles:
                 WrittenFile(
                     f.uri, self.topic, self.partition, hour, records, size, first, last, self.table,
                     schema_id=self.schema_id, key_schema_id=self.key_schema_id,
+                    max_timestamp_ms=f.max_timestamp_ms,
                 )
             )  # fmt: skip
 
@@ -421,6 +437,12 @@ class _OpenFile:
         self.bytes_written = 0
         self._first: int | None = None
         self._last = -1
+        self._max_timestamp_us: int | None = None
+
+    @property
+    def max_timestamp_ms(self) -> int | None:
+        """The largest record timestamp written, in Kafka's milliseconds (None: no timestamp)."""
+        return None if self._max_timestamp_us is None else self._max_timestamp_us // 1000
 
     def add(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
@@ -429,6 +451,9 @@ class _OpenFile:
         if self._first is None:
             self._first = offsets[0].as_py()
         self._last = offsets[-1].as_py()
+        latest = pc.max(batch.column(self._settings.hour_column).cast(pa.int64())).as_py()
+        if latest is not None and (self._max_timestamp_us is None or latest > self._max_timestamp_us):
+            self._max_timestamp_us = latest
         self._buffer.append(batch)
         self._buffered += batch.nbytes
         self.records += batch.num_rows

@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lagsched.adapters import schema_decisions
-from lagsched.adapters.data_files import WrittenFile
+from lagsched.adapters import schema_decisions, watermarks
+from lagsched.adapters.data_files import WrittenFile, max_timestamps
 from lagsched.adapters.sink import (
     DEAD_LETTERS,
     KEY_SCHEMA_IDS_PROPERTY,
@@ -42,11 +42,12 @@ from lagsched.adapters.sink import (
     TableCommit,
     TableShape,
 )
+from lagsched.adapters.topics import load_topics
 from lagsched.adapters.typed_files import RoutedTables, TableFiles, decoder_for, registry_client
 from lagsched.core import evolution
 from lagsched.core.errors import ConfigError, LagschedError
 from lagsched.core.iceberg_types import arrow_schema, iceberg_schema, name_mapping
-from lagsched.core.lake import TABLE_PROPERTIES, LakeTable
+from lagsched.core.lake import MAX_TIMESTAMPS_PROPERTY, TABLE_PROPERTIES, VALID_THROUGH_PROPERTY, LakeTable
 from lagsched.core.routing import Route, TopicRoute, route_topics
 from lagsched.core.typed_rows import DEAD_LETTER_SCHEMA, FIXED_KEY_TYPES, KEY, VALUE, typed_schema, writer_columns
 
@@ -113,15 +114,20 @@ class LakeSink:
         registry: Any = None,
         properties: Mapping[str, str] | None = None,
         count_dead_letters: Callable[[Mapping[str, int]], None] | None = None,
+        cluster: str | None = None,
     ) -> None:
         """``routes``: the cluster's routes (none: the shared table only, as before), applied to the
         topics the slot holds as it learns them (`learn`); ``registry``: the schema registry's
         Connection (SchemaRegistryParams), needed when a route reads the registry's formats;
         ``count_dead_letters`` is told the records each topic committed to the dead-letter table
-        (`lagsched.adapters.alert_figures.DeadLetterCounter`: the metric, the alert, the page)."""
+        (`lagsched.adapters.alert_figures.DeadLetterCounter`: the metric, the alert, the page);
+        ``cluster``: the registry's cluster name, whose topics' watermarks each commit records
+        (None: no ``lagsched.valid-through-ts``; the per-partition timestamps are recorded anyway)."""
         self._spark, self._lake, self._conn, self._slot = spark, lake, conn, slot_id
         self._properties = dict(properties or {})
         self._count_dead = count_dead_letters
+        self._cluster = cluster
+        self._shared_topics: tuple[tuple[str, ...], list[str]] = ((), [])  # the registry's names, the unrouted
         self.shared = IcebergSink(spark, lake, properties=self._properties)
         self._rules = tuple(routes)
         self._registry = registry
@@ -373,11 +379,12 @@ class LakeSink:
             sink = self.shared if name is None else self._sink_for(name)
             keys = {(f.topic, f.partition) for f in group}
             try:
+                covered = {k: ranges[k] for k in sorted(keys)}
                 landed = sink.commit(
                     group,
-                    {k: ranges[k] for k in sorted(keys)},
+                    covered,
                     marks.get(sink.identifier),
-                    summary=_summary(sink, group),
+                    summary={**_summary(sink, group), **self._watermark_summary(name, group, covered)},
                 )
             except SinkConflictError as exc:
                 refused.update(exc.ranges)
@@ -391,6 +398,45 @@ class LakeSink:
         if first_refusal is not None:
             raise SinkConflictError(str(first_refusal), refused)
         return TableCommit(snapshot_id, files, records, time.monotonic() - started)
+
+    def _watermark_summary(
+        self, table: str | None, files: Sequence[WrittenFile], covered: Mapping[Key, tuple[int, int]]
+    ) -> dict[str, str]:
+        """The commit's timestamps per partition and the table's watermark after it (docs/completeness.md).
+
+        The watermark is read from MySQL before the commit, with this commit's partitions as they
+        will be once their offsets are stored: a reader of the summary sees the table as of that
+        commit. The dead-letter table has none (it holds what could not be read, of any hour)."""
+        latest = max_timestamps(files)
+        out: dict[str, str] = {}
+        if latest:
+            nested: dict[str, dict[str, int]] = {}
+            for (topic, partition), ms in sorted(latest.items()):
+                nested.setdefault(topic, {})[str(partition)] = ms
+            out[MAX_TIMESTAMPS_PROPERTY] = json.dumps(nested, separators=(",", ":"))
+        if (
+            self._cluster is None
+            or self._conn is None
+            or (self.dead_letters is not None and table == self.dead_letters.identifier)
+        ):
+            return out
+        topics = self.topics_of(table)
+        after = {k: (end, latest.get(k)) for k, (_start, end) in covered.items()}
+        mark = watermarks.watermark_after_commit(self._conn, self._cluster, topics, after)
+        if mark is not None:
+            out[VALID_THROUGH_PROPERTY] = str(mark)
+        return out
+
+    def topics_of(self, table: str | None) -> list[str]:
+        """The registered topics of the cluster whose records land in ``table`` (None: the shared
+        table), by the routes."""
+        if table is not None:
+            return [topic for topic, route in self._routes.items() if self.identifier_of(route) == table]
+        names = tuple(t.name for t in load_topics(self._conn, self._cluster)) if self._cluster is not None else ()
+        if names != self._shared_topics[0]:
+            routed = route_topics(self._rules, names, namespace=self._lake.namespace, shared_table=self._lake.table)
+            self._shared_topics = (names, [n for n in names if routed[n] is None])
+        return self._shared_topics[1]
 
     def _dead_letters_landed(self, files: Sequence[WrittenFile]) -> None:
         per_topic: dict[str, int] = {}

@@ -50,6 +50,14 @@ DEFAULT_CATALOG = "lagsched"
 DEFAULT_NAMESPACE = "kafka"
 #: Snapshot summary key of the offset ranges a commit holds: ``{topic: {partition: [start, end]}}``.
 RANGES_PROPERTY = "lagsched.ranges"
+#: Snapshot summary key: the largest record timestamp (ms) committed per partition of the commit,
+#: ``{topic: {partition: ms}}`` (docs/completeness.md).
+MAX_TIMESTAMPS_PROPERTY = "lagsched.max-timestamps"
+#: Snapshot summary key: the table's watermark once the commit's offsets are stored (ms since the
+#: epoch, as Iceberg's Kafka Connect sink names it ``kafka.connect.valid-through-ts``): every record
+#: with an earlier timestamp, of every partition the table holds, is in the table. Absent when some
+#: partition is known by neither rule of docs/completeness.md.
+VALID_THROUGH_PROPERTY = "lagsched.valid-through-ts"
 #: File systems the slots and the table care write through (Hadoop's; ``s3a`` is S3 and S3-compatible stores).
 WAREHOUSE_SCHEMES = ("file", "s3a", "hdfs")
 SINK_FIELDS = ("warehouse", "catalog", "namespace", "table", "s3_endpoint")

@@ -37,7 +37,7 @@ from typing import IO, Any
 
 from lagsched.adapters.claims import ClaimStore
 from lagsched.adapters.clock import SYSTEM_CLOCK
-from lagsched.adapters.data_files import WrittenFile
+from lagsched.adapters.data_files import WrittenFile, max_timestamps
 from lagsched.adapters.gaps import RetentionGap, record_gap
 from lagsched.adapters.kafka_admin import MIRROR_BACKOFFS_S, kafka_topic_ids, mirror_group_offsets, read_offsets
 from lagsched.adapters.lake_sink import LakeSink, Marks, SchemaRefused
@@ -95,6 +95,7 @@ class BatchWrite:
         commit_s: the table commit (footers and conflict check included).
         snapshot_id: the snapshot of the commit, or None when nothing was committed.
         records: rows committed.
+        max_timestamps: the largest record timestamp (ms) committed per (topic, partition).
     """
 
     files: int
@@ -103,6 +104,7 @@ class BatchWrite:
     commit_s: float
     snapshot_id: int | None = None
     records: int = 0
+    max_timestamps: Mapping[tuple[str, int], int] = field(default_factory=dict)
 
 
 def _not_counted(outcome: str) -> None:
@@ -166,7 +168,9 @@ def write_batch(
         count("error")
         raise
     count("ok")
-    return BatchWrite(commit.files, there, written, commit.seconds, commit.snapshot_id, commit.records)
+    return BatchWrite(
+        commit.files, there, written, commit.seconds, commit.snapshot_id, commit.records, max_timestamps(files)
+    )
 
 
 class StatsLines:
@@ -393,7 +397,9 @@ class Batches:
         for key, claim in started.items():  # 5. offsets
             plan = batch.plans[key]
             try:
-                self.store.commit_offset(slot, claim, plan.commit_to)
+                self.store.commit_offset(
+                    slot, claim, plan.commit_to, wrote.max_timestamps.get((topics[key[0]].name, key[1]))
+                )
             except ClaimLostError as exc:
                 self._lost(result, exc)
                 continue
@@ -617,15 +623,9 @@ class Batches:
                     raise
                 self.count_commit("ok")
             t_offsets = self.clock.monotonic()
-            committed: dict[tuple[str, int], int] = {}
-            for key, claim in started.items():
-                try:
-                    claims[key] = self.store.commit_offset(self.s.slot_id, claim, ranges[key][1])
-                except ClaimLostError as exc:
-                    self._lost(result, exc)
-                    voided.add(key)
-                    continue
-                committed[(topics[key[0]].name, key[1])] = ranges[key][1]
+            committed = self._commit_offsets(
+                started, claims, ranges, files, topics=topics, result=result, voided=voided
+            )
             done = self.clock.monotonic()
             self.mirror.send(committed)
         except BaseException:
@@ -692,6 +692,34 @@ class Batches:
         log.warning("a writer schema was refused for its table: reading %d batch(es) again", waiting.reads)
         self.stats.emit("schema_refused", partitions=len(waiting.ranges))
         return True
+
+    def _commit_offsets(
+        self,
+        started: Mapping[Key, PartitionRow],
+        claims: dict[Key, PartitionRow],
+        ranges: Mapping[Key, tuple[int, int]],
+        files: Sequence[WrittenFile],
+        *,
+        topics: Mapping[str, TopicRow],
+        result: BatchResult,
+        voided: set[Key],
+    ) -> dict[tuple[str, int], int]:
+        """Step 5: each started range's end as its offset, with its records' largest timestamp (the
+        watermark); rows lost go into ``voided``. The offsets committed, by (topic name, partition)."""
+        committed: dict[tuple[str, int], int] = {}
+        latest = max_timestamps(files)
+        for key, claim in started.items():
+            name = topics[key[0]].name
+            try:
+                claims[key] = self.store.commit_offset(
+                    self.s.slot_id, claim, ranges[key][1], latest.get((name, key[1]))
+                )
+            except ClaimLostError as exc:
+                self._lost(result, exc)
+                voided.add(key)
+                continue
+            committed[(name, key[1])] = ranges[key][1]
+        return committed
 
     def _record(
         self,

@@ -43,6 +43,7 @@ from lagsched.adapters.kafka_admin import OffsetsAdmin, list_partitions, read_of
 from lagsched.adapters.lag_store import LagRecord, LagStore
 from lagsched.adapters.mysql import aware_utc
 from lagsched.adapters.topics import TopicRow, load_topics_with_partitions
+from lagsched.adapters.watermarks import PartitionEnd, record_ends
 from lagsched.core.config import Settings, effective_config
 from lagsched.core.evaluator import LagPoint
 from lagsched.core.lag import (
@@ -385,11 +386,26 @@ def measure(
         for holder, rate in rates.items():
             slot_rates[holder] = slot_rates.get(holder, 0.0) + rate
     store.add_lag_records({m.topic: _lag_record(m, at) for m in measured})
+    record_ends(mysql, [end for name, plags in lags.items() for end in _ends(by_name[name], plags, at)])
     store.mark_measured(at)
     write_thresholds(store.client, cluster, _thresholds(settings, by_name, counts))
     measured.sort(key=lambda t: (-t.lag, -t.lost, t.topic))
     _log_findings(measured)
     return MeasureSummary(cluster, aware_utc(now), tuple(measured), missing, slot_rates)
+
+
+def _ends(registered: _Registered, plags: Sequence[PartitionLag], at: float) -> list[PartitionEnd]:
+    """Each partition's end as read, for the watermarks (docs/completeness.md): the offset the pipeline
+    must have committed to hold every record appended before ``at``. ``at`` was taken before the
+    broker was asked, so those records sit below the end read. A partition with nothing to read then
+    (no lag: nothing ever written, or all of it deleted by retention) is caught up at the offset it
+    is at, which may be none (0). Partitions the broker has and the registry not yet are left out."""
+    ms, tid = int(at * 1000), registered.row.topic_id
+    return [
+        (tid, p.partition, p.latest if p.lag else min(p.latest, p.committed or 0), ms)
+        for p in plags
+        if p.partition in registered.committed
+    ]
 
 
 def _thresholds(settings: Settings, by_name: Mapping[str, _Registered], counts: Mapping[str, int]) -> ClusterThresholds:

@@ -1,0 +1,108 @@
+"""When an hour of a table is complete: the watermark rule (docs/completeness.md). Pure.
+
+A partition's watermark is the time up to which the pipeline holds all of it:
+
+* the largest timestamp among its committed records (a record at or after an hour's end says the
+  partition moved past the hour), or
+* the time the lag monitor read its end, once the committed offset reached that end: every record
+  appended before that time is committed (an idle partition is not waited for).
+
+A table's watermark is the least of its partitions' (a partition known by neither holds it at
+None: nothing can be said yet). An hour ``[start, start + 1 h)`` is complete once the watermark
+is at or past its end plus the allowed lateness. A stalled partition keeps its watermark where
+it was, so a stalled topic holds the table back; that is the point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+__all__ = [
+    "HOUR_MS",
+    "PARTITION_KEY_FORMAT",
+    "PartitionTime",
+    "hour_complete",
+    "hour_key",
+    "hour_of_key",
+    "table_watermark",
+]
+
+HOUR_MS = 3_600_000
+# How Airflow's CronPartitionTimetable names an hour (its default key format), in UTC.
+PARTITION_KEY_FORMAT = "%Y-%m-%dT%H:%M:%S"
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionTime:
+    """What the pipeline knows of one partition's time.
+
+    Attributes:
+        committed_offset: the next offset to consume (None: nothing committed yet).
+        max_timestamp_ms: the largest timestamp among committed records (None: none known).
+        end_offset, observed_ms: the lag monitor's last reading: once the committed offset (none
+            counts as 0) reaches ``end_offset``, every record appended before ``observed_ms`` is
+            committed (None: never read).
+    """
+
+    committed_offset: int | None
+    max_timestamp_ms: int | None
+    end_offset: int | None = None
+    observed_ms: int | None = None
+
+    @property
+    def watermark_ms(self) -> int | None:
+        """Everything of this partition with a timestamp before this is committed (None: unknown)."""
+        idle = (
+            self.observed_ms
+            if self.end_offset is not None
+            and self.observed_ms is not None
+            and (self.committed_offset or 0) >= self.end_offset
+            else None
+        )
+        known = [t for t in (self.max_timestamp_ms, idle) if t is not None]
+        return max(known) if known else None
+
+
+def table_watermark(partitions: Iterable[PartitionTime]) -> int | None:
+    """The least partition watermark (None if any is unknown, or there are no partitions)."""
+    least: int | None = None
+    seen = False
+    for p in partitions:
+        seen = True
+        w = p.watermark_ms
+        if w is None:
+            return None
+        least = w if least is None else min(least, w)
+    return least if seen else None
+
+
+def hour_complete(hour_start_ms: int, watermark_ms: int | None, lateness_ms: int) -> bool:
+    """Whether the hour beginning at ``hour_start_ms`` is complete under ``watermark_ms``."""
+    if hour_start_ms % HOUR_MS:
+        raise ValueError(f"{hour_start_ms} ms is not the start of an hour")
+    if lateness_ms < 0:
+        raise ValueError(f"allowed lateness {lateness_ms} ms must be >= 0")
+    return watermark_ms is not None and watermark_ms >= hour_start_ms + HOUR_MS + lateness_ms
+
+
+def hour_key(hour_start_ms: int) -> str:
+    """The Airflow partition key of the hour beginning at ``hour_start_ms`` (UTC)."""
+    return datetime.fromtimestamp(hour_start_ms / 1000, UTC).strftime(PARTITION_KEY_FORMAT)
+
+
+def hour_of_key(key: str) -> int:
+    """The start (ms) of the hour an Airflow partition key names.
+
+    Raises:
+        ValueError: not a key of an hour (``2026-12-02T13:00:00``).
+    """
+    try:
+        at = datetime.strptime(key, PARTITION_KEY_FORMAT).replace(tzinfo=UTC)
+    except ValueError:
+        raise ValueError(f"partition key {key!r} is not an hour like 2026-12-02T13:00:00 (UTC)") from None
+    ms = int(at.timestamp() * 1000)
+    if ms % HOUR_MS:
+        raise ValueError(f"partition key {key!r} is not the start of an hour")
+    return ms
