@@ -116,9 +116,21 @@ def test_each_table_is_written_and_read_in_one_module(table: str) -> None:
             continue  # benchmarks and the stack set up scratch databases of their own
         if any(p in s + " " for s in string_constants(path) for p in pattern):
             users.add(path.name)
-    # The claims repository owns the claim columns of topic_partitions.
-    allowed = {TABLE_HOMES[table]} | ({"claims.py"} if table == "topic_partitions" else set()) | READ_MODELS
+    # The claims repository owns the claim columns of topic_partitions (and moves max_timestamp_ms
+    # with the offset); the watermarks module reads the registry to compute watermarks.
+    allowed = (
+        {TABLE_HOMES[table]}
+        | ({"claims.py"} if table == "topic_partitions" else set())
+        | ({"watermarks.py"} if table in {"topics", "topic_partitions"} else set())
+        | READ_MODELS
+    )
     assert users <= allowed, f"{table} is queried in {sorted(users - allowed)}; only {sorted(allowed)} should"
+
+
+def test_the_watermarks_only_read_the_registry() -> None:
+    path = CORE.parent / "adapters" / "watermarks.py"
+    writes = [s for s in string_constants(path) for w in ("UPDATE ", "INTO ", "DELETE ") if w in s.upper()]
+    assert writes and all("partition_ends" in s for s in writes), writes
 
 
 def test_the_redis_adapter_does_not_load_kafka() -> None:

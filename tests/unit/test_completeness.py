@@ -1,0 +1,58 @@
+"""The watermark rule of `lagsched.core.completeness` (docs/completeness.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lagsched.core.completeness import (
+    HOUR_MS,
+    PartitionTime,
+    hour_complete,
+    hour_key,
+    hour_of_key,
+    table_watermark,
+)
+
+H = 1_764_000_000_000 - 1_764_000_000_000 % HOUR_MS  # the start of some hour
+
+
+def test_a_partition_is_as_far_as_its_newest_committed_record_or_its_last_end_read_once_caught_up() -> None:
+    assert PartitionTime(10, H + 5).watermark_ms == H + 5
+    # caught up with the end read at H + 99: everything appended before then is committed
+    assert PartitionTime(10, H + 5, end_offset=10, observed_ms=H + 99).watermark_ms == H + 99
+    # behind the end read: only the records tell
+    assert PartitionTime(9, H + 5, end_offset=10, observed_ms=H + 99).watermark_ms == H + 5
+    # nothing ever committed, nothing to read (end 0): idle, not unknown
+    assert PartitionTime(None, None, end_offset=0, observed_ms=H).watermark_ms == H
+    assert PartitionTime(None, None, end_offset=3, observed_ms=H).watermark_ms is None
+    assert PartitionTime(None, None).watermark_ms is None
+    # a newer record than the end's time wins (a producer clock ahead)
+    assert PartitionTime(10, H + 500, end_offset=10, observed_ms=H + 99).watermark_ms == H + 500
+
+
+def test_the_table_waits_for_its_slowest_partition_and_for_any_unknown_one() -> None:
+    fast, slow = PartitionTime(5, H + HOUR_MS * 3), PartitionTime(5, H + 10)
+    assert table_watermark([fast, slow]) == H + 10
+    assert table_watermark([fast, PartitionTime(0, None)]) is None
+    assert table_watermark([]) is None
+
+
+def test_an_hour_is_complete_once_the_watermark_passes_its_end_plus_the_lateness() -> None:
+    end = H + HOUR_MS
+    assert not hour_complete(H, end - 1, 0)
+    assert hour_complete(H, end, 0)
+    assert not hour_complete(H, end + 59_999, 60_000)
+    assert hour_complete(H, end + 60_000, 60_000)
+    assert not hour_complete(H, None, 0)
+    with pytest.raises(ValueError, match="start of an hour"):
+        hour_complete(H + 1, end, 0)
+    with pytest.raises(ValueError, match=">= 0"):
+        hour_complete(H, end, -1)
+
+
+def test_partition_keys_are_airflows_hourly_keys_in_utc() -> None:
+    assert hour_key(0) == "1970-01-01T00:00:00"
+    assert hour_of_key(hour_key(H)) == H
+    for bad in ("2026-12-02T13:30:00", "2026-12-02", "yesterday", "2026-12-02T13:00:00+01:00"):
+        with pytest.raises(ValueError, match="partition key"):
+            hour_of_key(bad)
