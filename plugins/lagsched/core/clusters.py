@@ -51,6 +51,9 @@ Fields of a cluster (all optional):
   or against a declared JSON Schema (a list; `lagsched.core.routing` has the fields). A topic no
   route matches lands in the shared table above, as raw bytes. The consume DAG passes them to the
   slots (``--routes``), which create the tables on their first records (docs/routing.md).
+* ``allowed_lateness_s``: how far a record's CreateTime may trail the table's watermark and still
+  be in its hour's announcement (default 300; a route's ``allowed_lateness_s`` overrides it for its
+  topic's table; docs/completeness.md).
 
 An absent Variable means one cluster, ``lagsched_kafka``, with every topic (`DEFAULT_CLUSTERS`).
 A malformed one raises a single `ConfigError` listing every problem (field path, value, what is
@@ -79,6 +82,7 @@ from lagsched.core.cadence import (
     CommitCadence,
 )
 from lagsched.core.errors import ConfigError, TopicNameError
+from lagsched.core.completeness import DEFAULT_ALLOWED_LATENESS_S, MAX_ALLOWED_LATENESS_S
 from lagsched.core.lake import LakeTable, sink_problems
 from lagsched.core.names import validate_cluster_name
 from lagsched.core.patterns import check_pattern, matches, require_list
@@ -150,6 +154,8 @@ class ClusterConfig(VariableModel):
     commit_max_bytes: int | None = Field(default=DEFAULT_COMMIT_MAX_BYTES, ge=1)
     # Checked entry by entry by `parse_routes` (in `_cluster`), so each problem names its route.
     routes: tuple[Route, ...] = Field(default=(), strict=False)
+    #: How late a record's CreateTime may be before its hour is announced (docs/completeness.md).
+    allowed_lateness_s: int = Field(default=DEFAULT_ALLOWED_LATENESS_S, ge=0, le=MAX_ALLOWED_LATENESS_S)
 
     @field_validator("kafka_conn_id")
     @classmethod
@@ -219,6 +225,7 @@ class ClusterConfig(VariableModel):
             "commit_max_bytes": self.commit_max_bytes,
             "sink": self.sink_settings(),
             "routes": [r.as_dict() for r in self.routes],
+            "allowed_lateness_s": self.allowed_lateness_s,
         }
 
     @classmethod

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 __all__ = [
+    "DEFAULT_ALLOWED_LATENESS_S",
     "HOUR_MS",
+    "MAX_ALLOWED_LATENESS_S",
     "PARTITION_KEY_FORMAT",
     "PartitionTime",
     "hour_complete",
@@ -30,6 +32,11 @@ __all__ = [
 ]
 
 HOUR_MS = 3_600_000
+#: How long a record's CreateTime may trail the watermark before its hour is announced without it
+#: (the cluster's ``allowed_lateness_s``, a route's to override): five minutes, a producer's retries
+#: and linger many times over.
+DEFAULT_ALLOWED_LATENESS_S = 300
+MAX_ALLOWED_LATENESS_S = 7 * 24 * 3600
 # How Airflow's CronPartitionTimetable names an hour (its default key format), in UTC.
 PARTITION_KEY_FORMAT = "%Y-%m-%dT%H:%M:%S"
 

@@ -45,6 +45,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from lagsched.core.completeness import MAX_ALLOWED_LATENESS_S
 from lagsched.core.errors import ConfigError
 from lagsched.core.patterns import check_pattern, matches, require_list
 from lagsched.core.variable_json import short_repr
@@ -96,6 +97,8 @@ class Route(VariableModel):
     # JSON Schemas of the ``json`` format, kept as canonical JSON text (a frozen model holds no dict).
     value_schema: str | None = None
     key_schema: str | None = None
+    #: Overrides the cluster's ``allowed_lateness_s`` for these topics' tables (docs/completeness.md).
+    allowed_lateness_s: int | None = Field(default=None, ge=0, le=MAX_ALLOWED_LATENESS_S)
 
     _a_list = field_validator("topics", mode="before")(require_list)
     _linear_time = field_validator("topic_pattern")(check_pattern)
@@ -151,6 +154,8 @@ class Route(VariableModel):
         for key in ("value_schema", "key_schema"):
             if getattr(self, key) is not None:
                 out[key] = json.loads(getattr(self, key))
+        if self.allowed_lateness_s is not None:
+            out["allowed_lateness_s"] = self.allowed_lateness_s
         return out
 
 
@@ -165,6 +170,7 @@ class TopicRoute:
     key_format: str
     value_schema: str | None = None
     key_schema: str | None = None
+    allowed_lateness_s: int | None = None
 
     @property
     def needs_registry(self) -> bool:
@@ -252,6 +258,7 @@ def route_topics(
             key_format=route.key_format,
             value_schema=route.value_schema,
             key_schema=route.key_schema,
+            allowed_lateness_s=route.allowed_lateness_s,
         )
         key = (found.namespace.lower(), found.table.lower())
         first = owner.setdefault(key, topic)
