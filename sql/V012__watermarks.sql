@@ -7,15 +7,20 @@
 ALTER TABLE topic_partitions
     ADD COLUMN max_timestamp_ms BIGINT NULL AFTER pending_end;
 
--- The lag monitor's last look at each partition's end: at observed_at, every record appended before
--- it sat below end_offset (the last stable offset, read after observed_at was taken). Once
--- committed_offset >= end_offset the pipeline holds everything appended before observed_at: an idle
--- partition does not hold a table's watermark back.
+-- What the lag monitor saw of each partition's end (written by adapters/watermarks.py alone):
+-- * end_offset, observed_ms: at observed_ms every record appended so far sat below end_offset (the
+--   last stable offset, read after observed_ms was taken). Once committed_offset >= end_offset the
+--   pipeline holds everything appended before observed_ms. A reading is replaced only once it is
+--   reached, so a busy partition's credit is never lost to a newer reading it has not reached yet.
+-- * caught_up_ms: the latest time the pipeline was known to hold everything appended before it
+--   (a reading reached, or no lag at the reading). It only grows.
+-- So an idle partition does not hold a table's watermark back; a stalled one does.
 CREATE TABLE IF NOT EXISTS partition_ends (
     topic_id     CHAR(36) NOT NULL,
     partition_id INT      NOT NULL,
     end_offset   BIGINT   NOT NULL,
     observed_ms  BIGINT   NOT NULL,
+    caught_up_ms BIGINT   NULL,
     PRIMARY KEY (topic_id, partition_id),
     CONSTRAINT fk_partition_ends_partition FOREIGN KEY (topic_id, partition_id)
         REFERENCES topic_partitions (topic_id, partition_id),

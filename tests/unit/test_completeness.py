@@ -56,3 +56,8 @@ def test_partition_keys_are_airflows_hourly_keys_in_utc() -> None:
     for bad in ("2026-12-02T13:30:00", "2026-12-02", "yesterday", "2026-12-02T13:00:00+01:00"):
         with pytest.raises(ValueError, match="partition key"):
             hour_of_key(bad)
+
+
+def test_a_credit_once_caught_up_stays_whatever_the_newest_reading_says() -> None:
+    # caught up at H + 50, then a reading at H + 99 it has not reached: still H + 50
+    assert PartitionTime(10, H + 5, end_offset=20, observed_ms=H + 99, caught_up_ms=H + 50).watermark_ms == H + 50

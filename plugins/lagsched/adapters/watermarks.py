@@ -24,10 +24,11 @@ if TYPE_CHECKING:
 
 __all__ = ["PartitionEnd", "partition_times", "record_ends", "topic_watermarks", "watermark_after_commit"]
 
-#: (topic id, partition, end offset, observed at ms): the lag monitor's reading of one partition; the
-#: end is the offset the pipeline must have committed (none committed counts as 0) to hold every
-#: record appended before the time.
-PartitionEnd = tuple[str, int, int, int]
+#: (topic id, partition, end offset, observed at ms, caught up at ms or None): the lag monitor's
+#: reading of one partition. The end is the offset the pipeline must have committed (none committed
+#: counts as 0) to hold every record appended before the time; ``caught up`` is that time when it
+#: had already (no lag).
+PartitionEnd = tuple[str, int, int, int, int | None]
 
 _FROM = (
     " FROM topics t JOIN topic_partitions tp ON tp.topic_id = t.topic_id"
@@ -36,21 +37,38 @@ _FROM = (
 )
 # `PartitionTime.watermark_ms` in SQL; -1 stands for "unknown" (GREATEST is NULL if any argument is).
 _WATERMARK = (
-    "GREATEST(COALESCE(tp.max_timestamp_ms, -1),"
+    "GREATEST(COALESCE(tp.max_timestamp_ms, -1), COALESCE(pe.caught_up_ms, -1),"
     " CASE WHEN pe.end_offset IS NOT NULL AND COALESCE(tp.committed_offset, 0) >= pe.end_offset"
     " THEN pe.observed_ms ELSE -1 END)"
+)
+# Whether the stored reading (end_offset) is reached by the partition's committed offset now.
+_REACHED = (
+    "(SELECT COALESCE(tp.committed_offset, 0) FROM topic_partitions tp"
+    " WHERE tp.topic_id = VALUES(topic_id) AND tp.partition_id = VALUES(partition_id)) >= end_offset"
+)
+
+_RECORD_ENDS = (
+    "INSERT INTO partition_ends (topic_id, partition_id, end_offset, observed_ms, caught_up_ms)"  # noqa: S608 - constants
+    " VALUES (%s, %s, %s, %s, %s) ON DUPLICATE KEY UPDATE"
+    " caught_up_ms = GREATEST(COALESCE(caught_up_ms, -1), COALESCE(VALUES(caught_up_ms), -1),"
+    f" CASE WHEN {_REACHED} THEN observed_ms ELSE -1 END),"
+    f" observed_ms = CASE WHEN {_REACHED} THEN VALUES(observed_ms) ELSE observed_ms END,"
+    f" end_offset = CASE WHEN {_REACHED} THEN VALUES(end_offset) ELSE end_offset END"
 )
 
 
 def record_ends(conn: Connection, ends: Sequence[PartitionEnd]) -> None:
-    """Store the lag monitor's readings (the newest per partition replaces the one before)."""
+    """Store the lag monitor's readings. A stored reading is replaced only once the committed offset
+    has reached it, and is then credited to ``caught_up_ms`` in the same statement: no credit is lost
+    to a reading the partition has not reached yet (a busy partition's)."""
     if not ends:
         return
     with transaction(conn) as cur:
         # executemany folds an INSERT ... VALUES into multi-row statements: one round trip per ~1 MB.
+        # The assignments run left to right, each seeing the ones before: caught_up_ms and
+        # observed_ms read the old end_offset, which changes last.
         cur.executemany(
-            "INSERT INTO partition_ends (topic_id, partition_id, end_offset, observed_ms) VALUES (%s, %s, %s, %s)"
-            " ON DUPLICATE KEY UPDATE end_offset = VALUES(end_offset), observed_ms = VALUES(observed_ms)",
+            _RECORD_ENDS,
             list(ends),
         )
 
@@ -87,7 +105,8 @@ def partition_times(
     if not wanted:
         return {}
     sql = (
-        "SELECT t.name, tp.partition_id, tp.committed_offset, tp.max_timestamp_ms, pe.end_offset, pe.observed_ms"
+        "SELECT t.name, tp.partition_id, tp.committed_offset, tp.max_timestamp_ms, pe.end_offset, pe.observed_ms,"
+        " pe.caught_up_ms"
         f"{_FROM} AND (t.name, tp.partition_id) IN ({', '.join(['(%s, %s)'] * len(wanted))})"
     )
     with transaction(conn) as cur:
@@ -109,7 +128,7 @@ def watermark_after_commit(
     for key, (offset, latest) in mine.items():
         was = stored.get(key, PartitionTime(None, None))
         grown = was.max_timestamp_ms if latest is None else max(latest, was.max_timestamp_ms or latest)
-        after.append(PartitionTime(offset, grown, was.end_offset, was.observed_ms))
+        after.append(PartitionTime(offset, grown, was.end_offset, was.observed_ms, was.caught_up_ms))
     known = list(others.values())
     if after:
         known.append(table_watermark(after))

@@ -5,14 +5,35 @@
   consume DAG runs on it and starts the slots a scale-up needs.
 * `SLOT_ENDED`: a consumer slot ended (its time budget, a scale-down, a second start of a running
   slot); the consume DAG runs on it and starts again whatever is still needed.
+* `TABLE_HOURS`: the alias ``lagsched_hours`` emits each table's hourly events through; each
+  event lands on the table's own asset, `table_asset` (docs/completeness.md), which downstream DAGs
+  schedule on.
 """
 
 from __future__ import annotations
 
-from airflow.sdk import Asset
+from collections.abc import Iterable
+from typing import Any
 
-__all__ = ["LAG_MEASURED", "SLOT_ENDED", "WORKERS_CHANGED"]
+from airflow.sdk import Asset, AssetAlias
+
+__all__ = ["LAG_MEASURED", "SLOT_ENDED", "TABLE_HOURS", "WORKERS_CHANGED", "table_asset"]
 
 LAG_MEASURED = Asset("lagsched://lag/measured")
 WORKERS_CHANGED = Asset("lagsched://scaling/workers_changed")
 SLOT_ENDED = Asset("lagsched://consume/slot_ended")
+TABLE_HOURS = AssetAlias("lagsched_table_hours")
+
+
+def table_asset(identifier: str, *, cluster: str | None = None, topics: Iterable[str] = ()) -> Asset:
+    """The Airflow asset of an Iceberg table lagsched writes, by its ``catalog.namespace.table``
+    (``lagsched.kafka.orders``): named so, with the URI ``iceberg://<catalog>/<namespace>/<table>``.
+
+    Downstream DAGs schedule on it (``PartitionedAssetTimetable(assets=table_asset(...))``); the
+    cluster and topics, when given, are the asset's extra as the Assets view shows it.
+    """
+    parts = identifier.split(".")
+    if len(parts) != 3 or not all(parts):
+        raise ValueError(f"{identifier!r}: a table is named catalog.namespace.table, e.g. lagsched.kafka.orders")
+    extra: dict[str, Any] = {} if cluster is None else {"cluster": cluster, "topics": sorted(topics)}
+    return Asset(name=identifier, uri="iceberg://" + "/".join(parts), extra=extra)

@@ -81,8 +81,8 @@ from lagsched.core.cadence import (
     DEFAULT_COMMIT_MAX_RECORDS,
     CommitCadence,
 )
-from lagsched.core.errors import ConfigError, TopicNameError
 from lagsched.core.completeness import DEFAULT_ALLOWED_LATENESS_S, MAX_ALLOWED_LATENESS_S
+from lagsched.core.errors import ConfigError, TopicNameError
 from lagsched.core.lake import LakeTable, sink_problems
 from lagsched.core.names import validate_cluster_name
 from lagsched.core.patterns import check_pattern, matches, require_list

@@ -15,15 +15,17 @@ it was, so a stalled topic holds the table back; that is the point.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 __all__ = [
     "DEFAULT_ALLOWED_LATENESS_S",
     "HOUR_MS",
     "MAX_ALLOWED_LATENESS_S",
     "PARTITION_KEY_FORMAT",
+    "HourTable",
     "PartitionTime",
     "hour_complete",
     "hour_key",
@@ -51,12 +53,15 @@ class PartitionTime:
         end_offset, observed_ms: the lag monitor's last reading: once the committed offset (none
             counts as 0) reaches ``end_offset``, every record appended before ``observed_ms`` is
             committed (None: never read).
+        caught_up_ms: the latest time the pipeline was known to hold everything appended before it
+            (a reading reached, or no lag when read; None: never).
     """
 
     committed_offset: int | None
     max_timestamp_ms: int | None
     end_offset: int | None = None
     observed_ms: int | None = None
+    caught_up_ms: int | None = None
 
     @property
     def watermark_ms(self) -> int | None:
@@ -68,7 +73,7 @@ class PartitionTime:
             and (self.committed_offset or 0) >= self.end_offset
             else None
         )
-        known = [t for t in (self.max_timestamp_ms, idle) if t is not None]
+        known = [t for t in (self.max_timestamp_ms, self.caught_up_ms, idle) if t is not None]
         return max(known) if known else None
 
 
@@ -113,3 +118,52 @@ def hour_of_key(key: str) -> int:
     if ms % HOUR_MS:
         raise ValueError(f"partition key {key!r} is not the start of an hour")
     return ms
+
+
+@dataclass(frozen=True, slots=True)
+class HourTable:
+    """A table whose hours are announced: its Airflow asset and the topics that land in it.
+
+    Attributes:
+        cluster: the registry's cluster.
+        catalog, namespace, table: the Iceberg table.
+        topics: the registered topics whose records land in it (a typed table: one).
+        allowed_lateness_s: the lateness its hours wait for (the largest of its topics').
+    """
+
+    cluster: str
+    catalog: str
+    namespace: str
+    table: str
+    topics: tuple[str, ...]
+    allowed_lateness_s: int
+
+    @property
+    def identifier(self) -> str:
+        return f"{self.catalog}.{self.namespace}.{self.table}"
+
+    @property
+    def uri(self) -> str:
+        """The Airflow asset's URI: ``iceberg://<catalog>/<namespace>/<table>``."""
+        return f"iceberg://{self.catalog}/{self.namespace}/{self.table}"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "cluster": self.cluster,
+            "catalog": self.catalog,
+            "namespace": self.namespace,
+            "table": self.table,
+            "topics": list(self.topics),
+            "allowed_lateness_s": self.allowed_lateness_s,
+        }
+
+    @classmethod
+    def from_dict(cls, value: Mapping[str, Any]) -> HourTable:
+        return cls(
+            str(value["cluster"]),
+            str(value["catalog"]),
+            str(value["namespace"]),
+            str(value["table"]),
+            tuple(str(t) for t in value["topics"]),
+            int(value["allowed_lateness_s"]),
+        )

@@ -402,7 +402,7 @@ def _ends(registered: _Registered, plags: Sequence[PartitionLag], at: float) -> 
     is at, which may be none (0). Partitions the broker has and the registry not yet are left out."""
     ms, tid = int(at * 1000), registered.row.topic_id
     return [
-        (tid, p.partition, p.latest if p.lag else min(p.latest, p.committed or 0), ms)
+        (tid, p.partition, p.latest, ms, None) if p.lag else (tid, p.partition, min(p.latest, p.committed or 0), ms, ms)
         for p in plags
         if p.partition in registered.committed
     ]
