@@ -61,3 +61,17 @@ def test_partition_keys_are_airflows_hourly_keys_in_utc() -> None:
 def test_a_credit_once_caught_up_stays_whatever_the_newest_reading_says() -> None:
     # caught up at H + 50, then a reading at H + 99 it has not reached: still H + 50
     assert PartitionTime(10, H + 5, end_offset=20, observed_ms=H + 99, caught_up_ms=H + 50).watermark_ms == H + 50
+
+
+def test_hours_start_is_an_iso_hour_in_utc() -> None:
+    from datetime import UTC, datetime
+
+    from lagsched.core.completeness import DEFAULT_HOURS_START, parse_hours_start
+
+    assert parse_hours_start(None) == parse_hours_start("  ") == DEFAULT_HOURS_START
+    assert parse_hours_start("2026-12-02T05:00:00Z") == datetime(2026, 12, 2, 5, tzinfo=UTC)
+    assert parse_hours_start("2026-12-02T06:00:00+01:00") == datetime(2026, 12, 2, 5, tzinfo=UTC)
+    assert parse_hours_start("2026-12-02T05:00") == datetime(2026, 12, 2, 5, tzinfo=UTC)
+    for bad in ("2026-12-02T05:30:00Z", "tomorrow"):
+        with pytest.raises(ValueError, match="hours_start"):
+            parse_hours_start(bad)

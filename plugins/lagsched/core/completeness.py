@@ -22,6 +22,7 @@ from typing import Any
 
 __all__ = [
     "DEFAULT_ALLOWED_LATENESS_S",
+    "DEFAULT_HOURS_START",
     "HOUR_MS",
     "MAX_ALLOWED_LATENESS_S",
     "PARTITION_KEY_FORMAT",
@@ -30,6 +31,7 @@ __all__ = [
     "hour_complete",
     "hour_key",
     "hour_of_key",
+    "parse_hours_start",
     "table_watermark",
 ]
 
@@ -97,6 +99,29 @@ def hour_complete(hour_start_ms: int, watermark_ms: int | None, lateness_ms: int
     if lateness_ms < 0:
         raise ValueError(f"allowed lateness {lateness_ms} ms must be >= 0")
     return watermark_ms is not None and watermark_ms >= hour_start_ms + HOUR_MS + lateness_ms
+
+
+#: The first hour ``lagsched_hours`` announces when ``[lagsched] hours_start`` is not set.
+DEFAULT_HOURS_START = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def parse_hours_start(text: str | None) -> datetime:
+    """``[lagsched] hours_start`` of Airflow's configuration: the first hour announced (ISO, UTC
+    when no offset is given); empty or None: `DEFAULT_HOURS_START`.
+
+    Raises:
+        ValueError: not an ISO time, or not the start of an hour.
+    """
+    if not text or not text.strip():
+        return DEFAULT_HOURS_START
+    try:
+        at = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"[lagsched] hours_start = {text!r}: not an ISO time like 2026-12-01T00:00:00Z") from None
+    at = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+    if at.minute or at.second or at.microsecond:
+        raise ValueError(f"[lagsched] hours_start = {text!r}: not the start of an hour")
+    return at
 
 
 def hour_key(hour_start_ms: int) -> str:

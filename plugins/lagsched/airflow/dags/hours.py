@@ -6,8 +6,10 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import CronPartitionTimetable, PokeReturnValue, dag, task
+from airflow.sdk.configuration import conf
 
 from lagsched.airflow.assets import TABLE_HOURS, table_asset
+from lagsched.core.completeness import parse_hours_start
 
 DOC = """
 ### lagsched hours
@@ -27,7 +29,9 @@ Its extra: `snapshot_id`, `rows`, `offsets` (`{topic: {partition: [first, last]}
   is the one way to get a second event.
 * A stalled or stopped topic holds its table's hours back (the task waits, up to 7 days, then
   fails; clear it to wait again). An idle partition does not (the lag monitor reads its end).
-* Hours before this DAG's first run: run a **backfill** over them (the hours it names).
+* **Paused when created**: unpause it to start announcing. It announces from `[lagsched]
+  hours_start` of Airflow's configuration (`AIRFLOW__LAGSCHED__HOURS_START`, an ISO hour; default
+  2026-12-01T00:00:00Z) on; earlier hours: a **backfill** over them.
 
 Downstream: `PartitionedAssetTimetable(assets=table_asset("lagsched.kafka.orders"))`; each run's
 `dag_run.partition_key` is the hour (docs/completeness.md has a DAG reading it with pyiceberg).
@@ -38,7 +42,9 @@ Downstream: `PartitionedAssetTimetable(assets=table_asset("lagsched.kafka.orders
     dag_id="lagsched_hours",
     # Each run announces the hour that ended at its start (run_offset=-1: the 13:00 run is 12:00's).
     schedule=CronPartitionTimetable("0 * * * *", timezone="UTC", run_offset=-1),
+    start_date=parse_hours_start(conf.get("lagsched", "hours_start", fallback="")),
     catchup=True,
+    is_paused_upon_creation=True,
     # Hours wait for their watermark in reschedule mode; a day of them may wait at once.
     max_active_runs=24,
     doc_md=DOC,
