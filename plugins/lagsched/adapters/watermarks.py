@@ -44,7 +44,7 @@ _WATERMARK = (
 # Whether the stored reading (end_offset) is reached by the partition's committed offset now.
 _REACHED = (
     "(SELECT COALESCE(tp.committed_offset, 0) FROM topic_partitions tp"
-    " WHERE tp.topic_id = VALUES(topic_id) AND tp.partition_id = VALUES(partition_id)) >= end_offset"
+    " WHERE tp.topic_id = partition_ends.topic_id AND tp.partition_id = partition_ends.partition_id) >= end_offset"
 )
 
 _RECORD_ENDS = (

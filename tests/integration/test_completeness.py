@@ -1,0 +1,174 @@
+"""Watermarks and complete hours on the real stack: slots, the lag monitor, MySQL and Iceberg (docs/completeness.md).
+
+One scenario, asserted step by step. Two topics of one cluster, records with chosen CreateTime
+timestamps over past hours (so no test waits for an hour to pass):
+
+* ``typed`` (routed to a table of its own, raw values): 3 partitions, one never written (idle);
+* ``shared`` (the cluster's shared table): 2 partitions, whose slot falls behind (stalled).
+
+What a downstream reader would check: each complete hour's row count equals the records a plain
+Kafka consumer reads with timestamps in that hour, and its offset ranges are theirs; an idle
+partition does not hold an hour back once the lag monitor has seen it caught up; a stalled topic
+does, until its slot catches up; the commits record the watermark.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from consumer_support import ConsumerHarness
+
+from lagsched.adapters.lag_store import LagStore
+from lagsched.adapters.lake_reader import open_catalog
+from lagsched.adapters.mysql import connect
+from lagsched.adapters.watermarks import partition_times
+from lagsched.core.clusters import parse_clusters
+from lagsched.core.completeness import HOUR_MS, HourTable
+from lagsched.core.config import parse_settings
+from lagsched.core.lake import MAX_TIMESTAMPS_PROPERTY, VALID_THROUGH_PROPERTY
+from lagsched.workflows.hours import check_hour, list_hour_tables
+from lagsched.workflows.lag_monitor import measure
+
+pytestmark = pytest.mark.integration
+
+H = (int(datetime.now(UTC).timestamp() * 1000) // HOUR_MS) * HOUR_MS  # the current hour's start
+MIN = 60_000
+
+
+def produce_at(kafka_config: dict[str, Any], topic: str, records: list[tuple[int, int]]) -> None:
+    """(partition, CreateTime ms) per record, in order."""
+    producer = Producer({**kafka_config, "acks": "all", "enable.idempotence": True})
+    for i, (partition, ts) in enumerate(records):
+        producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=partition, timestamp=ts)
+    assert producer.flush(60) == 0
+
+
+def plain_read(kafka_config: dict[str, Any], topic: str, partitions: int) -> list[tuple[int, int, int]]:
+    """Every record of ``topic`` as a plain consumer reads it: (partition, offset, timestamp ms)."""
+    admin_ends = Consumer({**kafka_config, "group.id": "unused", "enable.auto.commit": False})
+    ends = {p: admin_ends.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+    admin_ends.close()
+    c = Consumer({**kafka_config, "group.id": f"plain-{topic}", "enable.auto.commit": False,
+                  "isolation.level": "read_committed"})  # fmt: skip
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out: list[tuple[int, int, int]] = []
+    while len(out) < sum(ends.values()):
+        for m in c.consume(500, timeout=5):
+            assert m.error() is None, m.error()
+            out.append((m.partition(), m.offset(), m.timestamp()[1]))
+    c.close()
+    return out
+
+
+def in_hour(records: list[tuple[int, int, int]], hour: int) -> tuple[int, dict[str, list[int]]]:
+    """The count and the offset ranges ({partition: [first, last]}) of the records of ``hour``."""
+    spans: dict[str, list[int]] = {}
+    n = 0
+    for p, offset, ts in records:
+        if hour <= ts < hour + HOUR_MS:
+            n += 1
+            span = spans.setdefault(str(p), [offset, offset])
+            span[0], span[1] = min(span[0], offset), max(span[1], offset)
+    return n, dict(sorted(spans.items()))
+
+
+def test_hours_complete_exactly_as_a_plain_consumer_counts_them_idle_partitions_pass_stalled_topics_hold(
+    consumer: ConsumerHarness, kafka_config: dict[str, Any], new_topic: Callable[..., str], redis_client: Any
+) -> None:
+    typed, shared = new_topic(3), new_topic(2)
+    # typed: partitions 0 and 1 over hours H-4..H-2; partition 2 never written
+    produce_at(kafka_config, typed, [(i % 2, H - 4 * HOUR_MS + i * 7 * MIN) for i in range(30)])
+    # shared: both partitions in H-4 and the start of H-3
+    produce_at(kafka_config, shared, [(i % 2, H - 4 * HOUR_MS + i * 5 * MIN) for i in range(16)])
+    consumer.register(typed)
+    consumer.register(shared)
+    routes = [{"topics": [typed], "allowed_lateness_s": 0}]
+    clusters = parse_clusters(
+        {consumer.cluster: {"sink": {"warehouse": consumer.warehouse}, "routes": routes, "allowed_lateness_s": 300}}
+    )
+    conn = connect(consumer.mysql)
+    catalog = open_catalog(consumer.lake, consumer.mysql)
+
+    def tables() -> dict[tuple[str, ...], HourTable]:
+        found = list_hour_tables(clusters, conn=conn, exists=lambda _c, name: bool(catalog.table_exists(name)))
+        return {t.topics: t for t in found}
+
+    def load(t: HourTable) -> Any:
+        return catalog.load_table(f"{t.namespace}.{t.table}")
+
+    def lag_reading() -> None:
+        measure(
+            consumer.cluster,
+            mysql=conn,
+            admin=AdminClient(kafka_config),
+            store=LagStore(redis_client, consumer.cluster),
+            settings=parse_settings(None),
+            now=datetime.now(UTC),
+        )
+
+    # 1. The slot commits (several times: 7 records a batch): each offset moves with its records' newest timestamp.
+    consumer.run("hours", "--routes", json.dumps(routes), "--exit-when-idle", "--max-records", "7", timeout=300)
+    records = {typed: plain_read(kafka_config, typed, 3), shared: plain_read(kafka_config, shared, 2)}
+    times = partition_times(conn, consumer.cluster, [(typed, p) for p in range(3)] + [(shared, p) for p in range(2)])
+    for topic, parts in ((typed, 3), (shared, 2)):
+        for p in range(parts):
+            newest = max((ts for q, _o, ts in records[topic] if q == p), default=None)
+            assert times[(topic, p)].max_timestamp_ms == newest, (topic, p)
+    # the empty partition: its offset stored (0), no record, so no time known
+    assert times[(typed, 2)].max_timestamp_ms is None and times[(typed, 2)].watermark_ms is None
+    found = tables()
+    assert set(found) == {(typed,), (shared,)}, "the typed table and the shared table (not the dead letters)"
+    typed_table, shared_table = found[(typed,)], found[(shared,)]
+    assert typed_table.uri == f"iceberg://lagsched/{typed_table.namespace}/{typed_table.table}"
+    snapshots = load(typed_table).metadata.snapshots
+    assert len(snapshots) >= 3
+    assert all(MAX_TIMESTAMPS_PROPERTY in s.summary.additional_properties for s in snapshots)
+    # partition 2 was never committed nor seen by the lag monitor: nothing can be said yet
+    assert not any(VALID_THROUGH_PROPERTY in s.summary.additional_properties for s in snapshots)
+    assert not check_hour(typed_table, H - 4 * HOUR_MS, conn=conn, load_table=load).complete
+
+    # 2. The shared topic's slot falls behind: new records (in H-2) wait unread when the lag
+    # monitor reads the ends. The typed topic's partitions are all caught up, the idle one too.
+    produce_at(kafka_config, shared, [(0, H - 2 * HOUR_MS + 10 * MIN), (1, H - 2 * HOUR_MS + 20 * MIN)])
+    read_at = int(datetime.now(UTC).timestamp() * 1000)
+    lag_reading()
+    # The typed table (lateness 0 by its route): every past hour complete, exactly as counted.
+    for hour in range(H - 5 * HOUR_MS, H, HOUR_MS):
+        check = check_hour(typed_table, hour, conn=conn, load_table=load)
+        assert check.complete, check.describe()
+        assert check.stats is not None
+        rows, offsets = in_hour(records[typed], hour)
+        assert (check.stats.rows, check.stats.offsets) == (rows, {typed: offsets} if rows else {}), hour
+        extra = check.event_extra()
+        assert extra["rows"] == rows and extra["snapshot_id"] == load(typed_table).current_snapshot().snapshot_id
+        assert extra["watermark_ms"] >= read_at and extra["restated"] is False
+    # The shared table: complete up to its slowest partition's newest record (H-3 + 10 min), no further.
+    assert check_hour(shared_table, H - 4 * HOUR_MS, conn=conn, load_table=load).complete
+    stalled = check_hour(shared_table, H - 3 * HOUR_MS, conn=conn, load_table=load)
+    assert not stalled.complete and stalled.watermark_ms == H - 3 * HOUR_MS + 10 * MIN, stalled.describe()
+
+    # 3. The slot catches up: its commit records the table's watermark (the reading, now reached),
+    # and the hours complete, H-2 with the new records.
+    consumer.run("hours", "--routes", json.dumps(routes), "--exit-when-idle", timeout=300)
+    records[shared] = plain_read(kafka_config, shared, 2)
+    latest = load(shared_table).current_snapshot().summary.additional_properties
+    assert read_at <= int(latest[VALID_THROUGH_PROPERTY]) <= int(datetime.now(UTC).timestamp() * 1000)
+    assert json.loads(latest[MAX_TIMESTAMPS_PROPERTY]) == {
+        shared: {"0": H - 2 * HOUR_MS + 10 * MIN, "1": H - 2 * HOUR_MS + 20 * MIN}
+    }
+    for hour in (H - 3 * HOUR_MS, H - 2 * HOUR_MS):
+        check = check_hour(shared_table, hour, conn=conn, load_table=load)
+        assert check.complete and check.stats is not None, check.describe()
+        assert check.stats.rows == in_hour(records[shared], hour)[0] > 0
+
+    # 4. It falls behind again: a newer reading it has not reached takes no credit back.
+    produce_at(kafka_config, shared, [(0, H - 2 * HOUR_MS + 30 * MIN)])
+    lag_reading()
+    assert check_hour(shared_table, H - 2 * HOUR_MS, conn=conn, load_table=load).complete
+    conn.close()
