@@ -137,6 +137,23 @@ class AirflowAPI:
         """Set a run's state (``failed`` or ``success`` stops it: its running tasks are killed)."""
         self._request("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}", {"state": state})
 
+    def asset_events(self, uri: str) -> list[dict[str, Any]]:
+        """Every event of the asset with ``uri``, oldest first (none when the asset does not exist)."""
+        from urllib.parse import quote
+
+        assets = self._request("GET", f"/api/v2/assets?uri_pattern={quote(uri, safe='')}&limit=100")["assets"]
+        ids = [a["id"] for a in assets if a["uri"] == uri]
+        if not ids:
+            return []
+        events: list[dict[str, Any]] = []
+        while True:
+            page = self._request(
+                "GET", f"/api/v2/assets/events?asset_id={ids[0]}&order_by=timestamp&limit=100&offset={len(events)}"
+            )["asset_events"]
+            events += page
+            if len(page) < 100:
+                return events
+
     # -- Variables and pools --------------------------------------------------------------------
 
     def get_variable(self, key: str) -> str | None:

@@ -123,6 +123,8 @@ def stack_environment(cfg: StackConfig) -> dict[str, str]:
         # Room for the consume pool's 3 slots plus the monitor, evaluator and a manual run.
         "AIRFLOW__CORE__PARALLELISM": os.environ.get("AIRFLOW__CORE__PARALLELISM", "6"),
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        # A new DAG file is found within 20 s (Airflow's default: 5 minutes).
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "20",
         # lagsched_hours (paused when created) announces from 8 hours before this Airflow started:
         # the tests and the demo write records timestamped in those hours (docs/completeness.md).
         "AIRFLOW__LAGSCHED__HOURS_START": os.environ.get("AIRFLOW__LAGSCHED__HOURS_START", _hours_ago(8)),
