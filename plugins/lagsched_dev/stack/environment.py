@@ -125,9 +125,9 @@ def stack_environment(cfg: StackConfig) -> dict[str, str]:
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
         # A new DAG file is found within 20 s (Airflow's default: 5 minutes).
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "20",
-        # lagsched_hours (paused when created) announces from 8 hours before this Airflow started:
+        # lagsched_hours (paused when created) announces from 4 hours before this Airflow started:
         # the tests and the demo write records timestamped in those hours (docs/completeness.md).
-        "AIRFLOW__LAGSCHED__HOURS_START": os.environ.get("AIRFLOW__LAGSCHED__HOURS_START", _hours_ago(8)),
+        "AIRFLOW__LAGSCHED__HOURS_START": os.environ.get("AIRFLOW__LAGSCHED__HOURS_START", _hours_ago(4)),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__PORT": str(cfg.airflow_port),
