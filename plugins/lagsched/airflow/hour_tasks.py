@@ -49,8 +49,9 @@ def run_hour_check(
     raw_clusters: str | Mapping[str, Any] | None,
     *,
     mysql_conn_id: str = MYSQL_CONN_ID,
-) -> dict[str, Any] | None:
-    """The event's extra once the run's hour is complete for ``table``; None while it is not.
+) -> dict[str, Any]:
+    """Where ``table`` stands for the run's hour: ``{"complete": true, "extra": <the event's extra>}``,
+    or ``{"complete": false, "needed_ms": <the watermark it waits for>, "watermark_ms": ...}``.
 
     Raises:
         ConfigError: the run has no hour (it was not started by the hourly partitions).
@@ -99,4 +100,6 @@ def run_hour_check(
     finally:
         conn.close()
     log.info("%s", found.describe())
-    return found.event_extra() if found.complete else None
+    if found.complete:
+        return {"complete": True, "extra": found.event_extra()}
+    return {"complete": False, "needed_ms": found.needed_ms, "watermark_ms": found.watermark_ms}
