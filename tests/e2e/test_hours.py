@@ -112,7 +112,7 @@ def test_each_completed_hour_of_each_table_gets_one_event_through_kills_and_a_sc
     if not dag["is_paused"]:
         pytest.fail("lagsched_hours is unpaused (the demo?): this test needs it to itself", pytrace=False)
     for old in api.dag_runs(HOURS):  # an earlier run of this test's hours (catchup would not redo them)
-        api._request("DELETE", f"/api/v2/dags/{HOURS}/dagRuns/{old['dag_run_id']}")  # noqa: SLF001
+        api._request("DELETE", f"/api/v2/dags/{HOURS}/dagRuns/{old['dag_run_id']}")
     details = api._request("GET", f"/api/v2/dags/{HOURS}/details")
     start = int(datetime.fromisoformat(details["start_date"]).timestamp() * 1000)
     now_hour = int(time.time() * 1000) // HOUR_MS * HOUR_MS
