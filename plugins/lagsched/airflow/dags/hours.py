@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import CronPartitionTimetable, PokeReturnValue, dag, task
 from airflow.sdk.configuration import conf
+from airflow.sdk.exceptions import AirflowRescheduleException
 
 from lagsched.airflow.assets import TABLE_HOURS, table_asset
 from lagsched.core.completeness import parse_hours_start
@@ -17,11 +18,12 @@ DOC = """
 One run per hour (its partition key, `2026-12-02T13:00:00`, is the hour it announces; the run
 starts when the hour ends). For every table of `lagsched_clusters` (each cluster's shared table
 and each typed table that exists; not the dead-letter tables), one mapped task waits
-(`reschedule` mode, no worker slot held) until the table's **watermark** passes the hour's end
-plus the allowed lateness (`allowed_lateness_s`, 300 s unless set), then succeeds with **one
-asset event** on the table's asset (`iceberg://<catalog>/<namespace>/<table>`), keyed by the hour.
-Its extra: `snapshot_id`, `rows`, `offsets` (`{topic: {partition: [first, last]}}`),
-`watermark_ms`, `valid_through`, `table`, `cluster`, `hour`, `restated`.
+(`reschedule` mode, no worker slot held; one check at a time over all runs) until the table's
+**watermark** passes the hour's end plus the allowed lateness (`allowed_lateness_s`, 300 s unless
+set), then succeeds with **one asset event** on the table's asset
+(`iceberg://<catalog>/<namespace>/<table>`), keyed by the hour. Its extra: `snapshot_id`,
+`rows`, `offsets` (`{topic: {partition: [first, last]}}`), `watermark_ms`, `valid_through`,
+`table`, `cluster`, `hour`, `restated`.
 
 * **Exactly once.** Airflow writes a task's events in the transaction that marks it a success;
   a crashed or killed attempt writes none and is retried; a failed run wrote none. Catchup creates
@@ -85,13 +87,16 @@ def lagsched_hours() -> None:
         wanted = HourTable.from_dict(table)
         context["table_name"] = wanted.identifier  # type: ignore[typeddict-unknown-key]
         with fail_fast():
-            extra = run_hour_check(
-                table, context["dag_run"].partition_key, Variable.get("lagsched_clusters", default=None)
-            )
-        if extra is None:
+            clusters = Variable.get("lagsched_clusters", default=None)
+            found = run_hour_check(table, context["dag_run"].partition_key, clusters)
+        if not found["complete"]:
+            earliest = datetime.fromtimestamp(found["needed_ms"] / 1000, UTC)
+            if earliest > datetime.now(UTC) + timedelta(seconds=60):
+                # The hour (and its lateness) has not even ended: look again when it has.
+                raise AirflowRescheduleException(earliest)  # type: ignore[no-untyped-call]
             return PokeReturnValue(is_done=False)
         asset = table_asset(wanted.identifier, cluster=wanted.cluster, topics=wanted.topics)
-        context["outlet_events"][TABLE_HOURS].add(asset, extra=extra)
-        return PokeReturnValue(is_done=True, xcom_value=extra)
+        context["outlet_events"][TABLE_HOURS].add(asset, extra=found["extra"])
+        return PokeReturnValue(is_done=True, xcom_value=found["extra"])
 
     hour_complete.expand(table=tables())
