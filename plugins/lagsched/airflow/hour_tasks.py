@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lagsched.connections import MYSQL_CONN_ID
@@ -51,7 +52,8 @@ def run_hour_check(
     mysql_conn_id: str = MYSQL_CONN_ID,
 ) -> dict[str, Any]:
     """Where ``table`` stands for the run's hour: ``{"complete": true, "extra": <the event's extra>}``,
-    or ``{"complete": false, "needed_ms": <the watermark it waits for>, "watermark_ms": ...}``.
+    or ``{"complete": false, "needed_ms": <the watermark it waits for>, "watermark_ms": ...,
+    "look_again_at": <ISO time, when the hour and its lateness have not even ended yet; else None>}``.
 
     Raises:
         ConfigError: the run has no hour (it was not started by the hourly partitions).
@@ -102,4 +104,11 @@ def run_hour_check(
     log.info("%s", found.describe())
     if found.complete:
         return {"complete": True, "extra": found.event_extra()}
-    return {"complete": False, "needed_ms": found.needed_ms, "watermark_ms": found.watermark_ms}
+    earliest = datetime.fromtimestamp(found.needed_ms / 1000, UTC)
+    later = earliest > datetime.now(UTC) + timedelta(seconds=60)
+    return {
+        "complete": False,
+        "needed_ms": found.needed_ms,
+        "watermark_ms": found.watermark_ms,
+        "look_again_at": earliest.isoformat() if later else None,
+    }

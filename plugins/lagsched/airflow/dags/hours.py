@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from airflow.sdk import CronPartitionTimetable, PokeReturnValue, dag, task
@@ -90,10 +90,8 @@ def lagsched_hours() -> None:
             clusters = Variable.get("lagsched_clusters", default=None)
             found = run_hour_check(table, context["dag_run"].partition_key, clusters)
         if not found["complete"]:
-            earliest = datetime.fromtimestamp(found["needed_ms"] / 1000, UTC)
-            if earliest > datetime.now(UTC) + timedelta(seconds=60):
-                # The hour (and its lateness) has not even ended: look again when it has.
-                raise AirflowRescheduleException(earliest)  # type: ignore[no-untyped-call]
+            if found["look_again_at"]:  # the hour (and its lateness) has not even ended: not before then
+                raise AirflowRescheduleException(datetime.fromisoformat(found["look_again_at"]))  # type: ignore[no-untyped-call]
             return PokeReturnValue(is_done=False)
         asset = table_asset(wanted.identifier, cluster=wanted.cluster, topics=wanted.topics)
         context["outlet_events"][TABLE_HOURS].add(asset, extra=found["extra"])
