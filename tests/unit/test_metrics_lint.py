@@ -117,6 +117,7 @@ def test_a_topic_never_measured_has_no_lag_figures() -> None:
         "lagsched_topic_max_workers",
         "lagsched_topic_time_lag_slo_seconds",
         "lagsched_topic_open_transaction_bound_seconds",
+        "lagsched_topic_watermark_slo_seconds",
     }
 
 

@@ -53,7 +53,8 @@ def format_status(status: ClusterStatus) -> str:
     names = {s["slot_id"]: s["name"] or s["slot_id"][:8] for s in d["slots"]}
     lines = [f"cluster {d['cluster']} at {d['at']}: {len(d['topics'])} topic(s), {d['live_slots']} live slot(s)"]
     header = (
-        f"{'topic':<40} {'parts':>5} {'lag':>12} {'lost':>8} {'time lag s':>10} {'workers':>7}  {'state':<8} owners"
+        f"{'topic':<40} {'parts':>5} {'lag':>12} {'lost':>8} {'time lag s':>10} {'watermark':>12} {'workers':>7}  "
+        f"{'state':<8} owners"
     )
     lines += [header, "-" * len(header)]
     for t in d["topics"]:
@@ -62,7 +63,7 @@ def format_status(status: ClusterStatus) -> str:
         workers = f"{t['linker_workers']}" + ("*" if t["override"] else "")
         lines.append(
             f"{t['name'][:40]:<40} {t['partitions']:>5} {lag:>12} {t['lost']:>8,} {t['time_lag_s']:>10.1f} "
-            f"{workers:>7}  {t['state']:<8} {owners}"
+            f"{_ago(t['watermark'], status.at):>12} {workers:>7}  {t['state']:<8} {owners}"
         )
     if any(t["override"] for t in d["topics"]):
         lines.append("* linker_workers set by a manual override")

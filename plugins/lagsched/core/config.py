@@ -196,6 +196,14 @@ class TopicPolicyConfig(VariableModel):
         description="Seconds of time lag the topic may reach: the alert LagschedTopicTimeLagHigh fires above it "
         "(exported as lagsched_topic_time_lag_slo_seconds; docs/alerts.md).",
     )
+    watermark_slo_s: float = Field(
+        default=3600.0,
+        ge=1,
+        le=MAX_DURATION_S,
+        description="Seconds the topic's watermark may trail the clock: LagschedWatermarkBehind fires above it; "
+        "its table's hourly events wait behind the watermark (lagsched_topic_watermark_slo_seconds; "
+        "docs/completeness.md).",
+    )
     open_transaction_bound_s: float = Field(
         default=OPEN_TRANSACTION_WARN_S,
         ge=1,

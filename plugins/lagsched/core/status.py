@@ -205,6 +205,9 @@ class TopicView:
         max_workers: the most workers the evaluator gives it (`lagsched.core.thresholds`).
         time_lag_slo_s: its time-lag SLO (``time_lag_slo_s``).
         open_transaction_bound_s: how long an open transaction may hold it (``open_transaction_bound_s``).
+        watermark_ms: its watermark: every record with an earlier timestamp is committed
+            (docs/completeness.md; None: some partition is known by neither rule yet).
+        watermark_slo_s: how far the watermark may trail the clock (``watermark_slo_s``).
     """
 
     topic_id: str
@@ -226,6 +229,8 @@ class TopicView:
     max_workers: int | None = None
     time_lag_slo_s: float = 600.0
     open_transaction_bound_s: float = OPEN_TRANSACTION_WARN_S
+    watermark_ms: int | None = None
+    watermark_slo_s: float = 3600.0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -248,6 +253,8 @@ class TopicView:
             "max_workers": self.max_workers,
             "time_lag_slo_s": self.time_lag_slo_s,
             "open_transaction_bound_s": self.open_transaction_bound_s,
+            "watermark": None if self.watermark_ms is None else iso(self.watermark_ms / 1000),
+            "watermark_slo_s": self.watermark_slo_s,
         }
 
 
@@ -642,6 +649,12 @@ METRIC_HELP: dict[str, str] = {
     "lagsched_slot_claimed_partitions": "Partitions each slot holds with a live lease.",
     "lagsched_topic_max_workers": "The most workers the evaluator gives the topic (max_workers, capped by partitions).",
     "lagsched_topic_time_lag_slo_seconds": "The topic's time-lag SLO (time_lag_slo_s of lagsched_settings).",
+    "lagsched_topic_watermark_timestamp_seconds": (
+        "The topic's watermark: every record with an earlier timestamp is committed (docs/completeness.md)."
+    ),
+    "lagsched_topic_watermark_slo_seconds": (
+        "How far the topic's watermark may trail the clock (watermark_slo_s of lagsched_settings)."
+    ),
     "lagsched_topic_open_transaction_bound_seconds": (
         "How long an open transaction may hold the topic (open_transaction_bound_s of lagsched_settings)."
     ),
@@ -721,6 +734,9 @@ def metric_families(clusters: Iterable[tuple[ClusterStatus, Sequence[PartitionFi
             if t.max_workers is not None:
                 add("lagsched_topic_max_workers", lb, t.max_workers)
             add("lagsched_topic_time_lag_slo_seconds", lb, t.time_lag_slo_s)
+            add("lagsched_topic_watermark_slo_seconds", lb, t.watermark_slo_s)
+            if t.watermark_ms is not None:
+                add("lagsched_topic_watermark_timestamp_seconds", lb, t.watermark_ms / 1000)
             add("lagsched_topic_open_transaction_bound_seconds", lb, t.open_transaction_bound_s)
             add("lagsched_topic_owners", lb, len(t.owners))
             for state in STATES:

@@ -37,20 +37,24 @@ class TopicThresholds:
             this many workers is a person's problem, not the evaluator's.
         time_lag_slo_s: the topic's ``time_lag_slo_s``.
         open_transaction_bound_s: the topic's ``open_transaction_bound_s``.
+        watermark_slo_s: the topic's ``watermark_slo_s``.
     """
 
     max_workers: int
     time_lag_slo_s: float
     open_transaction_bound_s: float
+    watermark_slo_s: float = 3600.0
 
     @classmethod
     def of(cls, cfg: TopicPolicyConfig, partitions: int) -> TopicThresholds:
         """The thresholds of a topic with settings ``cfg`` (registry limits applied) and ``partitions``.
 
         >>> TopicThresholds.of(TopicPolicyConfig(max_workers=8), 3)
-        TopicThresholds(max_workers=3, time_lag_slo_s=600.0, open_transaction_bound_s=300.0)
+        TopicThresholds(max_workers=3, time_lag_slo_s=600.0, open_transaction_bound_s=300.0, watermark_slo_s=3600.0)
         """
-        return cls(max(1, cfg.ceiling(partitions)), cfg.time_lag_slo_s, cfg.open_transaction_bound_s)
+        return cls(
+            max(1, cfg.ceiling(partitions)), cfg.time_lag_slo_s, cfg.open_transaction_bound_s, cfg.watermark_slo_s
+        )
 
     @classmethod
     def default(cls, partitions: int, row_max_workers: int | None = None) -> TopicThresholds:
@@ -74,7 +78,7 @@ class ClusterThresholds:
             {
                 "stale_after_s": self.stale_after_s,
                 "topics": {
-                    name: [t.max_workers, t.time_lag_slo_s, t.open_transaction_bound_s]
+                    name: [t.max_workers, t.time_lag_slo_s, t.open_transaction_bound_s, t.watermark_slo_s]
                     for name, t in sorted(self.topics.items())
                 },
             },
@@ -92,8 +96,9 @@ class ClusterThresholds:
         try:
             data = json.loads(raw)
             topics = {
-                str(name): TopicThresholds(int(w), float(slo), float(bound))
-                for name, (w, slo, bound) in data["topics"].items()
+                # three figures: stored before watermark_slo_s existed (its default applies)
+                str(name): TopicThresholds(int(w), float(slo), float(bound), *(float(x) for x in rest[:1]))
+                for name, (w, slo, bound, *rest) in data["topics"].items()
             }
             return cls(float(data["stale_after_s"]), topics)
         except (ValueError, TypeError, KeyError, AttributeError):

@@ -41,6 +41,7 @@ from lagsched.adapters.status_queries import (
     retention_gaps,
 )
 from lagsched.adapters.topics import TopicRow, load_topics
+from lagsched.adapters.watermarks import topic_watermarks
 from lagsched.core.config import Settings
 from lagsched.core.names import validate_cluster_name, validate_topic_name
 from lagsched.core.status import (
@@ -137,6 +138,7 @@ def cluster_status(
 
     store = LagStore(redis, cluster)
     names = [t.name for t in topics]
+    watermarks = topic_watermarks(mysql, cluster, names)
     records = store.read_lag_records(names)
     measured = _measured(store, [(p.topic, p.row.partition_id) for p in parts])
 
@@ -175,6 +177,7 @@ def cluster_status(
             tuple(sorted(owners.get(t.name, ()), key=lambda s: _slot_order(s, slot_names))),
             override_by_topic.get(t.topic_id),
             thresholds.for_topic(t.name, t.partition_count, t.max_workers),
+            watermark_ms=watermarks.get(t.name),
         )
         for t in topics
     ]
@@ -204,6 +207,8 @@ def _topic_view(
     owners: tuple[str, ...],
     override: dict[str, Any] | None,
     thresholds: TopicThresholds,
+    *,
+    watermark_ms: int | None = None,
 ) -> TopicView:
     """One topic's row of the status: its registry row and its newest lag record (zeros before the first)."""
     newest = history[-1] if history else None
@@ -227,6 +232,8 @@ def _topic_view(
         max_workers=thresholds.max_workers,
         time_lag_slo_s=thresholds.time_lag_slo_s,
         open_transaction_bound_s=thresholds.open_transaction_bound_s,
+        watermark_ms=watermark_ms,
+        watermark_slo_s=thresholds.watermark_slo_s,
     )
 
 
