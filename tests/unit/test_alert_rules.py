@@ -594,6 +594,51 @@ CASES = [
         },
         quiet_at=("9m", "15m", "25m", "40m"),
     ),
+    # -- a watermark further behind the clock than its SLO for 10m --
+    Case(
+        "LagschedWatermarkBehind",
+        "fires",
+        {
+            # stuck at the epoch's start: its age is the evaluation time
+            f"lagsched_topic_watermark_timestamp_seconds{{{EU}}}": "0x30",
+            f"lagsched_topic_watermark_slo_seconds{{{EU}}}": "300x30",
+            # its own SLO of an hour: 30 minutes behind is within it
+            'lagsched_topic_watermark_timestamp_seconds{cluster="eu",topic="slow"}': "0x30",
+            'lagsched_topic_watermark_slo_seconds{cluster="eu",topic="slow"}': "3600x30",
+        },
+        quiet_at=("14m",),  # behind since 5m: pending
+        fires_at="20m",
+        fired=(
+            Fired(
+                {"cluster": "eu", "topic": "orders", "severity": "warning"},
+                "The watermark of topic orders of cluster eu is behind its SLO",
+                "Topic orders (cluster eu) is complete only up to 20m 0s ago, beyond its SLO (watermark_slo_s) for "
+                "10 minutes: the hourly events of its table wait.",
+            ),
+        ),
+    ),
+    Case(
+        "LagschedWatermarkBehind",
+        "healthy",
+        {
+            # keeps up with the clock (a minute a minute)
+            f"lagsched_topic_watermark_timestamp_seconds{{{EU}}}": "0+60x30",
+            f"lagsched_topic_watermark_slo_seconds{{{EU}}}": "300x30",
+            # no watermark yet (a partition known by neither rule): no series, no alert
+            'lagsched_topic_watermark_slo_seconds{cluster="eu",topic="new"}': "300x30",
+        },
+        quiet_at=("10m", "20m", "30m"),
+    ),
+    Case(
+        # Stuck from 10m to 21m (behind its SLO from 15m), then caught up: 7 minutes, within the 10m.
+        "LagschedWatermarkBehind",
+        "gap",
+        {
+            f"lagsched_topic_watermark_timestamp_seconds{{{EU}}}": "0+60x10 600x10 1320+60x10",
+            f"lagsched_topic_watermark_slo_seconds{{{EU}}}": "300x32",
+        },
+        quiet_at=("16m", "20m", "25m", "30m"),
+    ),
 ]
 
 

@@ -152,11 +152,13 @@
         td(t.owners.map((o) => slotLabel(st, o)).join(", ") || "none", undefined, t.owners.join(", ")),
         el("td", { title: t.state_reason || undefined }, badge(t.state)),
         td(ov, undefined, t.override ? t.override.reason : undefined),
+        // Complete up to: its table's hourly events wait behind this (docs/completeness.md).
+        el("td", { class: "age", title: t.watermark || "not known yet: a partition neither committed a record nor was read caught up", text: t.watermark ? fmtAgo(t.watermark) : "-" }),
         // Every figure of the row is as old as its measurement: say how old (the monitor runs every minute).
         el("td", { class: "age", title: t.measured_at || "never measured", text: fmtAgo(t.measured_at) }),
       );
     });
-    fillBody("topics", rows, "no enabled topic in this cluster (is the topic sync DAG running?)", 12);
+    fillBody("topics", rows, "no enabled topic in this cluster (is the topic sync DAG running?)", 13);
   }
 
   function renderStuck(st) {
