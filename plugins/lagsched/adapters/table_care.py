@@ -263,7 +263,13 @@ def cluster_tables(spark: Any, lake: LakeTable, cluster: str) -> list[tuple[Lake
             identifier = f"{lake.catalog}.{namespace}.{row['tableName']}"
             if identifier in (lake.identifier, dead_letter_table(lake)):
                 continue
-            props = {str(r[0]): str(r[1]) for r in spark.sql(f"SHOW TBLPROPERTIES {identifier}").collect()}
+            try:
+                props = {str(r[0]): str(r[1]) for r in spark.sql(f"SHOW TBLPROPERTIES {identifier}").collect()}
+            except Exception as exc:  # noqa: BLE001 - another table's broken metadata must not stop this care
+                # e.g. a table whose metadata file was deleted behind the catalog's back: nothing
+                # can be done to it here, and it must not keep the cluster's own tables from care.
+                log.warning("%s cannot be read (%s); it is skipped", identifier, str(exc).splitlines()[0][:300])
+                continue
             if props.get(CLUSTER_PROPERTY) == cluster:
                 out.append((table(identifier), TYPED))
     return out
