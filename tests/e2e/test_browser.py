@@ -58,6 +58,8 @@ def check_page(frame: Any, seed: Seed) -> None:
     expect(row.locator("td").nth(9)).to_have_text("ok")
     # How old the row's figures are: the seed's measurement is seconds to minutes old (issue 17).
     expect(row.locator("td.age")).to_have_text(re.compile(r"^(just now|[0-9.]+ (s|min) ago)$"))
+    # Its watermark: unknown ("-") until a partition commits a record or is read caught up, then its age.
+    expect(row.locator("td.watermark")).to_have_text(re.compile(r"^(-|just now|.+ ago)$"))
 
     card = frame.locator(f'.chart-card[data-topic="{seed.topic}"]')
     expect(card.locator("svg.chart")).to_have_count(2)  # lag and time lag

@@ -153,7 +153,7 @@
         el("td", { title: t.state_reason || undefined }, badge(t.state)),
         td(ov, undefined, t.override ? t.override.reason : undefined),
         // Complete up to: its table's hourly events wait behind this (docs/completeness.md).
-        el("td", { class: "age", title: t.watermark || "not known yet: a partition neither committed a record nor was read caught up", text: t.watermark ? fmtAgo(t.watermark) : "-" }),
+        el("td", { class: "watermark", title: t.watermark || "not known yet: a partition neither committed a record nor was read caught up", text: t.watermark ? fmtAgo(t.watermark) : "-" }),
         // Every figure of the row is as old as its measurement: say how old (the monitor runs every minute).
         el("td", { class: "age", title: t.measured_at || "never measured", text: fmtAgo(t.measured_at) }),
       );
