@@ -22,4 +22,5 @@ DAG_MODULES = {
     "lagsched_maintenance": "maintenance",
     "lagsched_table_care": "table_care",
     "lagsched_replay": "replay",
+    "lagsched_hours": "hours",
 }
