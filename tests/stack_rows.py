@@ -6,7 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 #: lagsched's tables that hold a cluster's rows, children first.
-CLUSTER_TABLES = ("scaling_overrides", "scaling_decisions", "retention_gaps", "topic_owners", "topic_partitions")
+CLUSTER_TABLES = (
+    "scaling_overrides",
+    "scaling_decisions",
+    "retention_gaps",
+    "topic_owners",
+    "partition_ends",
+    "topic_partitions",
+)
 
 
 def delete_cluster_rows(cur: Any, cluster: str) -> None:
