@@ -34,6 +34,7 @@ from lagsched.core.config import parse_settings
 from lagsched.core.lake import MAX_TIMESTAMPS_PROPERTY, VALID_THROUGH_PROPERTY
 from lagsched.workflows.hours import check_hour, list_hour_tables
 from lagsched.workflows.lag_monitor import measure
+from lagsched.workflows.status import cluster_status
 
 pytestmark = pytest.mark.integration
 
@@ -152,6 +153,10 @@ def test_hours_complete_exactly_as_a_plain_consumer_counts_them_idle_partitions_
     assert check_hour(shared_table, H - 4 * HOUR_MS, conn=conn, load_table=load).complete
     stalled = check_hour(shared_table, H - 3 * HOUR_MS, conn=conn, load_table=load)
     assert not stalled.complete and stalled.watermark_ms == H - 3 * HOUR_MS + 10 * MIN, stalled.describe()
+    # What the page, `lagsched status` and /metrics show: each topic's watermark.
+    views = {t.name: t for t in cluster_status(conn, redis_client, consumer.cluster, datetime.now(UTC)).topics}
+    assert views[typed].watermark_ms is not None and views[typed].watermark_ms >= read_at
+    assert views[shared].watermark_ms == stalled.watermark_ms
 
     # 3. The slot catches up: its commit records the table's watermark (the reading, now reached),
     # and the hours complete, H-2 with the new records.

@@ -63,7 +63,7 @@ def format_status(status: ClusterStatus) -> str:
         workers = f"{t['linker_workers']}" + ("*" if t["override"] else "")
         lines.append(
             f"{t['name'][:40]:<40} {t['partitions']:>5} {lag:>12} {t['lost']:>8,} {t['time_lag_s']:>10.1f} "
-            f"{_ago(t['watermark'], status.at):>12} {workers:>7}  {t['state']:<8} {owners}"
+            f"{_ago(t['watermark'], status.at) if t['watermark'] else '-':>12} {workers:>7}  {t['state']:<8} {owners}"
         )
     if any(t["override"] for t in d["topics"]):
         lines.append("* linker_workers set by a manual override")
