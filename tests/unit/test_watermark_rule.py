@@ -75,3 +75,11 @@ def test_hours_start_is_an_iso_hour_in_utc() -> None:
     for bad in ("2026-12-02T05:30:00Z", "tomorrow"):
         with pytest.raises(ValueError, match="hours_start"):
             parse_hours_start(bad)
+
+
+def test_a_tables_watermark_over_its_topics_is_the_least_and_unknown_if_any_is() -> None:
+    from lagsched.core.completeness import least_watermark
+
+    assert least_watermark([H + 5, H + 2, H + 9]) == H + 2
+    assert least_watermark([H + 5, None]) is None
+    assert least_watermark([]) is None

@@ -13,7 +13,7 @@ from typing import Any
 
 from lagsched.core.completeness import HOUR_MS
 
-__all__ = ["HourStats", "hour_stats"]
+__all__ = ["HourStats", "hour_filter", "hour_stats"]
 
 #: (timestamp, topic, partition, offset) columns of the shared table and of a typed table.
 _SHARED = ("timestamp", "topic", "partition", "offset")
@@ -35,6 +35,20 @@ class HourStats:
     offsets: dict[str, dict[str, list[int]]]
 
 
+def _columns(table: Any) -> tuple[str, str, str, str]:
+    """The (timestamp, topic, partition, offset) columns of a typed or a shared table."""
+    return _TYPED if "_kafka_timestamp" in {f.name for f in table.schema().fields} else _SHARED
+
+
+def hour_filter(table: Any, hour_start_ms: int) -> str:
+    """pyiceberg's row filter of the hour beginning at ``hour_start_ms``, on the table's timestamp
+    column (``timestamp`` in a shared table, ``_kafka_timestamp`` in a typed one)."""
+    ts = _columns(table)[0]
+    start, end = (datetime.fromtimestamp(ms / 1000, UTC).isoformat() for ms in (hour_start_ms, hour_start_ms + HOUR_MS))
+    # pyiceberg's filter string: the column names are ours, the times ISO strings.
+    return f"{ts} >= '{start}' AND {ts} < '{end}'"
+
+
 def hour_stats(table: Any, hour_start_ms: int) -> HourStats:
     """The hour beginning at ``hour_start_ms`` of a pyiceberg ``table``, as of its current snapshot.
 
@@ -48,8 +62,7 @@ def hour_stats(table: Any, hour_start_ms: int) -> HourStats:
     if snapshot is None:
         return HourStats(None, 0, {})
     schema = table.schema()
-    names = {f.name for f in schema.fields}
-    ts, topic_col, part_col, off_col = _TYPED if "_kafka_timestamp" in names else _SHARED
+    ts, topic_col, part_col, off_col = _columns(table)
     spec = table.spec()
     hour_at = topic_at = None
     for i, pf in enumerate(spec.fields):
@@ -61,13 +74,10 @@ def hour_stats(table: Any, hour_start_ms: int) -> HourStats:
     if hour_at is None:
         raise ValueError(f"{table.name()}: not partitioned by hours({ts}); its hours cannot be read from metadata")
     hour = hour_start_ms // HOUR_MS
-    start = datetime.fromtimestamp(hour_start_ms / 1000, UTC).isoformat()
-    end = datetime.fromtimestamp((hour_start_ms + HOUR_MS) / 1000, UTC).isoformat()
     part_field, off_field, topic_field = (schema.find_field(n) for n in (part_col, off_col, topic_col))
     rows = 0
     offsets: dict[str, dict[str, list[int]]] = {}
-    # pyiceberg's filter string: the column names are ours, the times ISO strings.
-    scan = table.scan(row_filter=f"{ts} >= '{start}' AND {ts} < '{end}'", snapshot_id=snapshot.snapshot_id)
+    scan = table.scan(row_filter=hour_filter(table, hour_start_ms), snapshot_id=snapshot.snapshot_id)
     for task in scan.plan_files():
         f = task.file
         if f.partition[hour_at] != hour:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from lagsched.adapters.transactions import transaction
-from lagsched.core.completeness import PartitionTime, table_watermark
+from lagsched.core.completeness import PartitionTime, least_watermark, table_watermark
 
 if TYPE_CHECKING:
     import pymysql
@@ -67,10 +67,7 @@ def record_ends(conn: Connection, ends: Sequence[PartitionEnd]) -> None:
         # executemany folds an INSERT ... VALUES into multi-row statements: one round trip per ~1 MB.
         # The assignments run left to right, each seeing the ones before: caught_up_ms and
         # observed_ms read the old end_offset, which changes last.
-        cur.executemany(
-            _RECORD_ENDS,
-            list(ends),
-        )
+        cur.executemany(_RECORD_ENDS, list(ends))
 
 
 def topic_watermarks(
@@ -129,9 +126,4 @@ def watermark_after_commit(
         was = stored.get(key, PartitionTime(None, None))
         grown = was.max_timestamp_ms if latest is None else max(latest, was.max_timestamp_ms or latest)
         after.append(PartitionTime(offset, grown, was.end_offset, was.observed_ms, was.caught_up_ms))
-    known = list(others.values())
-    if after:
-        known.append(table_watermark(after))
-    if not known or any(w is None for w in known):
-        return None
-    return min(w for w in known if w is not None)
+    return least_watermark([*others.values(), *([table_watermark(after)] if after else [])])

@@ -46,11 +46,7 @@ def load_table(identifier: str, *, mysql_conn_id: str = MYSQL_CONN_ID) -> Any:
 def hour_filter(table: Any, partition_key: str) -> str:
     """pyiceberg's row filter of the hour an hourly partition key names, on the table's timestamp
     column (``timestamp`` in a shared table, ``_kafka_timestamp`` in a typed one)."""
-    from datetime import UTC, datetime
+    from lagsched.adapters import lake_hours
+    from lagsched.core.completeness import hour_of_key
 
-    from lagsched.core.completeness import HOUR_MS, hour_of_key
-
-    start = hour_of_key(partition_key)
-    column = "_kafka_timestamp" if "_kafka_timestamp" in {f.name for f in table.schema().fields} else "timestamp"
-    low, high = (datetime.fromtimestamp(ms / 1000, UTC).isoformat() for ms in (start, start + HOUR_MS))
-    return f"{column} >= '{low}' AND {column} < '{high}'"
+    return lake_hours.hour_filter(table, hour_of_key(partition_key))

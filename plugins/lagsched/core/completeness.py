@@ -31,6 +31,7 @@ __all__ = [
     "hour_complete",
     "hour_key",
     "hour_of_key",
+    "least_watermark",
     "parse_hours_start",
     "table_watermark",
 ]
@@ -81,11 +82,16 @@ class PartitionTime:
 
 def table_watermark(partitions: Iterable[PartitionTime]) -> int | None:
     """The least partition watermark (None if any is unknown, or there are no partitions)."""
+    return least_watermark(p.watermark_ms for p in partitions)
+
+
+def least_watermark(watermarks: Iterable[int | None]) -> int | None:
+    """The least of some watermarks (of partitions, of topics): None if any is unknown, or if
+    there are none. A table's is the least of its partitions', or of its topics'."""
     least: int | None = None
     seen = False
-    for p in partitions:
+    for w in watermarks:
         seen = True
-        w = p.watermark_ms
         if w is None:
             return None
         least = w if least is None else min(least, w)

@@ -17,7 +17,7 @@ from lagsched.adapters.lake_hours import HourStats, hour_stats
 from lagsched.adapters.topics import load_topics
 from lagsched.adapters.watermarks import topic_watermarks
 from lagsched.core.clusters import ClusterConfig
-from lagsched.core.completeness import HOUR_MS, HourTable, hour_complete, hour_key
+from lagsched.core.completeness import HOUR_MS, HourTable, hour_complete, hour_key, least_watermark
 from lagsched.core.hour_tables import hour_tables
 from lagsched.core.lake import LakeTable
 
@@ -100,8 +100,7 @@ def check_hour(table: HourTable, hour_start_ms: int, *, conn: Any, load_table: C
     lateness_ms = table.allowed_lateness_s * 1000
     needed = hour_start_ms + HOUR_MS + lateness_ms
     marks = topic_watermarks(conn, table.cluster, table.topics)
-    known = [marks.get(t) for t in table.topics]
-    watermark = None if not known or any(w is None for w in known) else min(w for w in known if w is not None)
+    watermark = least_watermark(marks.get(t) for t in table.topics)
     if not hour_complete(hour_start_ms, watermark, lateness_ms):
         return HourCheck(table, hour_start_ms, False, watermark, needed)
     # The table is read after the watermark: every record the watermark counts is in it by then
