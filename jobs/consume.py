@@ -36,6 +36,7 @@ log = logging.getLogger("lagsched.consume")
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     from lagsched.core.batches import StartFrom
+    from lagsched.core.completeness import DEFAULT_ALLOWED_LATENESS_S
     from lagsched.core.lake import add_job_arguments
     from lagsched.workflows.slot_settings import default
 
@@ -96,6 +97,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="the cluster's routes (lagsched_clusters, JSON): topics that land in typed tables of their own "
         "(docs/routing.md); the consume DAG passes them",
     )  # fmt: skip
+    p.add_argument(
+        "--allowed-lateness-s", type=_lateness, default=DEFAULT_ALLOWED_LATENESS_S,
+        help="the cluster's allowed_lateness_s (lagsched_clusters): a record of an hour complete longer ago than "
+        "this is counted late (docs/completeness.md; a route's own applies to its table; default: %(default)s)",
+    )  # fmt: skip
     p.add_argument("--lease-s", type=float, default=default("lease_s"), help="claim lease (default: %(default)s)")
     p.add_argument(
         "--heartbeat-s", type=float, default=default("heartbeat_s"), help="heartbeat period (default: %(default)s)"
@@ -119,6 +125,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="where a never-consumed partition starts (default: %(default)s)",
     )  # fmt: skip
     return p.parse_args(argv)
+
+
+def _lateness(text: str) -> int:
+    """An allowed lateness: whole seconds, 0 up to a week."""
+    from lagsched.core.completeness import MAX_ALLOWED_LATENESS_S
+
+    value = int(text)
+    if not 0 <= value <= MAX_ALLOWED_LATENESS_S:
+        raise argparse.ArgumentTypeError(f"{value}: use 0 to {MAX_ALLOWED_LATENESS_S} seconds")
+    return value
 
 
 def _bound(text: str) -> int | None:
@@ -379,6 +395,7 @@ def _lake_sink(
         registry=registry,
         properties={"lagsched.slot": slot_id, "lagsched.cluster": cluster},
         cluster=cluster,
+        allowed_lateness_s=args.allowed_lateness_s,
         count_dead_letters=DeadLetterCounter(redis, cluster).count,
     )
 

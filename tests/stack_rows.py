@@ -12,6 +12,7 @@ CLUSTER_TABLES = (
     "retention_gaps",
     "topic_owners",
     "partition_ends",
+    "late_records",
     "topic_partitions",
 )
 

@@ -50,7 +50,12 @@ class Store:
         return claim
 
     def commit_offset(
-        self, slot: str, claim: PartitionRow, offset: int, max_timestamp_ms: int | None = None
+        self,
+        slot: str,
+        claim: PartitionRow,
+        offset: int,
+        max_timestamp_ms: int | None = None,
+        late: Sequence[object] = (),
     ) -> PartitionRow:
         self.log.append(("offset", claim.partition_id, offset))
         return dataclasses.replace(claim, committed_offset=offset)

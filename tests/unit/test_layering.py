@@ -76,6 +76,8 @@ TABLE_HOMES = {
     "cluster_assignment_state": "ownership.py",
     "retention_gaps": "gaps.py",
     "scaling_overrides": "overrides.py",
+    "partition_ends": "watermarks.py",
+    "late_records": "late_records.py",
 }
 #: Read models: modules that join several tables for a view (the lagsched page, `lagsched status`)
 #: and never write (tests/unit/test_status_model.py checks that status_queries.py only reads).
@@ -117,11 +119,13 @@ def test_each_table_is_written_and_read_in_one_module(table: str) -> None:
         if any(p in s + " " for s in string_constants(path) for p in pattern):
             users.add(path.name)
     # The claims repository owns the claim columns of topic_partitions (and moves max_timestamp_ms
-    # with the offset); the watermarks module reads the registry to compute watermarks.
+    # with the offset); the watermarks module reads the registry to compute watermarks, the late
+    # records' module to name their clusters and topics.
     allowed = (
         {TABLE_HOMES[table]}
         | ({"claims.py"} if table == "topic_partitions" else set())
         | ({"watermarks.py"} if table in {"topics", "topic_partitions"} else set())
+        | ({"late_records.py"} if table == "topics" else set())
         | READ_MODELS
     )
     assert users <= allowed, f"{table} is queried in {sorted(users - allowed)}; only {sorted(allowed)} should"

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 import pymysql
 import pymysql.cursors
 
+from lagsched.adapters.late_records import LateRecords, log_late
 from lagsched.adapters.mysql import connect, from_db, to_db
 from lagsched.adapters.transactions import (
     DEADLOCK,
@@ -656,12 +657,19 @@ class ClaimStore:
         return self._run("renew", op)
 
     def commit_offset(
-        self, slot_id: str, claim: PartitionRow, offset: int, max_timestamp_ms: int | None = None
+        self,
+        slot_id: str,
+        claim: PartitionRow,
+        offset: int,
+        max_timestamp_ms: int | None = None,
+        late: Sequence[LateRecords] = (),
     ) -> PartitionRow:
         """Store ``offset`` as the next offset to consume, only while the slot still holds the row.
 
         ``max_timestamp_ms``: the largest timestamp among the records committed up to ``offset`` in
         this commit (the partition's watermark, docs/completeness.md; None: none known, it stays).
+        ``late``: the commit's records in hours already complete before it, logged in the same
+        transaction (`lagsched.adapters.late_records`): once the offset moved, and only then.
 
         Returns:
             The claim as the table has it now: ``committed_offset = offset`` and the current lease.
@@ -687,6 +695,7 @@ class ClaimStore:
                 (offset, max_timestamp_ms, max_timestamp_ms, topic_id, partition_id, slot_id, epoch, to_db(lease)),
             )
             if cur.rowcount == 1:
+                log_late(cur, topic_id, partition_id, offset, late)
                 return dataclasses.replace(claim, committed_offset=offset)
             # Otherwise lock the row and decide: held under an older copy of its lease, the same
             # offset again (rowcount counts changed rows), or lost.
@@ -700,6 +709,7 @@ class ClaimStore:
                 if row.committed_offset == offset:  # rowcount counts changed rows: nothing changed, still held
                     return _held(slot_id, topic_id, partition_id, offset, epoch, row.lease_expires_at)
                 if cur.rowcount == 1:
+                    log_late(cur, topic_id, partition_id, offset, late)
                     return _held(slot_id, topic_id, partition_id, offset, epoch, row.lease_expires_at)
                 # The lease ran out between the read and the write: judge the row again.
                 row, now = self._locked_row(cur, topic_id, partition_id)

@@ -30,6 +30,7 @@ from typing import Any
 
 from lagsched.adapters import schema_decisions, watermarks
 from lagsched.adapters.data_files import WrittenFile, max_timestamps
+from lagsched.adapters.late_records import LateRecords
 from lagsched.adapters.sink import (
     DEAD_LETTERS,
     KEY_SCHEMA_IDS_PROPERTY,
@@ -45,9 +46,16 @@ from lagsched.adapters.sink import (
 from lagsched.adapters.topics import load_topics
 from lagsched.adapters.typed_files import RoutedTables, TableFiles, decoder_for, registry_client
 from lagsched.core import evolution
+from lagsched.core.completeness import DEFAULT_ALLOWED_LATENESS_S, HOUR_MS, hour_complete, hour_key
 from lagsched.core.errors import ConfigError, LagschedError
 from lagsched.core.iceberg_types import arrow_schema, iceberg_schema, name_mapping
-from lagsched.core.lake import MAX_TIMESTAMPS_PROPERTY, TABLE_PROPERTIES, VALID_THROUGH_PROPERTY, LakeTable
+from lagsched.core.lake import (
+    LATE_RECORDS_PROPERTY,
+    MAX_TIMESTAMPS_PROPERTY,
+    TABLE_PROPERTIES,
+    VALID_THROUGH_PROPERTY,
+    LakeTable,
+)
 from lagsched.core.routing import Route, TopicRoute, route_topics
 from lagsched.core.typed_rows import DEAD_LETTER_SCHEMA, FIXED_KEY_TYPES, KEY, VALUE, typed_schema, writer_columns
 
@@ -115,6 +123,7 @@ class LakeSink:
         properties: Mapping[str, str] | None = None,
         count_dead_letters: Callable[[Mapping[str, int]], None] | None = None,
         cluster: str | None = None,
+        allowed_lateness_s: int = DEFAULT_ALLOWED_LATENESS_S,
     ) -> None:
         """``routes``: the cluster's routes (none: the shared table only, as before), applied to the
         topics the slot holds as it learns them (`learn`); ``registry``: the schema registry's
@@ -122,11 +131,14 @@ class LakeSink:
         ``count_dead_letters`` is told the records each topic committed to the dead-letter table
         (`lagsched.adapters.alert_figures.DeadLetterCounter`: the metric, the alert, the page);
         ``cluster``: the registry's cluster name, whose topics' watermarks each commit records
-        (None: no ``lagsched.valid-through-ts``; the per-partition timestamps are recorded anyway)."""
+        (None: no ``lagsched.valid-through-ts`` and no late records; the per-partition timestamps are
+        recorded anyway); ``allowed_lateness_s``: the cluster's, for the shared table and the typed
+        tables of routes that set none (a record of an hour complete before its commit is late)."""
         self._spark, self._lake, self._conn, self._slot = spark, lake, conn, slot_id
         self._properties = dict(properties or {})
         self._count_dead = count_dead_letters
         self._cluster = cluster
+        self._lateness_s = allowed_lateness_s
         self._shared_topics: tuple[tuple[str, ...], list[str]] = ((), [])  # the registry's names, the unrouted
         self.shared = IcebergSink(spark, lake, properties=self._properties)
         self._rules = tuple(routes)
@@ -371,6 +383,7 @@ class LakeSink:
             by_table.setdefault(f.table, []).append(f)
         marks = since or {}
         snapshot_id, files, records = None, 0, 0
+        late: dict[Key, list[LateRecords]] = {}
         refused: dict[Key, tuple[int, int]] = {}
         first_refusal: SinkConflictError | None = None
         # Typed tables and dead letters first, the shared table last (any order is exactly once).
@@ -380,16 +393,16 @@ class LakeSink:
             keys = {(f.topic, f.partition) for f in group}
             try:
                 covered = {k: ranges[k] for k in sorted(keys)}
+                times, lates = self._watermarks(sink.identifier, name, group, covered)
                 landed = sink.commit(
-                    group,
-                    covered,
-                    marks.get(sink.identifier),
-                    summary={**_summary(sink, group), **self._watermark_summary(name, group, covered)},
+                    group, covered, marks.get(sink.identifier), summary={**_summary(sink, group), **times}
                 )
             except SinkConflictError as exc:
                 refused.update(exc.ranges)
                 first_refusal = first_refusal or exc
                 continue
+            for key, found in lates.items():
+                late.setdefault(key, []).extend(found)
             files, records = files + landed.files, records + landed.records
             if name is None or snapshot_id is None:
                 snapshot_id = landed.snapshot_id
@@ -397,16 +410,22 @@ class LakeSink:
                 self._dead_letters_landed(group)
         if first_refusal is not None:
             raise SinkConflictError(str(first_refusal), refused)
-        return TableCommit(snapshot_id, files, records, time.monotonic() - started)
+        return TableCommit(
+            snapshot_id, files, records, time.monotonic() - started, {k: tuple(v) for k, v in late.items()}
+        )
 
-    def _watermark_summary(
-        self, table: str | None, files: Sequence[WrittenFile], covered: Mapping[Key, tuple[int, int]]
-    ) -> dict[str, str]:
-        """The commit's timestamps per partition and the table's watermark after it (docs/completeness.md).
+    def _watermarks(
+        self, identifier: str, table: str | None, files: Sequence[WrittenFile], covered: Mapping[Key, tuple[int, int]]
+    ) -> tuple[dict[str, str], dict[Key, list[LateRecords]]]:
+        """The commit's summary of times (docs/completeness.md) and its late records.
 
-        The watermark is read from MySQL before the commit, with this commit's partitions as they
-        will be once their offsets are stored: a reader of the summary sees the table as of that
-        commit. The dead-letter table has none (it holds what could not be read, of any hour)."""
+        * ``lagsched.max-timestamps``: the largest timestamp per partition;
+        * ``lagsched.valid-through-ts``: the table's watermark once this commit's offsets are
+          stored, read from MySQL before the commit (a reader of the summary sees the table as of it);
+        * late records: the records of files whose hour was complete under the watermark before
+          the commit (``lagsched.late-records`` in the summary, and logged with the offsets).
+
+        The dead-letter table has no watermark (it holds what could not be read, of any hour)."""
         latest = max_timestamps(files)
         out: dict[str, str] = {}
         if latest:
@@ -419,13 +438,41 @@ class LakeSink:
             or self._conn is None
             or (self.dead_letters is not None and table == self.dead_letters.identifier)
         ):
-            return out
+            return out, {}
         topics = self.topics_of(table)
         after = {k: (end, latest.get(k)) for k, (_start, end) in covered.items()}
-        mark = watermarks.watermark_after_commit(self._conn, self._cluster, topics, after)
+        before, mark = watermarks.watermark_around_commit(self._conn, self._cluster, topics, after)
         if mark is not None:
             out[VALID_THROUGH_PROPERTY] = str(mark)
-        return out
+        lateness_ms = self.lateness_of(table) * 1000
+        late: dict[Key, dict[int, int]] = {}
+        for f in files:
+            if hour_complete(f.hour * HOUR_MS, before, lateness_ms):
+                hours = late.setdefault((f.topic, f.partition), {})
+                hours[f.hour * HOUR_MS] = hours.get(f.hour * HOUR_MS, 0) + f.records
+        if late:
+            summary: dict[str, dict[str, int]] = {}
+            for (topic, _partition), hours in sorted(late.items()):
+                for hour, n in sorted(hours.items()):
+                    per_topic = summary.setdefault(topic, {})
+                    per_topic[hour_key(hour)] = per_topic.get(hour_key(hour), 0) + n
+            out[LATE_RECORDS_PROPERTY] = json.dumps(summary, separators=(",", ":"))
+            log.warning(
+                "%s: %d late record(s), in hours complete before this commit (allowed lateness %d s): %s",
+                identifier, sum(n for hours in late.values() for n in hours.values()), lateness_ms // 1000,
+                ", ".join(f"{t} {h} {n}" for t, hs in sorted(summary.items()) for h, n in hs.items()),
+            )  # fmt: skip
+        return out, {
+            key: [LateRecords(identifier, hour, n) for hour, n in sorted(hours.items())] for key, hours in late.items()
+        }
+
+    def lateness_of(self, table: str | None) -> int:
+        """The allowed lateness (s) of ``table`` (None: the shared table): its route's, else the cluster's."""
+        if table is not None:
+            for route in self._routes.values():
+                if self.identifier_of(route) == table and route.allowed_lateness_s is not None:
+                    return route.allowed_lateness_s
+        return self._lateness_s
 
     def topics_of(self, table: str | None) -> list[str]:
         """The registered topics of the cluster whose records land in ``table`` (None: the shared

@@ -23,7 +23,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -31,6 +31,7 @@ from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
 from lagsched.adapters.data_files import HOUR_US, FileSettings, WrittenFile
+from lagsched.adapters.late_records import LateRecords
 from lagsched.adapters.transactions import transaction
 from lagsched.core.errors import LagschedError
 from lagsched.core.lake import RANGES_PROPERTY, TABLE_PROPERTIES, LakeTable, encode_ranges
@@ -115,12 +116,14 @@ class BatchRead:
 
 @dataclass(frozen=True, slots=True)
 class TableCommit:
-    """One batch's table commit: its snapshot, files, rows and how long it took (footers included)."""
+    """One batch's table commit: its snapshot, files, rows and how long it took (footers included);
+    ``late``: its late records per (topic, partition), to log with the offsets (docs/completeness.md)."""
 
     snapshot_id: int | None
     files: int
     records: int
     seconds: float
+    late: Mapping[tuple[str, int], tuple[LateRecords, ...]] = field(default_factory=dict)
 
 
 class SinkConflictError(LagschedError):

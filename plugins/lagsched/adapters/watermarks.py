@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     Connection = pymysql.connections.Connection[pymysql.cursors.Cursor]
 
-__all__ = ["PartitionEnd", "partition_times", "record_ends", "topic_watermarks", "watermark_after_commit"]
+__all__ = ["PartitionEnd", "partition_times", "record_ends", "topic_watermarks", "watermark_around_commit"]
 
 #: (topic id, partition, end offset, observed at ms, caught up at ms or None): the lag monitor's
 #: reading of one partition. The end is the offset the pipeline must have committed (none committed
@@ -112,18 +112,24 @@ def partition_times(
     return {(str(r[0]), int(r[1])): PartitionTime(*(None if v is None else int(v) for v in r[2:])) for r in rows}
 
 
-def watermark_after_commit(
+def watermark_around_commit(
     conn: Connection, cluster: str, topics: Iterable[str], committing: Mapping[tuple[str, int], tuple[int, int | None]]
-) -> int | None:
-    """The watermark of the table ``topics`` land in once ``committing`` (topic, partition) ->
-    (new committed offset, largest timestamp committed) is stored: the commit's ``valid-through-ts``."""
+) -> tuple[int | None, int | None]:
+    """The watermark of the table ``topics`` land in before and once ``committing`` (topic,
+    partition) -> (new committed offset, largest timestamp committed) is stored: the first says
+    which of the commit's hours were complete already (late records), the second is the commit's
+    ``valid-through-ts``."""
     names = set(topics)
     mine = {k: v for k, v in committing.items() if k[0] in names}
-    others = topic_watermarks(conn, cluster, names, excluding=mine)
+    others = list(topic_watermarks(conn, cluster, names, excluding=mine).values())
     stored = partition_times(conn, cluster, mine)
-    after = []
+    before, after = [], []
     for key, (offset, latest) in mine.items():
         was = stored.get(key, PartitionTime(None, None))
+        before.append(was)
         grown = was.max_timestamp_ms if latest is None else max(latest, was.max_timestamp_ms or latest)
         after.append(PartitionTime(offset, grown, was.end_offset, was.observed_ms, was.caught_up_ms))
-    return least_watermark([*others.values(), *([table_watermark(after)] if after else [])])
+    return (
+        least_watermark([*others, *([table_watermark(before)] if before else [])]),
+        least_watermark([*others, *([table_watermark(after)] if after else [])]),
+    )

@@ -1,45 +1,68 @@
-"""The ``lagsched_hours`` DAG's task bodies (docs/completeness.md): the tables, and one hour of one table."""
+"""The task bodies of ``lagsched_hours`` (the tables, one hour of one table) and of
+``lagsched_restatements`` (the hours late records landed in): docs/completeness.md."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lagsched.connections import MYSQL_CONN_ID
 
-__all__ = ["run_hour_check", "run_hour_tables"]
+__all__ = ["RESTATEMENT_MARGIN", "restatements_wait_until", "run_hour_check", "run_hour_tables", "run_restatements"]
+
+#: How long after its interval a restatement run reads the late records recorded in it: a row's
+#: recorded_at is taken when its transaction writes it, and that transaction commits a little later.
+RESTATEMENT_MARGIN = timedelta(seconds=60)
 
 log = logging.getLogger(__name__)
+
+
+class _Catalogs:
+    """Each cluster's Iceberg catalog, opened once on first use (pyiceberg, the JDBC catalog in MySQL)."""
+
+    def __init__(self, clusters: Sequence[Any], mysql: Any) -> None:
+        from lagsched.airflow.tasks import check_warehouses
+
+        self._clusters = {c.name: c for c in clusters}
+        self._warehouses = check_warehouses(clusters)
+        self._mysql = mysql
+        self._open: dict[str, Any] = {}
+
+    def of(self, cluster: str) -> Any:
+        from lagsched.adapters.lake_reader import open_catalog
+        from lagsched.core.lake import LakeTable
+
+        if cluster not in self._open:
+            config = self._clusters[cluster]
+            lake = LakeTable.of(cluster, config.sink_settings(), default_warehouse=self._warehouses[cluster])
+            self._open[cluster] = open_catalog(lake, self._mysql)
+        return self._open[cluster]
+
+    def load(self, cluster: str, identifier: str) -> Any:
+        """The pyiceberg table ``catalog.namespace.table`` of ``cluster``."""
+        return self.of(cluster).load_table(identifier.split(".", 1)[1])
 
 
 def run_hour_tables(
     raw_clusters: str | Mapping[str, Any] | None, *, mysql_conn_id: str = MYSQL_CONN_ID
 ) -> list[dict[str, Any]]:
     """The tables whose hours are announced, JSON-ready (the mapped checks' arguments)."""
-    from lagsched.adapters.lake_reader import open_catalog
     from lagsched.adapters.mysql import connect
-    from lagsched.airflow.tasks import check_warehouses
     from lagsched.connections import mysql_params
     from lagsched.core.clusters import parse_clusters
-    from lagsched.core.lake import LakeTable
     from lagsched.workflows.hours import list_hour_tables
 
     clusters = parse_clusters(raw_clusters)
-    warehouses = check_warehouses(clusters)
     mysql = mysql_params(mysql_conn_id)
-    catalogs: dict[str, Any] = {}
-
-    def exists(cluster: Any, name: str) -> bool:
-        if cluster.name not in catalogs:
-            lake = LakeTable.of(cluster.name, cluster.sink_settings(), default_warehouse=warehouses[cluster.name])
-            catalogs[cluster.name] = open_catalog(lake, mysql)
-        return bool(catalogs[cluster.name].table_exists(name))
-
+    catalogs = _Catalogs(clusters, mysql)
     conn = connect(mysql)
     try:
-        return [t.as_dict() for t in list_hour_tables(clusters, conn=conn, exists=exists)]
+        tables = list_hour_tables(
+            clusters, conn=conn, exists=lambda cluster, name: bool(catalogs.of(cluster.name).table_exists(name))
+        )
+        return [t.as_dict() for t in tables]
     finally:
         conn.close()
 
@@ -58,14 +81,11 @@ def run_hour_check(
     Raises:
         ConfigError: the run has no hour (it was not started by the hourly partitions).
     """
-    from lagsched.adapters.lake_reader import open_catalog
     from lagsched.adapters.mysql import connect
-    from lagsched.airflow.tasks import check_warehouses
     from lagsched.connections import mysql_params
     from lagsched.core.clusters import parse_clusters
     from lagsched.core.completeness import HourTable, hour_of_key
     from lagsched.core.errors import ConfigError
-    from lagsched.core.lake import LakeTable
     from lagsched.workflows.hours import check_hour
 
     if not partition_key:
@@ -89,16 +109,11 @@ def run_hour_check(
             value=wanted.cluster,
             allowed="a configured cluster",
         )
-    warehouse = check_warehouses(clusters)[wanted.cluster]
-    lake = LakeTable.of(wanted.cluster, clusters[0].sink_settings(), default_warehouse=warehouse)
     mysql = mysql_params(mysql_conn_id)
-
-    def load(t: HourTable) -> Any:
-        return open_catalog(lake, mysql).load_table(f"{t.namespace}.{t.table}")
-
+    catalogs = _Catalogs(clusters, mysql)
     conn = connect(mysql)
     try:
-        found = check_hour(wanted, hour, conn=conn, load_table=load)
+        found = check_hour(wanted, hour, conn=conn, load_table=lambda t: catalogs.load(t.cluster, t.identifier))
     finally:
         conn.close()
     log.info("%s", found.describe())
@@ -112,3 +127,50 @@ def run_hour_check(
         "watermark_ms": found.watermark_ms,
         "look_again_at": earliest.isoformat() if later else None,
     }
+
+
+def restatements_wait_until(until: datetime) -> datetime | None:
+    """When a restatement run of the interval ending at ``until`` may read it (None: now)."""
+    ready = until + RESTATEMENT_MARGIN
+    return ready if datetime.now(UTC) < ready else None
+
+
+def run_restatements(
+    raw_clusters: str | Mapping[str, Any] | None,
+    since: datetime,
+    until: datetime,
+    *,
+    mysql_conn_id: str = MYSQL_CONN_ID,
+) -> list[dict[str, Any]]:
+    """The restatements of the late records recorded in ``[since, until)``, JSON-ready: per table
+    ``{"table", "cluster", "topics", "extra"}`` (the event's extra)."""
+    from lagsched.adapters.mysql import connect
+    from lagsched.connections import mysql_params
+    from lagsched.core.clusters import parse_clusters
+    from lagsched.workflows.hours import restatements
+
+    clusters = parse_clusters(raw_clusters)
+    mysql = mysql_params(mysql_conn_id)
+    catalogs = _Catalogs(clusters, mysql)
+    conn = connect(mysql)
+    try:
+        found = restatements([c.name for c in clusters], since, until, conn=conn, load_table=catalogs.load)
+    finally:
+        conn.close()
+    for r in found:
+        log.info(
+            "%s: restating %s (late records recorded from %s to %s)",
+            r.table, ", ".join(f"{h} ({v['late_records']} late)" for h, v in r.hours.items()),
+            since.isoformat(), until.isoformat(),
+        )  # fmt: skip
+    if not found:
+        log.info("no late records recorded from %s to %s: nothing to restate", since.isoformat(), until.isoformat())
+    return [
+        {
+            "table": r.table,
+            "cluster": r.cluster,
+            "topics": sorted({t for v in r.hours.values() for t in v["topics"]}),
+            "extra": r.event_extra(),
+        }
+        for r in found
+    ]

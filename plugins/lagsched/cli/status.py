@@ -84,6 +84,11 @@ def format_status(status: ClusterStatus) -> str:
             lines.append(f"    {c['topic']}[{c['partition']}] committed {offset}, lease until {c['lease_expires_at']}")
     for topic, n in d["dead_letters"].items():
         lines.append(f"DEAD LETTERS {topic}: {n:,} record(s) in the dead-letter table (docs/routing.md)")
+    for table, n in d.get("late_records", {}).items():
+        lines.append(
+            f"LATE RECORDS {table}: {n:,} record(s) landed in hours already complete; "
+            "their hours are restated (docs/completeness.md)"
+        )
     for a in d["anomalies"]:
         where = a["topic"] + ("" if a["partition"] is None else f"[{a['partition']}]")
         lines.append(f"ANOMALY {a['kind']} {where}: {a['detail']}")

@@ -58,6 +58,9 @@ MAX_TIMESTAMPS_PROPERTY = "lagsched.max-timestamps"
 #: with an earlier timestamp, of every partition the table holds, is in the table. Absent when some
 #: partition is known by neither rule of docs/completeness.md.
 VALID_THROUGH_PROPERTY = "lagsched.valid-through-ts"
+#: Snapshot summary key: the commit's late records, ``{topic: {hour: records}}`` (hours as Airflow's
+#: partition keys): records of hours already complete before the commit (docs/completeness.md).
+LATE_RECORDS_PROPERTY = "lagsched.late-records"
 #: File systems the slots and the table care write through (Hadoop's; ``s3a`` is S3 and S3-compatible stores).
 WAREHOUSE_SCHEMES = ("file", "s3a", "hdfs")
 SINK_FIELDS = ("warehouse", "catalog", "namespace", "table", "s3_endpoint")

@@ -291,6 +291,8 @@ class ClusterStatus:
     table_care: tuple[TableCareRuns, ...] = ()
     #: Records committed to the cluster's dead-letter table so far, per topic (docs/routing.md).
     dead_letters: Mapping[str, int] = field(default_factory=dict)
+    #: Late records so far, per table: committed into hours already complete (docs/completeness.md).
+    late_records: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def stuck(self) -> tuple[TopicView, ...]:
@@ -324,6 +326,7 @@ class ClusterStatus:
                 if is_old_open_transaction(t.held_by_transaction, t.transaction_open_s, t.open_transaction_bound_s)
             ],
             "dead_letters": dict(sorted(self.dead_letters.items())),
+            "late_records": dict(sorted(self.late_records.items())),
             "notes": list(self.notes),
         }
 
@@ -671,6 +674,10 @@ METRIC_HELP: dict[str, str] = {
         "Records of the topic committed to the cluster's dead-letter table: they could not be decoded into "
         "its typed table (docs/routing.md)."
     ),
+    "lagsched_late_records_total": (
+        "Records committed to the table into hours already complete (past the allowed lateness): their hours "
+        "are restated (docs/completeness.md)."
+    ),
     "lagsched_table_care_last_run_timestamp_seconds": "When the latest table care attempt of each outcome ended.",
 }
 
@@ -681,6 +688,7 @@ COUNTERS = frozenset(
         "lagsched_table_commit_failures_total",
         "lagsched_table_care_runs_total",
         "lagsched_dead_letters_total",
+        "lagsched_late_records_total",
     }
 )
 
@@ -701,6 +709,8 @@ def _cluster_samples(st: ClusterStatus, add: Callable[[str, dict[str, str], floa
             add("lagsched_table_commit_failures_total", {**cl, "table": table, "reason": reason}, n)
     for topic, n in sorted(st.dead_letters.items()):
         add("lagsched_dead_letters_total", {**cl, "topic": topic}, n)
+    for table, n in sorted(st.late_records.items()):
+        add("lagsched_late_records_total", {**cl, "table": table}, n)
     for care in st.table_care:
         add("lagsched_table_care_runs_total", {**cl, "outcome": care.outcome}, care.runs)
         if care.last_at is not None:

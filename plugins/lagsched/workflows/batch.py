@@ -41,6 +41,7 @@ from lagsched.adapters.data_files import WrittenFile, max_timestamps
 from lagsched.adapters.gaps import RetentionGap, record_gap
 from lagsched.adapters.kafka_admin import MIRROR_BACKOFFS_S, kafka_topic_ids, mirror_group_offsets, read_offsets
 from lagsched.adapters.lake_sink import LakeSink, Marks, SchemaRefused
+from lagsched.adapters.late_records import LateRecords
 from lagsched.adapters.range_files import RangeWriter, RecordsDeletedError
 from lagsched.adapters.sink import BatchRead, SinkConflictError
 from lagsched.core.batches import OffsetAheadError, PartitionPlan, fair_shares, next_batch_at, plan_partition
@@ -96,6 +97,7 @@ class BatchWrite:
         snapshot_id: the snapshot of the commit, or None when nothing was committed.
         records: rows committed.
         max_timestamps: the largest record timestamp (ms) committed per (topic, partition).
+        late: the late records committed per (topic, partition) (docs/completeness.md).
     """
 
     files: int
@@ -105,6 +107,7 @@ class BatchWrite:
     snapshot_id: int | None = None
     records: int = 0
     max_timestamps: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    late: Mapping[tuple[str, int], tuple[LateRecords, ...]] = field(default_factory=dict)
 
 
 def _not_counted(outcome: str) -> None:
@@ -169,7 +172,14 @@ def write_batch(
         raise
     count("ok")
     return BatchWrite(
-        commit.files, there, written, commit.seconds, commit.snapshot_id, commit.records, max_timestamps(files)
+        commit.files,
+        there,
+        written,
+        commit.seconds,
+        commit.snapshot_id,
+        commit.records,
+        max_timestamps(files),
+        commit.late,
     )
 
 
@@ -396,14 +406,15 @@ class Batches:
         offsets = 0
         for key, claim in started.items():  # 5. offsets
             plan = batch.plans[key]
+            named = (topics[key[0]].name, key[1])
             try:
                 self.store.commit_offset(
-                    slot, claim, plan.commit_to, wrote.max_timestamps.get((topics[key[0]].name, key[1]))
+                    slot, claim, plan.commit_to, wrote.max_timestamps.get(named), wrote.late.get(named, ())
                 )
             except ClaimLostError as exc:
                 self._lost(result, exc)
                 continue
-            committed[(topics[key[0]].name, key[1])] = plan.commit_to
+            committed[named] = plan.commit_to
             offsets += plan.records
         t_committed = self.clock.monotonic()
         self.rate_ready_at = next_batch_at(t0, offsets, max_rate=self.s.max_rate)
@@ -624,8 +635,9 @@ class Batches:
                 self.count_commit("ok")
             t_offsets = self.clock.monotonic()
             committed = self._commit_offsets(
-                started, claims, ranges, files, topics=topics, result=result, voided=voided
-            )
+                started, claims, ranges, files, {} if landed is None else landed.late,
+                topics=topics, result=result, voided=voided,
+            )  # fmt: skip
             done = self.clock.monotonic()
             self.mirror.send(committed)
         except BaseException:
@@ -699,20 +711,22 @@ class Batches:
         claims: dict[Key, PartitionRow],
         ranges: Mapping[Key, tuple[int, int]],
         files: Sequence[WrittenFile],
+        late: Mapping[tuple[str, int], Sequence[LateRecords]],
         *,
         topics: Mapping[str, TopicRow],
         result: BatchResult,
         voided: set[Key],
     ) -> dict[tuple[str, int], int]:
         """Step 5: each started range's end as its offset, with its records' largest timestamp (the
-        watermark); rows lost go into ``voided``. The offsets committed, by (topic name, partition)."""
+        watermark) and its late records; rows lost go into ``voided``. The offsets committed, by
+        (topic name, partition)."""
         committed: dict[tuple[str, int], int] = {}
         latest = max_timestamps(files)
         for key, claim in started.items():
             name = topics[key[0]].name
             try:
                 claims[key] = self.store.commit_offset(
-                    self.s.slot_id, claim, ranges[key][1], latest.get((name, key[1]))
+                    self.s.slot_id, claim, ranges[key][1], latest.get((name, key[1])), late.get((name, key[1]), ())
                 )
             except ClaimLostError as exc:
                 self._lost(result, exc)

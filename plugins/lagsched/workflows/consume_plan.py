@@ -41,6 +41,7 @@ from lagsched.adapters.slots import SlotLock, slot_id_for
 from lagsched.adapters.topics import load_topics
 from lagsched.core.cadence import CommitCadence
 from lagsched.core.clusters import DEFAULT_SLOT_BUDGET_S, ClusterConfig
+from lagsched.core.completeness import DEFAULT_ALLOWED_LATENESS_S
 from lagsched.core.lake import job_args
 from lagsched.core.registry import TopicRow
 from lagsched.workflows.slot_settings import option
@@ -171,13 +172,15 @@ class ConsumePlan:
         standbys: Mapping[str, int] | None = None,
         cadences: Mapping[str, CommitCadence] | None = None,
         routes: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+        lateness: Mapping[str, int] | None = None,
         running: Collection[str] = (),
     ) -> ConsumePlan:
         """``sinks``: each cluster's ``sink`` settings (``lagsched_clusters``), passed on as job options;
         ``budgets``: each cluster's ``slot_budget_s``; ``rates``: each cluster's ``slot_max_rate``;
         ``standbys``: each cluster's ``standby_slots``; ``cadences``: each cluster's commit cadence
         (`ClusterConfig.cadence`); ``routes``: each cluster's routes (as ``lagsched_clusters`` has
-        them), passed as ``--routes``; ``running``: slot names already running."""
+        them), passed as ``--routes``; ``lateness``: each cluster's ``allowed_lateness_s``, passed
+        when not the default; ``running``: slot names already running."""
         slots: list[SlotPlan] = []
         skipped: list[str] = []
         planned: dict[str, int] = {}
@@ -199,9 +202,11 @@ class ConsumePlan:
                 cadence = cadence_args((cadences or {}).get(cluster, CommitCadence()))
                 routed = (routes or {}).get(cluster)
                 typed = ("--routes", json.dumps(list(routed), sort_keys=True)) if routed else ()
+                late_s = (lateness or {}).get(cluster, DEFAULT_ALLOWED_LATENESS_S)
+                late = ("--allowed-lateness-s", str(late_s)) if late_s != DEFAULT_ALLOWED_LATENESS_S else ()
                 args = (
                     "--slot", name, "--cluster", cluster, *numbers, *warm, *options.args(budget), *capped, *cadence,
-                    *sink, *typed,
+                    *sink, *typed, *late,
                 )  # fmt: skip
                 slots.append(SlotPlan(cluster, name, conn_id, args))
         return cls(dict(wanted), tuple(slots), tuple(skipped), planned)
@@ -259,6 +264,7 @@ def plan_consume(
         rates={c.name: c.slot_max_rate for c in clusters},
         standbys={c.name: c.standby_slots for c in clusters},
         cadences={c.name: c.cadence for c in clusters},
+        lateness={c.name: c.allowed_lateness_s for c in clusters},
         routes={c.name: [r.as_dict() for r in c.routes] for c in clusters if c.routes},
         running=running,
     )

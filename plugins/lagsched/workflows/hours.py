@@ -4,6 +4,8 @@
 through the cluster's routes; only tables that exist). `check_hour` reads a table's watermark from
 MySQL and, once the hour is complete, what the hour holds from the table's metadata. The Airflow
 task (`lagsched.airflow.hour_tasks`) turns a complete hour into the table asset's event.
+`restatements` finds the hours that late records landed in during an interval: each table's
+restatement event.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lagsched.adapters.lake_hours import HourStats, hour_stats
+from lagsched.adapters.late_records import late_hours
 from lagsched.adapters.topics import load_topics
 from lagsched.adapters.watermarks import topic_watermarks
 from lagsched.core.clusters import ClusterConfig
@@ -21,7 +24,7 @@ from lagsched.core.completeness import HOUR_MS, HourTable, hour_complete, hour_k
 from lagsched.core.hour_tables import hour_tables
 from lagsched.core.lake import LakeTable
 
-__all__ = ["HourCheck", "check_hour", "list_hour_tables"]
+__all__ = ["HourCheck", "Restatement", "check_hour", "list_hour_tables", "restatements"]
 
 
 def list_hour_tables(
@@ -106,6 +109,57 @@ def check_hour(table: HourTable, hour_start_ms: int, *, conn: Any, load_table: C
     # The table is read after the watermark: every record the watermark counts is in it by then
     # (an offset, and its timestamp, is stored only after its table commit).
     return HourCheck(table, hour_start_ms, True, watermark, needed, hour_stats(load_table(table), hour_start_ms))
+
+
+@dataclass(frozen=True, slots=True)
+class Restatement:
+    """The hours of one table that late records landed in during ``[since, until)`` (recorded by
+    MySQL's clock), with what each hour holds now: one event on the table's restatements asset."""
+
+    cluster: str
+    table: str
+    since: datetime
+    until: datetime
+    hours: dict[str, dict[str, Any]]
+
+    def event_extra(self) -> dict[str, Any]:
+        """The restatement event's extra (docs/completeness.md lists the fields)."""
+        return {
+            "table": self.table,
+            "cluster": self.cluster,
+            "restated": True,
+            "recorded_from": self.since.isoformat(),
+            "recorded_until": self.until.isoformat(),
+            "hours": self.hours,
+        }
+
+
+def restatements(
+    clusters: Sequence[str], since: datetime, until: datetime, *, conn: Any, load_table: Callable[[str, str], Any]
+) -> list[Restatement]:
+    """Each table with late records recorded in ``[since, until)``: its hours (Airflow's partition
+    keys) with the late records and, from the table's metadata now (``load_table(cluster,
+    "catalog.namespace.table")``), the hour's snapshot, rows and offsets. The same interval gives
+    the same hours (a retried run restates the same set)."""
+    out: list[Restatement] = []
+    for cluster in clusters:
+        by_table: dict[str, list[Any]] = {}
+        for late in late_hours(conn, cluster, since, until):
+            by_table.setdefault(late.table, []).append(late)
+        for table, lates in sorted(by_table.items()):
+            loaded = load_table(cluster, table)
+            hours: dict[str, dict[str, Any]] = {}
+            for late in lates:
+                stats = hour_stats(loaded, late.hour_start_ms)
+                hours[hour_key(late.hour_start_ms)] = {
+                    "late_records": late.records,
+                    "topics": list(late.topics),
+                    "snapshot_id": stats.snapshot_id,
+                    "rows": stats.rows,
+                    "offsets": stats.offsets,
+                }
+            out.append(Restatement(cluster, table, since, until, hours))
+    return out
 
 
 def _iso(ms: int) -> str:

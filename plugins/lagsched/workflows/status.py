@@ -32,6 +32,7 @@ from lagsched.adapters.alert_figures import (
 )
 from lagsched.adapters.decisions import recent_decisions
 from lagsched.adapters.lag_store import LagRecord, LagStore
+from lagsched.adapters.late_records import late_totals
 from lagsched.adapters.mysql import aware_utc
 from lagsched.adapters.slots import SlotLock, SlotRegistry, slot_id_for, token_worker
 from lagsched.adapters.status_queries import (
@@ -198,6 +199,7 @@ def cluster_status(
         table_commits=read_table_commits(redis, cluster),
         table_care=read_table_care(redis, cluster),
         dead_letters=read_dead_letters(redis, cluster),
+        late_records=late_totals(mysql, cluster),
     )
 
 

@@ -23,4 +23,5 @@ DAG_MODULES = {
     "lagsched_table_care": "table_care",
     "lagsched_replay": "replay",
     "lagsched_hours": "hours",
+    "lagsched_restatements": "restatements",
 }

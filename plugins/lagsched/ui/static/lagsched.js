@@ -124,6 +124,7 @@
       ["stalled / stopped", fmtInt(st.stuck.length)],
       ["anomalies", fmtInt(st.anomalies.length)],
       ["dead letters", fmtInt(Object.values(st.dead_letters || {}).reduce((a, n) => a + n, 0))],
+      ["late records", fmtInt(Object.values(st.late_records || {}).reduce((a, n) => a + n, 0))],
     ];
     $("summary").replaceChildren(
       ...cards.map(([k, v]) => el("div", { class: "card", "data-key": k }, el("div", { class: "v", text: v }), el("div", { class: "k", text: k }))),
@@ -216,6 +217,8 @@
         el("td", { class: "age", title: a.seen_at || "", text: a.seen_at ? fmtAgo(a.seen_at) : "now" }))),
       ...Object.entries(st.dead_letters || {}).map(([topic, n]) => el("tr", { "data-kind": "dead_letters" }, td("dead letters"), td(topic), td(""),
         td(`${fmtInt(n)} record(s) could not be decoded into the topic's typed table: see the dead-letter table`), td(""))),
+      ...Object.entries(st.late_records || {}).map(([table, n]) => el("tr", { "data-kind": "late_records" }, td("late records"), td(table), td(""),
+        td(`${fmtInt(n)} record(s) landed in hours already complete: their hours are restated (docs/completeness.md)`), td(""))),
       ...st.notes.map((n) => el("tr", { "data-kind": "note" }, td("note"), td(""), td(""), td(n), td(""))),
     ];
     fillBody("anomalies", rows, "none", 5);
