@@ -1,4 +1,5 @@
-"""Watermarks and complete hours on the real stack: slots, the lag monitor, MySQL and Iceberg (docs/completeness.md).
+"""Watermarks, complete hours and late records on the real stack: slots, the lag monitor, MySQL and
+Iceberg (docs/completeness.md).
 
 One scenario, asserted step by step. Two topics of one cluster, records with chosen CreateTime
 timestamps over past hours (so no test waits for an hour to pass):
@@ -9,7 +10,8 @@ timestamps over past hours (so no test waits for an hour to pass):
 What a downstream reader would check: each complete hour's row count equals the records a plain
 Kafka consumer reads with timestamps in that hour, and its offset ranges are theirs; an idle
 partition does not hold an hour back once the lag monitor has seen it caught up; a stalled topic
-does, until its slot catches up; the commits record the watermark.
+does, until its slot catches up; the commits record the watermark; a record written into an hour
+already complete is counted late, lands in its hour, and the hour is restated.
 """
 
 from __future__ import annotations
@@ -26,13 +28,16 @@ from consumer_support import ConsumerHarness
 
 from lagsched.adapters.lag_store import LagStore
 from lagsched.adapters.lake_reader import open_catalog
+from lagsched.adapters.late_records import late_totals
 from lagsched.adapters.mysql import connect
 from lagsched.adapters.watermarks import partition_times
+from lagsched.cli.status import format_status
 from lagsched.core.clusters import parse_clusters
-from lagsched.core.completeness import HOUR_MS, HourTable
+from lagsched.core.completeness import HOUR_MS, HourTable, hour_key, hour_of_key
 from lagsched.core.config import parse_settings
-from lagsched.core.lake import MAX_TIMESTAMPS_PROPERTY, VALID_THROUGH_PROPERTY
-from lagsched.workflows.hours import check_hour, list_hour_tables
+from lagsched.core.lake import LATE_RECORDS_PROPERTY, MAX_TIMESTAMPS_PROPERTY, VALID_THROUGH_PROPERTY
+from lagsched.core.status import metric_families, render_prometheus
+from lagsched.workflows.hours import check_hour, list_hour_tables, restatements
 from lagsched.workflows.lag_monitor import measure
 from lagsched.workflows.status import cluster_status
 
@@ -79,7 +84,7 @@ def in_hour(records: list[tuple[int, int, int]], hour: int) -> tuple[int, dict[s
     return n, dict(sorted(spans.items()))
 
 
-def test_hours_complete_exactly_as_a_plain_consumer_counts_them_idle_partitions_pass_stalled_topics_hold(
+def test_hours_complete_as_a_plain_consumer_counts_idle_partitions_pass_stalled_topics_hold_late_records_restate(
     consumer: ConsumerHarness, kafka_config: dict[str, Any], new_topic: Callable[..., str], redis_client: Any
 ) -> None:
     typed, shared = new_topic(3), new_topic(2)
@@ -176,4 +181,61 @@ def test_hours_complete_exactly_as_a_plain_consumer_counts_them_idle_partitions_
     produce_at(kafka_config, shared, [(0, H - 2 * HOUR_MS + 30 * MIN)])
     lag_reading()
     assert check_hour(shared_table, H - 2 * HOUR_MS, conn=conn, load_table=load).complete
+
+    # 5. Late records: a producer writes into hours already complete (past the allowed lateness:
+    # 0 s for the typed table, 300 s for the shared one), and one record of the current hour,
+    # which is not. They land in their hours, are counted per table, and their hours restated. The
+    # record of step 4 (H-2 + 30 min, unread until now) is late too: H-2 was complete before it.
+    assert late_totals(conn, consumer.cluster) == {}
+    produce_at(kafka_config, typed, [(0, H - 4 * HOUR_MS + MIN), (1, H - 3 * HOUR_MS + 2 * MIN), (2, H + MIN)])
+    produce_at(kafka_config, shared, [(1, H - 4 * HOUR_MS + 3 * MIN)])
+    since = datetime.now(UTC)
+    consumer.run("hours", "--routes", json.dumps(routes), "--exit-when-idle", "--allowed-lateness-s", "300",
+                 timeout=300)  # fmt: skip
+    until = datetime.now(UTC)
+    assert late_totals(conn, consumer.cluster) == {typed_table.identifier: 2, shared_table.identifier: 2}
+    summaries = [s.summary.additional_properties for s in load(typed_table).metadata.snapshots]
+    late_in_typed: dict[str, int] = {}  # the commits' summaries, merged (one commit or several)
+    for p in summaries:
+        for hour, n in json.loads(p.get(LATE_RECORDS_PROPERTY, "{}")).get(typed, {}).items():
+            late_in_typed[hour] = late_in_typed.get(hour, 0) + n
+    assert late_in_typed == {hour_key(H - 4 * HOUR_MS): 1, hour_key(H - 3 * HOUR_MS): 1}
+    records = {typed: plain_read(kafka_config, typed, 3), shared: plain_read(kafka_config, shared, 2)}
+    for table, topic, hours in (
+        (typed_table, typed, (H - 4 * HOUR_MS, H - 3 * HOUR_MS)),
+        (shared_table, shared, (H - 4 * HOUR_MS, H - 2 * HOUR_MS)),
+    ):
+        for hour in hours:  # the hour holds its late record, as a plain consumer counts it
+            check = check_hour(table, hour, conn=conn, load_table=load)
+            assert check.complete and check.stats is not None and check.stats.rows == in_hour(records[topic], hour)[0]
+
+    def by_name(_cluster: str, name: str) -> Any:
+        return catalog.load_table(name.split(".", 1)[1])
+
+    found = restatements([consumer.cluster], since, until, conn=conn, load_table=by_name)
+    assert [(r.table, sorted(r.hours)) for r in found] == sorted(
+        [
+            (shared_table.identifier, [hour_key(H - 4 * HOUR_MS), hour_key(H - 2 * HOUR_MS)]),
+            (typed_table.identifier, [hour_key(H - 4 * HOUR_MS), hour_key(H - 3 * HOUR_MS)]),
+        ]
+    )
+    for r in found:
+        topic = typed if r.table == typed_table.identifier else shared
+        extra = r.event_extra()
+        assert extra["restated"] is True and extra["cluster"] == consumer.cluster
+        for hour, what in extra["hours"].items():
+            assert what["late_records"] == 1 and what["topics"] == [topic]
+            assert what["rows"] == in_hour(records[topic], hour_of_key(hour))[0], (r.table, hour, what)
+    # the same interval restates the same hours (a retried run); the interval before holds none
+    again = restatements([consumer.cluster], since, until, conn=conn, load_table=by_name)
+    assert [r.hours.keys() for r in again] == [r.hours.keys() for r in found]
+    assert restatements([consumer.cluster], since - (until - since), since, conn=conn, load_table=by_name) == []
+    # What the page, `lagsched status` and /metrics show.
+    status = cluster_status(conn, redis_client, consumer.cluster, datetime.now(UTC))
+    assert status.late_records == {typed_table.identifier: 2, shared_table.identifier: 2}
+    assert f"LATE RECORDS {typed_table.identifier}: 2 record(s)" in format_status(status)
+    text = render_prometheus(metric_families([(status, [])]))
+    assert f'lagsched_late_records_total{{cluster="{consumer.cluster}",table="{shared_table.identifier}"}} 2' in text, (
+        text
+    )
     conn.close()

@@ -23,6 +23,7 @@ from typing import Any
 __all__ = [
     "DEFAULT_ALLOWED_LATENESS_S",
     "DEFAULT_HOURS_START",
+    "DEFAULT_RESTATEMENTS_SCHEDULE",
     "HOUR_MS",
     "MAX_ALLOWED_LATENESS_S",
     "PARTITION_KEY_FORMAT",
@@ -33,6 +34,7 @@ __all__ = [
     "hour_of_key",
     "least_watermark",
     "parse_hours_start",
+    "parse_restatements_start",
     "table_watermark",
 ]
 
@@ -128,6 +130,29 @@ def parse_hours_start(text: str | None) -> datetime:
     if at.minute or at.second or at.microsecond:
         raise ValueError(f"[lagsched] hours_start = {text!r}: not the start of an hour")
     return at
+
+
+#: How often ``lagsched_restatements`` runs when ``[lagsched] restatements_schedule`` is not set.
+DEFAULT_RESTATEMENTS_SCHEDULE = "*/10 * * * *"
+
+
+def parse_restatements_start(text: str | None, hours_start: datetime) -> datetime:
+    """``[lagsched] restatements_start``: the first interval ``lagsched_restatements`` reads (ISO,
+    UTC when no offset is given); empty or None: ``hours_start`` (late records exist only for hours
+    announced, so none is recorded before it).
+
+    Raises:
+        ValueError: not an ISO time.
+    """
+    if not text or not text.strip():
+        return hours_start
+    try:
+        at = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(
+            f"[lagsched] restatements_start = {text!r}: not an ISO time like 2026-12-01T00:00:00Z"
+        ) from None
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
 
 
 def hour_key(hour_start_ms: int) -> str:

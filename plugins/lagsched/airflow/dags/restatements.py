@@ -9,7 +9,11 @@ from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowRescheduleException
 
 from lagsched.airflow.assets import TABLE_RESTATEMENTS, restatement_asset
-from lagsched.core.completeness import parse_hours_start
+from lagsched.core.completeness import (
+    DEFAULT_RESTATEMENTS_SCHEDULE,
+    parse_hours_start,
+    parse_restatements_start,
+)
 
 DOC = """
 ### lagsched restatements
@@ -18,7 +22,8 @@ A record whose hour of its table was complete before it was committed (its `Crea
 table's watermark by more than the allowed lateness) is a **late record**: it lands in its hour
 anyway, and is counted (`lagsched_late_records_total`, the page, `lagsched status`).
 
-One run per ten minutes (catchup: none is skipped after an outage). Each run reads the late
+One run per ten minutes (`[lagsched] restatements_schedule` of Airflow's configuration, a cron
+expression; catchup: none is skipped after an outage). Each run reads the late
 records recorded in its data interval (by MySQL's clock, a minute after the interval ends) and
 emits, for each table they landed in, **one event** on the table's restatements asset
 (`iceberg://<catalog>/<namespace>/<table>/restatements`; not partitioned). Its extra:
@@ -26,7 +31,8 @@ emits, for each table they landed in, **one event** on the table's restatements 
 `table`, `cluster`, `recorded_from`, `recorded_until`, `restated: true`. A retried run restates
 the same hours; clearing a succeeded run emits its events again.
 
-**Paused when created**, like `lagsched_hours`; it starts from `[lagsched] hours_start`.
+**Paused when created**, like `lagsched_hours`; it starts from `[lagsched] restatements_start`
+(an ISO time; default: `[lagsched] hours_start`).
 Downstream: `schedule=[restatement_asset("lagsched.kafka.orders")]`, then redo the hours named in
 `triggering_asset_events`.
 """
@@ -34,8 +40,13 @@ Downstream: `schedule=[restatement_asset("lagsched.kafka.orders")]`, then redo t
 
 @dag(
     dag_id="lagsched_restatements",
-    schedule=CronDataIntervalTimetable("*/10 * * * *", timezone="UTC"),
-    start_date=parse_hours_start(conf.get("lagsched", "hours_start", fallback="")),
+    schedule=CronDataIntervalTimetable(
+        conf.get("lagsched", "restatements_schedule", fallback="") or DEFAULT_RESTATEMENTS_SCHEDULE, timezone="UTC"
+    ),
+    start_date=parse_restatements_start(
+        conf.get("lagsched", "restatements_start", fallback=""),
+        parse_hours_start(conf.get("lagsched", "hours_start", fallback="")),
+    ),
     catchup=True,
     is_paused_upon_creation=True,
     # One run at a time: Airflow 3.3 links an asset to the alias on its first event, and two first
