@@ -6,6 +6,12 @@
 -- restatements of lagsched_hours read the rows recorded in each interval (recorded_at, MySQL's
 -- clock) and announce the hours again on the table's restatements asset.
 -- Portable to MySQL 8 and MariaDB >= 10.6.
+
+-- Whether the topic's message.timestamp.type is LogAppendTime (the broker stamps each record as it
+-- arrives): its records are never late, so its tables need no allowed lateness. Kept by topic sync.
+ALTER TABLE topics
+    ADD COLUMN log_append_time BOOLEAN NOT NULL DEFAULT FALSE AFTER retention_ms;
+
 CREATE TABLE IF NOT EXISTS late_records (
     id            BIGINT       NOT NULL AUTO_INCREMENT,
     topic_id      CHAR(36)     NOT NULL,

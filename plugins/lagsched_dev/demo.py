@@ -10,7 +10,11 @@
 4. starts the load generator (`lagsched_dev.loadgen`: ``demo.orders`` ramps to ``--peak-rate``, three
    topics trickle, ``demo.archive`` stays idle) and prints a status line every 15 s until Ctrl-C
    or ``--duration`` seconds of traffic;
-5. stops the load generator, pauses ``lagsched_consume`` and stops its running slots gracefully
+5. seeds ``demo.history`` with records timestamped over the three past hours (a producer's
+   backfill, in the shared table), installs the docs' downstream example (``_demo_hour_reader``) and
+   unpauses ``lagsched_hours`` and ``lagsched_restatements``: at the end it prints, per seeded hour,
+   the hour's asset event and the rows the example read (docs/completeness.md), then pauses them;
+6. stops the load generator, pauses ``lagsched_consume`` and stops its running slots gracefully
    (each finishes its batch, commits and releases; slots live an hour, so waiting for their budget
    is opt-in: ``--budget-wait``), then prints the summary: peak and final lag
    per topic, linker_workers over time, records produced, consumed (committed offsets) and in the
@@ -75,6 +79,17 @@ REQUIRED_DAGS = (
     CONSUME_DAG,
 )
 OPTIONAL_DAGS = ("lagsched_maintenance", "lagsched_override", "lagsched_table_care")
+#: The completeness DAGs (docs/completeness.md): unpaused for the demo, paused again at its end
+#: (the e2e tests need them to themselves).
+HOURS_DAGS = ("lagsched_hours", "lagsched_restatements")
+#: A topic of the shared table seeded with records timestamped over the past hours (a producer's
+#: backfill): lagsched_hours announces those hours of the shared table during the demo, and the
+#: docs' downstream example (installed as `HOUR_READER`) reads each one.
+HISTORY_TOPIC = "demo.history"
+HISTORY_HOURS = 3
+HISTORY_PER_HOUR = 120
+HOUR_READER = "_demo_hour_reader"
+READER_EXAMPLE = Path(__file__).parents[2] / "docs" / "examples" / "lagsched_hour_reader.py"
 TABLE_CARE_DAG = "lagsched_table_care"
 #: The demo topics' settings: lagsched's own evaluator (the hevo policy, the default) with
 #: thresholds sized for the demo's traffic. Above max_lag and rising steadily (the regression's
@@ -607,6 +622,7 @@ def run(args: argparse.Namespace) -> int:
     if args.down:
         stopped = stop_loadgen(cfg)
         print("load generator: " + ("stopped" if stopped else "was not running"), flush=True)
+        remove_hour_reader(cfg)
         from lagsched_dev import stack
 
         names = stack.down(cfg)
@@ -671,12 +687,21 @@ def run(args: argparse.Namespace) -> int:
     finally:
         _wind_down(api, cfg, loadgen, stopper, args.budget_wait)
     demo.compaction = _compact(api, lake)
+    try:
+        demo.hours = _hours_report(api, started)
+    except AirflowAPIError as exc:
+        print(f"demo: could not read the hours' events: {exc}", file=sys.stderr)
+    finally:
+        _pause_hours(api, cfg)
     summary = _summary(demo)
     view.close()
     (demo_dir / "summary.json").write_text(json.dumps(summary["data"], indent=1, default=str))
     print(summary["text"], flush=True)
     print(f"(also in {demo_dir / 'summary.json'}; `make demo-down` stops everything)", flush=True)
-    return 0 if summary["data"]["exactly_once"] in (True, None) else 1
+    hours_ok = demo.hours is None or all(
+        v["read"] is None or v["read"]["read"] == v["read"]["announced"] for v in demo.hours["hours"].values()
+    )
+    return 0 if summary["data"]["exactly_once"] in (True, None) and hours_ok else 1
 
 
 def _start_and_prepare(
@@ -732,10 +757,20 @@ def _prepare(api: DemoAPI, cfg: StackConfig, loads: Sequence[TopicLoad]) -> str 
     )
     created = create_topics(kafka_config(), loads)
     print(f"==> topics: {', '.join(created) if created else 'all present'}", flush=True)
+    seeded = seed_history(kafka_config(), time.time())
+    print(
+        f"==> {HISTORY_TOPIC}: "
+        + (f"{seeded} records" if seeded else "its records (seeded by an earlier demo)")
+        + f" timestamped over the {HISTORY_HOURS} past hours: lagsched_hours announces them for the shared table,"
+        f" and {HOUR_READER} (docs/examples/lagsched_hour_reader.py) reads each announced hour",
+        flush=True,
+    )
+    install_hour_reader(cfg)
+    api.wait_for_dag(HOUR_READER, timeout_s=300)
     for dag_id in ("lagsched_setup",):
         if _run_dag(api, dag_id) != "success":
             return dag_id
-    present = [d for d in REQUIRED_DAGS + OPTIONAL_DAGS if api.get_dag(d) is not None]
+    present = [d for d in REQUIRED_DAGS + OPTIONAL_DAGS + HOURS_DAGS + (HOUR_READER,) if api.get_dag(d) is not None]
     for dag_id in present:
         api.set_paused(dag_id, False)
     print(f"==> unpaused: {', '.join(present)}", flush=True)
@@ -841,6 +876,8 @@ class Demo:
     #: With the slots on the Spark cluster: each Spark worker's most cores in use at once.
     spark_cores: dict[str, int] = field(default_factory=dict)
     cfg: StackConfig | None = None
+    #: The seeded hours of the shared table: each one's event and what the reader read (`_hours_report`).
+    hours: dict[str, Any] | None = None
 
 
 def _watch(demo: Demo) -> None:
@@ -916,6 +953,113 @@ def _compact(api: AirflowAPI, lake: Any) -> dict[str, Any] | None:
         state = "not run"
     _, after = _read_table(lake)
     return {"state": state, "before": before, "after": after}
+
+
+def seed_history(kafka_config: Mapping[str, Any], now: float) -> int:
+    """Create `HISTORY_TOPIC` and write `HISTORY_PER_HOUR` records into each of the `HISTORY_HOURS`
+    hours before the current one (their CreateTime); the records written (0: seeded already)."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    from lagsched_dev.loadgen import wait_until_ready
+
+    admin = AdminClient(dict(kafka_config))
+    if HISTORY_TOPIC not in (admin.list_topics(timeout=30).topics or {}):
+        futures = admin.create_topics([NewTopic(HISTORY_TOPIC, 2, 1)], operation_timeout=30)
+        futures[HISTORY_TOPIC].result(timeout=30)
+        wait_until_ready(dict(kafka_config), {HISTORY_TOPIC: 2})
+    probe = Consumer({**kafka_config, "group.id": "lagsched-demo-probe", "enable.auto.commit": False})
+    try:
+        if any(probe.get_watermark_offsets(TopicPartition(HISTORY_TOPIC, p), timeout=10)[1] for p in (0, 1)):
+            return 0
+    finally:
+        probe.close()
+    hour_ms = 3_600_000
+    first = (int(now * 1000) // hour_ms - HISTORY_HOURS) * hour_ms
+    step = hour_ms // HISTORY_PER_HOUR
+    producer = Producer({**kafka_config, "acks": "all", "enable.idempotence": True})
+    n = HISTORY_HOURS * HISTORY_PER_HOUR
+    for i in range(n):
+        producer.produce(HISTORY_TOPIC, key=f"h{i}".encode(), value=f"history {i}".encode(), partition=i % 2,
+                         timestamp=first + i * step)  # fmt: skip
+        producer.poll(0)
+    if producer.flush(60):
+        raise RuntimeError(f"{HISTORY_TOPIC}: records still unacknowledged after 60 s")
+    return n
+
+
+def _pause_hours(api: DemoAPI, cfg: StackConfig) -> None:
+    """Pause the completeness DAGs and remove the reader (the e2e tests need them to themselves)."""
+    for dag_id in HOURS_DAGS:
+        with contextlib.suppress(AirflowAPIError):
+            api.set_paused(dag_id, True)
+    remove_hour_reader(cfg)
+
+
+def install_hour_reader(cfg: StackConfig) -> Path:
+    """The docs' downstream example as `HOUR_READER` in the stack's DAGs folder, reading the demo
+    cluster's shared table (removed again by `remove_hour_reader`)."""
+    text = READER_EXAMPLE.read_text().replace('dag_id="lagsched_hour_reader"', f"dag_id={HOUR_READER!r}")
+    path = cfg.repo / "dags" / f"{HOUR_READER}.py"
+    path.write_text(text)
+    return path
+
+
+def remove_hour_reader(cfg: StackConfig) -> None:
+    (cfg.repo / "dags" / f"{HOUR_READER}.py").unlink(missing_ok=True)
+
+
+def shared_table_uri() -> str:
+    return f"iceberg://lagsched/kafka/{DEMO_CLUSTER}"
+
+
+def history_hours(now: float) -> list[str]:
+    """The partition keys of the hours `seed_history` wrote into (as of ``now``)."""
+    hour_s = 3600
+    first = (int(now) // hour_s - HISTORY_HOURS) * hour_s
+    return [datetime.fromtimestamp(first + k * hour_s, UTC).strftime("%Y-%m-%dT%H:%M:%S") for k in range(HISTORY_HOURS)]
+
+
+def _hours_report(api: DemoAPI, started: float, timeout_s: float = 600) -> dict[str, Any]:
+    """Wait (with progress) until the seeded hours of the shared table are announced and each was
+    read by `HOUR_READER`; per hour the event's extra and the rows the reader read."""
+    wanted = history_hours(started)
+    report: dict[str, Any] = {"hours": {}, "complete": False}
+    with Progress("waiting for lagsched_hours to announce the seeded hours, and the reader to read them",
+                  total=len(wanted), stream=sys.stdout) as p:  # fmt: skip
+        p.tick_every(0.5)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            events = {e["partition_key"]: e["extra"] for e in api.asset_events(shared_table_uri())}
+            reads: dict[str, Any] = {}
+            for r in api.dag_runs(HOUR_READER):
+                if r["state"] == "success" and r.get("partition_key") in wanted:
+                    with contextlib.suppress(AirflowAPIError):
+                        reads[r["partition_key"]] = api.xcom(HOUR_READER, r["dag_run_id"], "read_hour")
+            done = [h for h in wanted if h in events and h in reads]
+            p.update(len(done), detail=f"{len([h for h in wanted if h in events])} announced, {len(reads)} read")
+            if len(done) == len(wanted) or time.monotonic() > deadline:
+                break
+            time.sleep(10)
+    for h in wanted:
+        report["hours"][h] = {"event": events.get(h), "read": reads.get(h)}
+    report["complete"] = all(v["event"] is not None and v["read"] is not None for v in report["hours"].values())
+    return report
+
+
+def _hours_lines(report: Mapping[str, Any]) -> list[str]:
+    lines = [f"hours of the shared table (lagsched_hours -> {HOUR_READER}, docs/completeness.md):"]
+    for hour, v in report["hours"].items():
+        event, read = v["event"], v["read"]
+        if event is None:
+            lines.append(f"  {hour}: not announced yet")
+            continue
+        said = (
+            f"event: {event['rows']:,} row(s), snapshot {event['snapshot_id']}, valid through {event['valid_through']}"
+        )
+        got = "not read yet" if read is None else f"read {read['read']:,} row(s)"
+        lines.append(f"  {hour}: {said}; {got}")
+    return lines
 
 
 def _wind_down(
@@ -1056,6 +1200,8 @@ def _summary(demo: Demo) -> dict[str, Any]:
                 else "NO: the tables and the committed offsets differ"
             )
         )
+    if demo.hours is not None:
+        lines += _hours_lines(demo.hours)
     slot_hosts = _slot_hosts(history)
     if slot_hosts:
         where = "; ".join(f"{n} on {', '.join(h)}" for n, h in slot_hosts.items())
@@ -1114,6 +1260,7 @@ def _summary(demo: Demo) -> dict[str, Any]:
             }
             for d in decisions
         ],
+        "hours": demo.hours,
     }
     return {"text": "\n".join(lines), "data": data}
 

@@ -1,6 +1,7 @@
 """Hourly asset events through the running Airflow (docs/completeness.md): one per completed hour of
 each table, exactly once, through a slot SIGKILLed mid-run, an emitting task SIGKILLed and the
-scheduler (all of ``airflow standalone``) restarted; a downstream DAG reads exactly each hour.
+scheduler (all of ``airflow standalone``) restarted; a downstream DAG reads exactly each hour; a
+late record is restated once by ``lagsched_restatements``.
 
 Records carry chosen CreateTime timestamps over past hours, so no hour is waited for. The stack
 starts ``lagsched_hours`` at ``[lagsched] hours_start`` = 4 hours before its Airflow started; the
@@ -36,7 +37,7 @@ from lagsched_dev.stack.config import StackConfig
 sys.path.insert(0, str(Path(__file__).parents[1] / "integration"))
 from consumer_support import ConsumerHarness, wait_until
 
-HOURS, MONITOR = "lagsched_hours", "lagsched_lag_monitor"
+HOURS, MONITOR, RESTATEMENTS = "lagsched_hours", "lagsched_lag_monitor", "lagsched_restatements"
 HOUR_MS, MIN = 3_600_000, 60_000
 READER_SOURCE = Path(__file__).parents[2] / "docs" / "examples" / "lagsched_hour_reader.py"
 
@@ -223,7 +224,33 @@ def test_each_completed_hour_of_each_table_gets_one_event_through_kills_and_a_sc
             read = api.xcom(reader, r["dag_run_id"], "read_hour")
             hour = hour_of(read["hour"])
             assert read["read"] == read["announced"] == counts.get(hour, 0), read
+
+        # 7. A late record (lateness 0) into the announced H-3: counted, landed, and restated once
+        # by lagsched_restatements on the table's restatements asset; the hour's own event stays one.
+        hourly = api.asset_events(typed_uri)
+        produce_at(kafka_config, typed, [(0, h3 + MIN)])
+        harness.run("hours-4", "--routes", json.dumps(routes), "--exit-when-idle", "--allowed-lateness-s", "0",
+                    timeout=300)  # fmt: skip
+        restated_uri = typed_uri + "/restatements"
+        api.wait_for_dag(RESTATEMENTS)
+        api.set_paused(RESTATEMENTS, False)
+        wait_until(lambda: api.asset_events(restated_uri), 420, "the restatement of H-3")
+        emitted_by = api.asset_events(restated_uri)[0]["source_run_id"]
+        ended = next(r["data_interval_end"] for r in api.dag_runs(RESTATEMENTS) if r["dag_run_id"] == emitted_by)
+        # the next run (every 2 minutes on the stack) restates nothing more
+        wait_until(lambda: any(r["state"] == "success" and r["data_interval_start"] >= ended
+                               for r in api.dag_runs(RESTATEMENTS)), 300, "the next restatement run")  # fmt: skip
+        events = api.asset_events(restated_uri)
+        assert len(events) == 1, events
+        extra = events[0]["extra"]
+        counts = plain_hours(kafka_config, typed, 2)
+        assert extra["restated"] is True and extra["cluster"] == cluster, extra
+        assert list(extra["hours"]) == [key(h3)], extra
+        assert extra["hours"][key(h3)]["late_records"] == 1 and extra["hours"][key(h3)]["rows"] == counts[h3], extra
+        assert api.asset_events(shared_uri + "/restatements") == []
+        assert [e["partition_key"] for e in api.asset_events(typed_uri)] == [e["partition_key"] for e in hourly]
     finally:
+        api.set_paused(RESTATEMENTS, True)
         api.set_paused(HOURS, True)
         for r in api.dag_runs(HOURS, limit=100):
             if r["state"] in ("queued", "running"):

@@ -239,3 +239,37 @@ def test_hours_complete_as_a_plain_consumer_counts_idle_partitions_pass_stalled_
         text
     )
     conn.close()
+
+
+def test_a_log_append_time_topic_needs_no_lateness_and_a_change_of_its_type_is_synced(
+    consumer: ConsumerHarness, kafka_config: dict[str, Any], new_topic: Callable[..., str]
+) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    from lagsched.adapters.topics import load_topics
+
+    stamped = new_topic(1, config={"message.timestamp.type": "LogAppendTime"})
+    created = new_topic(1)
+    consumer.register(stamped)
+    consumer.register(created)
+    clusters = parse_clusters({consumer.cluster: {"routes": [{"topics": [stamped]}], "allowed_lateness_s": 300}})
+    conn = connect(consumer.mysql)
+
+    def lateness() -> dict[tuple[str, ...], int]:
+        found = list_hour_tables(clusters, conn=conn, exists=lambda _c, _name: True)
+        return {t.topics: t.allowed_lateness_s for t in found}
+
+    flags = {t.name: t.log_append_time for t in load_topics(conn, consumer.cluster)}
+    assert flags == {stamped: True, created: False}
+    assert lateness() == {(stamped,): 0, (created,): 300}
+    # The broker's type changes back to CreateTime: the next sync follows, and so does the lateness.
+    admin = AdminClient(kafka_config)
+    entry = ConfigEntry("message.timestamp.type", "CreateTime", incremental_operation=AlterConfigOpType.SET)
+    for future in admin.incremental_alter_configs(
+        [ConfigResource(ResourceType.TOPIC, stamped, incremental_configs=[entry])]
+    ).values():
+        future.result(timeout=30)
+    consumer.register(stamped)
+    assert {t.name: t.log_append_time for t in load_topics(conn, consumer.cluster)}[stamped] is False
+    assert lateness() == {(stamped,): 300, (created,): 300}
+    conn.close()

@@ -151,6 +151,26 @@ def test_plan_names_slots_per_cluster_and_carries_the_options() -> None:
     assert "--warehouse" not in plan.slots[2].args
 
 
+def test_plan_passes_each_clusters_allowed_lateness_when_not_the_default() -> None:
+    eu, us = parse_clusters({"eu": {"allowed_lateness_s": 0}, "us": {}})
+    lateness = {c.name: c.allowed_lateness_s for c in (eu, us)}
+    plan = ConsumePlan.of({"eu": 1, "us": 1}, {"eu": 1, "us": 1}, SlotOptions(), lateness=lateness)
+    args = {s.cluster: s.args for s in plan.slots}
+    assert args["eu"][args["eu"].index("--allowed-lateness-s") + 1] == "0"
+    assert "--allowed-lateness-s" not in args["us"]  # 300, the slot's own default
+
+
+def test_the_slot_refuses_a_lateness_out_of_range(capsys: pytest.CaptureFixture[str]) -> None:
+    from lagsched.jobs.consume import parse_args
+
+    assert parse_args(["--slot", "s", "--allowed-lateness-s", "0"]).allowed_lateness_s == 0
+    assert parse_args(["--slot", "s"]).allowed_lateness_s == 300
+    for bad in ("-1", str(7 * 24 * 3600 + 1), "5m"):
+        with pytest.raises(SystemExit):
+            parse_args(["--slot", "s", "--allowed-lateness-s", bad])
+    assert "--allowed-lateness-s" in capsys.readouterr().err
+
+
 def test_plan_carries_each_clusters_commit_cadence() -> None:
     eu, us = parse_clusters({"eu": {"commit_interval_s": 120, "commit_max_records": None}, "us": {}})
     assert (eu.cadence.interval_s, eu.cadence.max_records, us.cadence.interval_s) == (120, None, 30)

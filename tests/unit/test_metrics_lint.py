@@ -69,6 +69,7 @@ def scrape() -> str:
         table_commits={("lake.prod_eu", "ok"): 812, ("lake.prod_eu", "refused"): 2, ("lake.prod_eu", "error"): 1},
         table_care=(TableCareRuns("ok", 5, NOW - 600), TableCareRuns("failed", 1, NOW - 4000)),
         dead_letters={"orders": 3},
+        late_records={"lagsched.kafka.orders": 7},
     )
     b = ClusterStatus("staging", NOW, (topic('odd"name\\x', state="stopped", owners=()),), (), ())
     figures = [PartitionFigures("orders", p, 10_000 + p, 9_400 + p, 600, 12.0 * p, NOW - 20.0) for p in range(3)]
@@ -105,6 +106,16 @@ def test_dead_letters_are_a_counter_per_topic_and_the_status_command_names_them(
     st = ClusterStatus("c", NOW, (), (), (), dead_letters={"orders": 1234})
     assert st.as_dict()["dead_letters"] == {"orders": 1234}
     assert "DEAD LETTERS orders: 1,234 record(s) in the dead-letter table" in format_status(st)
+
+
+def test_late_records_are_a_counter_per_table_and_the_status_command_names_them() -> None:
+    from lagsched.cli.status import format_status
+
+    assert 'lagsched_late_records_total{cluster="prod-eu",table="lagsched.kafka.orders"} 7' in scrape()
+    st = ClusterStatus("c", NOW, (), (), (), late_records={"lagsched.kafka.orders": 1234})
+    assert st.as_dict()["late_records"] == {"lagsched.kafka.orders": 1234}
+    assert "LATE RECORDS lagsched.kafka.orders: 1,234 record(s) landed in hours already complete" in format_status(st)
+    assert "LATE RECORDS" not in format_status(ClusterStatus("c", NOW, (), (), ()))
 
 
 def test_a_topic_never_measured_has_no_lag_figures() -> None:

@@ -27,6 +27,14 @@ def test_unchanged_topic_writes_nothing() -> None:
     assert [r.topic_id for r in plan.unchanged] == ["r"]
 
 
+def test_a_topic_whose_timestamp_type_changed_is_updated_in_place() -> None:
+    plan = plan_sync([row("r", "t", A)], [BrokerTopic("t", 2, -1, A, log_append_time=True)])
+    [u] = plan.update
+    assert (u.row.topic_id, u.topic.log_append_time, u.reenable) == ("r", True, False)
+    again = plan_sync([TopicRow("r", "c", "t", A, 2, -1, 1, None, None, True, True)], [u.topic])
+    assert again.update == () and [r.topic_id for r in again.unchanged] == ["r"]
+
+
 def test_grown_topic_is_updated_in_place() -> None:
     plan = plan_sync([row("r", "t", A)], [BrokerTopic("t", 5, -1, A)])
     [u] = plan.update

@@ -83,3 +83,47 @@ def test_a_tables_watermark_over_its_topics_is_the_least_and_unknown_if_any_is()
     assert least_watermark([H + 5, H + 2, H + 9]) == H + 2
     assert least_watermark([H + 5, None]) is None
     assert least_watermark([]) is None
+
+
+def test_a_tables_lateness_is_its_routes_else_none_when_the_broker_stamps_every_topic_else_the_clusters() -> None:
+    from lagsched.core.hour_tables import hour_tables
+    from lagsched.core.routing import TopicRoute
+
+    def lateness(routed: dict[str, TopicRoute | None], appended: set[str]) -> dict[str, int]:
+        tables = hour_tables(
+            "c", catalog="lagsched", namespace="kafka", shared_table="c", routed=routed, allowed_lateness_s=300,
+            log_append_time=appended,
+        )  # fmt: skip
+        return {t.table: t.allowed_lateness_s for t in tables}
+
+    typed = TopicRoute("a", "kafka", "a", "raw", "raw")
+    pinned = TopicRoute("b", "kafka", "b", "raw", "raw", allowed_lateness_s=60)
+    routed = {"a": typed, "b": pinned, "x": None, "y": None}
+    assert lateness(routed, set()) == {"c": 300, "a": 300, "b": 60}
+    assert lateness(routed, {"a", "b", "x"}) == {"c": 300, "a": 0, "b": 60}  # y is CreateTime
+    assert lateness(routed, {"a", "b", "x", "y"}) == {"c": 0, "a": 0, "b": 60}
+
+
+def test_a_tables_restatements_have_an_asset_of_their_own() -> None:
+    from lagsched.airflow.assets import restatement_asset, table_asset
+
+    hours, restated = table_asset("lagsched.kafka.orders"), restatement_asset("lagsched.kafka.orders", cluster="p")
+    assert (hours.uri, restated.uri) == (
+        "iceberg://lagsched/kafka/orders",
+        "iceberg://lagsched/kafka/orders/restatements",
+    )
+    assert restated.name == "lagsched.kafka.orders/restatements" and restated.extra == {"cluster": "p", "topics": []}
+    with pytest.raises(ValueError, match=r"catalog\.namespace\.table"):
+        restatement_asset("kafka.orders")
+
+
+def test_restatements_start_is_any_iso_time_and_defaults_to_the_hours_start() -> None:
+    from datetime import UTC, datetime
+
+    from lagsched.core.completeness import parse_restatements_start
+
+    start = datetime(2026, 12, 1, tzinfo=UTC)
+    assert parse_restatements_start(None, start) == parse_restatements_start(" ", start) == start
+    assert parse_restatements_start("2026-12-02T05:34:00", start) == datetime(2026, 12, 2, 5, 34, tzinfo=UTC)
+    with pytest.raises(ValueError, match="restatements_start"):
+        parse_restatements_start("yesterday", start)

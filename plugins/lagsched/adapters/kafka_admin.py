@@ -483,17 +483,23 @@ def fetch_broker_topics(admin: Any, timeout_s: float = 15.0) -> BrokerTopics:
         except Exception as exc:  # noqa: BLE001 - deleted between the two requests, or no answer: proves nothing
             log.warning("topic %s: cannot read its topic id (%s); leaving it as it is", name, exc)
     retention: dict[str, int] = {}
+    appended: set[str] = set()
     resources = [ConfigResource(ResourceType.TOPIC, n) for n in names if n in ids]
     for resource, future in admin.describe_configs(resources, request_timeout=timeout_s).items():
         try:
-            entry = future.result(timeout=timeout_s + 5).get("retention.ms")
+            configs = future.result(timeout=timeout_s + 5)
         except Exception as exc:  # noqa: BLE001 - one topic's answer must not fail the sync
-            log.warning("topic %s: cannot read retention.ms (%s); leaving it as it is", resource.name, exc)
+            log.warning("topic %s: cannot read its configuration (%s); leaving it as it is", resource.name, exc)
             continue
+        entry, stamp = configs.get("retention.ms"), configs.get("message.timestamp.type")
         retention[resource.name] = _retention(entry.value if entry is not None else None)
+        if stamp is not None and stamp.value == "LogAppendTime":
+            appended.add(resource.name)
     known = [n for n in names if n in ids and n in retention]
     uncertain += [n for n in names if n not in known]
-    return BrokerTopics(tuple(BrokerTopic(n, counts[n], retention[n], ids[n]) for n in known), tuple(sorted(uncertain)))
+    return BrokerTopics(
+        tuple(BrokerTopic(n, counts[n], retention[n], ids[n], n in appended) for n in known), tuple(sorted(uncertain))
+    )
 
 
 def _retention(value: Any) -> int:

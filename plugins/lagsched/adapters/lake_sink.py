@@ -46,7 +46,7 @@ from lagsched.adapters.sink import (
 from lagsched.adapters.topics import load_topics
 from lagsched.adapters.typed_files import RoutedTables, TableFiles, decoder_for, registry_client
 from lagsched.core import evolution
-from lagsched.core.completeness import DEFAULT_ALLOWED_LATENESS_S, HOUR_MS, hour_complete, hour_key
+from lagsched.core.completeness import DEFAULT_ALLOWED_LATENESS_S, HOUR_MS, hour_complete, hour_key, table_lateness
 from lagsched.core.errors import ConfigError, LagschedError
 from lagsched.core.iceberg_types import arrow_schema, iceberg_schema, name_mapping
 from lagsched.core.lake import (
@@ -139,6 +139,7 @@ class LakeSink:
         self._count_dead = count_dead_letters
         self._cluster = cluster
         self._lateness_s = allowed_lateness_s
+        self._appended: set[str] = set()  # topics whose timestamps the broker sets (LogAppendTime)
         self._shared_topics: tuple[tuple[str, ...], list[str]] = ((), [])  # the registry's names, the unrouted
         self.shared = IcebergSink(spark, lake, properties=self._properties)
         self._rules = tuple(routes)
@@ -162,12 +163,16 @@ class LakeSink:
                 spark, lake, properties=self._properties, identifier=dead, shape=DEAD_LETTERS
             )
 
-    def learn(self, topics: Iterable[str]) -> None:
-        """Apply the routes to topics not seen yet (the slot's held topics, at each plan).
+    def learn(self, topics: Iterable[str], *, log_append_time: Iterable[str] = ()) -> None:
+        """Apply the routes to topics not seen yet (the slot's held topics, at each plan);
+        ``log_append_time``: those of them whose timestamps the broker sets (no allowed lateness).
 
         Raises:
             ConfigError: two topics would land in one table (`route_topics`).
         """
+        topics = list(topics)
+        appended = set(log_append_time)
+        self._appended = (self._appended - set(topics)) | (appended & set(topics))
         new = [t for t in topics if t not in self._routes and t not in self._unrouted]
         if not new or not self._rules:
             self._unrouted.update(new)
@@ -444,7 +449,7 @@ class LakeSink:
         before, mark = watermarks.watermark_around_commit(self._conn, self._cluster, topics, after)
         if mark is not None:
             out[VALID_THROUGH_PROPERTY] = str(mark)
-        lateness_ms = self.lateness_of(table) * 1000
+        lateness_ms = self.lateness_of(table, topics) * 1000
         late: dict[Key, dict[int, int]] = {}
         for f in files:
             if hour_complete(f.hour * HOUR_MS, before, lateness_ms):
@@ -466,20 +471,28 @@ class LakeSink:
             key: [LateRecords(identifier, hour, n) for hour, n in sorted(hours.items())] for key, hours in late.items()
         }
 
-    def lateness_of(self, table: str | None) -> int:
-        """The allowed lateness (s) of ``table`` (None: the shared table): its route's, else the cluster's."""
-        if table is not None:
-            for route in self._routes.values():
-                if self.identifier_of(route) == table and route.allowed_lateness_s is not None:
-                    return route.allowed_lateness_s
-        return self._lateness_s
+    def lateness_of(self, table: str | None, topics: Iterable[str]) -> int:
+        """The allowed lateness (s) of ``table`` (None: the shared table), whose ``topics`` land in
+        it (`topics_of`): `table_lateness` of its route's, the cluster's, and whether its topics
+        are all ``LogAppendTime``."""
+        route_s = next(
+            (
+                r.allowed_lateness_s
+                for r in self._routes.values()
+                if table is not None and self.identifier_of(r) == table and r.allowed_lateness_s is not None
+            ),
+            None,
+        )
+        return table_lateness(route_s, self._lateness_s, (t in self._appended for t in topics))
 
     def topics_of(self, table: str | None) -> list[str]:
         """The registered topics of the cluster whose records land in ``table`` (None: the shared
         table), by the routes."""
         if table is not None:
             return [topic for topic, route in self._routes.items() if self.identifier_of(route) == table]
-        names = tuple(t.name for t in load_topics(self._conn, self._cluster)) if self._cluster is not None else ()
+        rows = load_topics(self._conn, self._cluster) if self._cluster is not None else []
+        names = tuple(t.name for t in rows)
+        self._appended = (self._appended - set(names)) | {t.name for t in rows if t.log_append_time}
         if names != self._shared_topics[0]:
             routed = route_topics(self._rules, names, namespace=self._lake.namespace, shared_table=self._lake.table)
             self._shared_topics = (names, [n for n in names if routed[n] is None])

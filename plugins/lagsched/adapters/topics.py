@@ -40,15 +40,16 @@ log = logging.getLogger(__name__)
 
 _TOPIC_COLUMNS = (
     "topic_id, cluster, name, kafka_topic_id, partition_count, retention_ms, linker_workers,"
-    " min_workers, max_workers, enabled"
+    " min_workers, max_workers, enabled, log_append_time"
 )
 
 
 def _topic(row: Sequence[Any]) -> TopicRow:
-    tid, cluster, name, kid, count, retention, workers, low, high, enabled = row
+    tid, cluster, name, kid, count, retention, workers, low, high, enabled, appended = row
     return TopicRow(
         str(tid), str(cluster), str(name), None if kid is None else str(kid), int(count), int(retention),
         int(workers), None if low is None else int(low), None if high is None else int(high), bool(enabled),
+        bool(appended),
     )  # fmt: skip
 
 
@@ -215,19 +216,20 @@ def apply_sync(conn: Connection, cluster: str, plan_for: Callable[[list[TopicRow
         _fence_holders(cur, plan.disable)
         for u in plan.update:
             cur.execute(
-                "UPDATE topics SET partition_count = %s, retention_ms = %s, kafka_topic_id = %s, enabled = TRUE"
-                " WHERE topic_id = %s",
-                (u.topic.partitions, u.topic.retention_ms, u.topic.kafka_topic_id or u.row.kafka_topic_id,
-                 u.row.topic_id),
+                "UPDATE topics SET partition_count = %s, retention_ms = %s, log_append_time = %s, kafka_topic_id = %s,"
+                " enabled = TRUE WHERE topic_id = %s",
+                (u.topic.partitions, u.topic.retention_ms, u.topic.log_append_time,
+                 u.topic.kafka_topic_id or u.row.kafka_topic_id, u.row.topic_id),
             )  # fmt: skip
         ids = {r.name: r.topic_id for r in plan.unchanged} | {u.topic.name: u.row.topic_id for u in plan.update}
         for n in plan.insert:
             ids[n.topic.name] = str(uuid.uuid4())
             cur.execute(
                 "INSERT INTO topics (topic_id, cluster, name, kafka_topic_id, partition_count, retention_ms,"
-                " linker_workers, min_workers, max_workers, enabled) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, TRUE)",
+                " log_append_time, linker_workers, min_workers, max_workers, enabled)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, TRUE)",
                 (ids[n.topic.name], cluster, n.topic.name, n.topic.kafka_topic_id, n.topic.partitions,
-                 n.topic.retention_ms, n.linker_workers, n.min_workers, n.max_workers),
+                 n.topic.retention_ms, n.topic.log_append_time, n.linker_workers, n.min_workers, n.max_workers),
             )  # fmt: skip
         wanted = {ids[u.topic.name]: (u.topic.name, u.topic.partitions) for u in plan.update}
         wanted |= {ids[n.topic.name]: (n.topic.name, n.topic.partitions) for n in plan.insert}

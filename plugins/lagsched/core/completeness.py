@@ -35,6 +35,7 @@ __all__ = [
     "least_watermark",
     "parse_hours_start",
     "parse_restatements_start",
+    "table_lateness",
     "table_watermark",
 ]
 
@@ -98,6 +99,22 @@ def least_watermark(watermarks: Iterable[int | None]) -> int | None:
             return None
         least = w if least is None else min(least, w)
     return least if seen else None
+
+
+def table_lateness(route_s: int | None, cluster_s: int, log_append_time: Iterable[bool]) -> int:
+    """A table's allowed lateness (s): its route's when set; else 0 when every topic landing in it
+    is ``LogAppendTime`` (the broker stamps records as they arrive: none is late); else the
+    cluster's.
+
+    >>> table_lateness(None, 300, [True, True]), table_lateness(None, 300, [True, False])
+    (0, 300)
+    >>> table_lateness(60, 300, [True])
+    60
+    """
+    if route_s is not None:
+        return route_s
+    flags = list(log_append_time)
+    return 0 if flags and all(flags) else cluster_s
 
 
 def hour_complete(hour_start_ms: int, watermark_ms: int | None, lateness_ms: int) -> bool:

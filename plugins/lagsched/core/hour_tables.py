@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
-from lagsched.core.completeness import HourTable
+from lagsched.core.completeness import HourTable, table_lateness
 from lagsched.core.routing import TopicRoute
 
 __all__ = ["hour_tables"]
@@ -18,14 +18,19 @@ def hour_tables(
     shared_table: str,
     routed: Mapping[str, TopicRoute | None],
     allowed_lateness_s: int,
+    log_append_time: Collection[str] = (),
 ) -> list[HourTable]:
     """The tables of one cluster whose hours are announced: the shared table (its unrouted topics)
-    and each typed table; ``routed`` maps each registered topic to its route (None: unrouted). The
+    and each typed table; ``routed`` maps each registered topic to its route (None: unrouted);
+    ``log_append_time``: the topics whose timestamps the broker sets (`table_lateness`). The
     dead-letter table has none: it holds what could not be read, whatever its hour."""
     unrouted = tuple(sorted(t for t, r in routed.items() if r is None))
-    out = [HourTable(cluster, catalog, namespace, shared_table, unrouted, allowed_lateness_s)] if unrouted else []
+    out = []
+    if unrouted:
+        lateness = table_lateness(None, allowed_lateness_s, (t in log_append_time for t in unrouted))
+        out.append(HourTable(cluster, catalog, namespace, shared_table, unrouted, lateness))
     for topic, route in sorted(routed.items()):
         if route is not None:
-            lateness = allowed_lateness_s if route.allowed_lateness_s is None else route.allowed_lateness_s
+            lateness = table_lateness(route.allowed_lateness_s, allowed_lateness_s, [topic in log_append_time])
             out.append(HourTable(cluster, catalog, route.namespace, route.table, (topic,), lateness))
     return out

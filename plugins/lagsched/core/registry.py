@@ -5,7 +5,7 @@ A registry row is a topic as lagsched knows it (`TopicRow`); the broker's view i
 
 * a topic new to the registry gets a row with a fresh registry id and the default worker settings;
 * a known topic keeps its id and the users' ``linker_workers`` and worker limits; its partition
-  count and ``retention.ms`` follow the broker (only changed rows are written);
+  count, ``retention.ms`` and ``message.timestamp.type`` follow the broker (only changed rows are written);
 * a topic missing from the broker is disabled, its rows and committed offsets kept;
 * **a re-created topic** (same name, another Kafka topic id) is a new topic: the old row is
   disabled with its history, and a new row starts with no committed offset, so the consumer starts
@@ -52,6 +52,7 @@ class TopicRow:
         min_workers: the operator's per-topic lower limit, None when unset (the Variable's applies).
         max_workers: the operator's per-topic upper limit, None when unset.
         enabled: False once the topic was deleted or re-created on the broker.
+        log_append_time: its ``message.timestamp.type`` is ``LogAppendTime`` (no late records).
     """
 
     topic_id: str
@@ -64,6 +65,7 @@ class TopicRow:
     min_workers: int | None
     max_workers: int | None
     enabled: bool
+    log_append_time: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +77,14 @@ class BrokerTopic:
         partitions: partition count, >= 1.
         retention_ms: ``retention.ms``; -1 means infinite.
         kafka_topic_id: Kafka's topic id (base64), None when the broker did not say.
+        log_append_time: ``message.timestamp.type`` is ``LogAppendTime``.
     """
 
     name: str
     partitions: int
     retention_ms: int = -1
     kafka_topic_id: str | None = None
+    log_append_time: bool = False
 
     def __post_init__(self) -> None:
         validate_topic_name(self.name)
@@ -214,9 +218,11 @@ def _is_other_topic(registered: str | None, on_broker: str | None) -> bool:
 
 
 def _differs(row: TopicRow, topic: BrokerTopic) -> bool:
-    return (row.partition_count, row.retention_ms) != (topic.partitions, topic.retention_ms) or (
-        topic.kafka_topic_id is not None and row.kafka_topic_id != topic.kafka_topic_id
-    )
+    return (row.partition_count, row.retention_ms, row.log_append_time) != (
+        topic.partitions,
+        topic.retention_ms,
+        topic.log_append_time,
+    ) or (topic.kafka_topic_id is not None and row.kafka_topic_id != topic.kafka_topic_id)
 
 
 def _new(topic: BrokerTopic, previous: TopicRow, replaces: str) -> NewTopic:

@@ -285,7 +285,8 @@ class Batches:
             return BatchPlan({}, {})
         pending = self.store.pending(self.s.slot_id)
         counts = {topics[c.topic_id].name: topics[c.topic_id].partition_count for c in held}
-        self.sink.learn(counts)  # which of them land in typed tables of their own
+        # which of them land in typed tables of their own, and which need no allowed lateness
+        self.sink.learn(counts, log_append_time=[t.name for t in topics.values() if t.log_append_time])
         try:
             ids = kafka_topic_ids(self.admin, counts)
             for name in list(counts):

@@ -35,7 +35,8 @@ def list_hour_tables(
     out: list[HourTable] = []
     for cluster in clusters:
         lake = LakeTable.of(cluster.name, cluster.sink_settings(), default_warehouse="")
-        names = [t.name for t in load_topics(conn, cluster.name)]
+        rows = load_topics(conn, cluster.name)
+        names = [t.name for t in rows]
         for table in hour_tables(
             cluster.name,
             catalog=lake.catalog,
@@ -43,6 +44,7 @@ def list_hour_tables(
             shared_table=lake.table,
             routed=cluster.routes_for(names),
             allowed_lateness_s=cluster.allowed_lateness_s,
+            log_append_time={t.name for t in rows if t.log_append_time},
         ):
             if exists(cluster, f"{table.namespace}.{table.table}"):
                 out.append(table)
