@@ -176,3 +176,29 @@ def test_the_summary_names_every_worker_each_slot_ran_on() -> None:
     ]
     assert _slot_hosts(history) == {"slot-1": ["lagsched-w1@vm"], "slot-2": ["lagsched-w1@vm", "lagsched-w2@vm"]}
     assert _slot_hosts([]) == {}
+
+
+def test_the_seeded_hours_are_the_three_before_the_demos_and_the_reader_is_the_docs_example(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from lagsched_dev.demo import HOUR_READER, _hours_lines, history_hours, install_hour_reader, remove_hour_reader
+
+    started = datetime(2026, 12, 2, 14, 25, 7, tzinfo=UTC).timestamp()
+    assert history_hours(started) == ["2026-12-02T11:00:00", "2026-12-02T12:00:00", "2026-12-02T13:00:00"]
+    (tmp_path / "dags").mkdir()
+    cfg = SimpleNamespace(repo=tmp_path)
+    path = install_hour_reader(cfg)  # type: ignore[arg-type]
+    text = path.read_text()
+    assert path.name == f"{HOUR_READER}.py" and f"dag_id={HOUR_READER!r}" in text
+    assert 'TABLE = "lagsched.kafka.lagsched_kafka"' in text  # the demo cluster's shared table
+    remove_hour_reader(cfg)  # type: ignore[arg-type]
+    assert not path.exists()
+    event = {"rows": 120, "snapshot_id": 7, "valid_through": "2026-12-02T14:20:00.000+00:00"}
+    lines = _hours_lines({"hours": {"2026-12-02T11:00:00": {"event": event, "read": {"read": 120}},
+                                    "2026-12-02T12:00:00": {"event": None, "read": None}}})  # fmt: skip
+    assert lines[1] == (
+        "  2026-12-02T11:00:00: event: 120 row(s), snapshot 7, valid through 2026-12-02T14:20:00.000+00:00; "
+        "read 120 row(s)"
+    )
+    assert lines[2] == "  2026-12-02T12:00:00: not announced yet"
