@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from lagsched.airflow.notifications import load_notifiers, notifiers_or_error
+from lagsched.airflow.notifications import allowed_notifiers, load_notifiers, notifiers_or_error, sender
 from lagsched.core.errors import ConfigError
 from lagsched.core.findings import KINDS
 from lagsched.core.notifiers import parse_notifiers
@@ -94,14 +96,61 @@ def test_hostile_shapes_are_refused_naming_the_entry(raw: str, message: str) -> 
         (SMTP, {"smtp_conn_id": "x"}, "SmtpNotifier refuses them: TypeError"),  # `to` is required
     ],
 )
-def test_classes_are_checked_where_airflow_is(notifier: str, kwargs: dict[str, Any], message: str) -> None:
+def test_classes_are_checked_where_airflow_is(
+    notifier: str, kwargs: dict[str, Any], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW__LAGSCHED__NOTIFIER_ALLOWLIST", f"providers,{notifier}")
     raw = json.dumps([{"notifier": notifier, "kwargs": kwargs}])
     with pytest.raises(ConfigError) as info:
         load_notifiers(raw)
     assert message in str(info.value)
 
 
-def test_every_bad_entry_is_named_at_once_and_a_bad_variable_only_stops_the_notifications() -> None:
+def test_the_allowlist_defaults_to_the_installed_providers_notifiers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AIRFLOW__LAGSCHED__NOTIFIER_ALLOWLIST", raising=False)
+    assert {HTTP, SMTP} <= allowed_notifiers()
+    assert [e.notifier for e in load_notifiers(json.dumps([entry()]))] == [HTTP]
+    monkeypatch.setenv("AIRFLOW__LAGSCHED__NOTIFIER_ALLOWLIST", "my_pkg.pager.PagerNotifier")
+    assert allowed_notifiers() == {"my_pkg.pager.PagerNotifier"}  # the providers' only when listed
+    with pytest.raises(
+        ConfigError, match=r"\[0\]\.notifier = '.*HttpNotifier': is not in \[lagsched\] notifier_allowlist"
+    ):
+        load_notifiers(json.dumps([entry()]))
+    monkeypatch.setenv("AIRFLOW__LAGSCHED__NOTIFIER_ALLOWLIST", "providers, rm -rf /")
+    with pytest.raises(ConfigError, match=r"\[lagsched\] notifier_allowlist = .*'rm -rf /'"):
+        allowed_notifiers()
+
+
+def test_a_module_outside_the_allowlist_is_never_imported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "lagsched_untrusted_probe.py").write_text(
+        "print('UNTRUSTED MODULE RAN')\nopen(__file__ + '.ran', 'w').close()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("AIRFLOW__LAGSCHED__NOTIFIER_ALLOWLIST", raising=False)
+    raw = json.dumps([{"notifier": "lagsched_untrusted_probe.Notifier"}])
+    entries, error = notifiers_or_error(raw)
+    assert entries == ()
+    assert "[0].notifier = 'lagsched_untrusted_probe.Notifier': is not in [lagsched] notifier_allowlist" in error
+    send = sender(allowed=allowed_notifiers())  # the sender checks too, before its import
+    with pytest.raises(ConfigError, match="notifier_allowlist"):
+        send(parse_notifiers(raw)[0], None)  # type: ignore[arg-type]
+    assert "lagsched_untrusted_probe" not in sys.modules
+    assert not (tmp_path / "lagsched_untrusted_probe.py.ran").exists()
+    assert "UNTRUSTED MODULE RAN" not in capsys.readouterr().out
+    # The proof that the probe would have run: listed, it is imported (and then refused: no notifier).
+    monkeypatch.setenv("AIRFLOW__LAGSCHED__NOTIFIER_ALLOWLIST", "lagsched_untrusted_probe.Notifier")
+    with pytest.raises(ConfigError, match="cannot be imported"):
+        load_notifiers(raw)
+    assert (tmp_path / "lagsched_untrusted_probe.py.ran").exists()
+    sys.modules.pop("lagsched_untrusted_probe", None)
+
+
+def test_every_bad_entry_is_named_at_once_and_a_bad_variable_only_stops_the_notifications(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AIRFLOW__LAGSCHED__NOTIFIER_ALLOWLIST", "providers,json.JSONDecoder,no_such_pkg.N")
     raw = json.dumps([entry(), {"notifier": "json.JSONDecoder"}, {"notifier": "no_such_pkg.N"}])
     entries, error = notifiers_or_error(raw)
     assert entries == ()

@@ -149,7 +149,8 @@ def test_the_sender_renders_the_finding_and_gives_up_on_a_notifier_that_hangs() 
         '[{"notifier": "test_notify_delivery.Recording", "kwargs": {"text": "{{ finding.summary }} ({{ x }})"}},'
         ' {"notifier": "test_notify_delivery.Hanging"}]'
     )
-    send = sender({"x": "from the task"}, timeout_s=0.2)
+    allowed = {"test_notify_delivery.Recording", "test_notify_delivery.Hanging"}
+    send = sender({"x": "from the task"}, timeout_s=0.2, allowed=allowed)
     send(recording, Notice("cleared", STALLED))
     assert RENDERED == ["lagsched eu/orders: pipeline stalled cleared (from the task)"]
     started = time.monotonic()

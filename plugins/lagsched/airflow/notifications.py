@@ -1,10 +1,12 @@
 """Airflow notifiers for lagsched's findings: the glue between ``lagsched_notifiers`` and `notify`.
 
 `load_notifiers` checks what `lagsched.core.notifiers.parse_notifiers` cannot without Airflow: each
-entry's class imports, is a subclass of Airflow's ``BaseNotifier``, and can be built with its
-kwargs. `sender` sends a notice the way Airflow calls a notifier (``notifier(context)``: its template
-fields rendered with Jinja, then ``notify``), each time with a fresh instance (rendering changes it),
-and a context that is the running task's plus ``finding`` (`Notice.as_dict`: ``summary``,
+entry's class is in ``[lagsched] notifier_allowlist`` of Airflow's configuration (checked before
+anything is imported; default: the notifiers of the installed providers), imports, is a subclass of
+Airflow's ``BaseNotifier``, and can be built with its kwargs. `sender` sends a notice the way
+Airflow calls a notifier (``notifier(context)``: its template fields rendered with Jinja, then
+``notify``), each time with a fresh instance (rendering changes it), and a context that is the
+running task's plus ``finding`` (`Notice.as_dict`: ``summary``,
 ``detail``, ``kind``, ``event`` (new or cleared), ``cluster``, ``topic``, ``runbook``...).
 
 `notify_after_measurement` and `notify_after_evaluation` are what the lag monitor's and the
@@ -19,13 +21,20 @@ import importlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from lagsched.core.errors import ConfigError
 from lagsched.core.findings import Notice
-from lagsched.core.notifiers import NOTIFIERS_LABEL, NotifierEntry, RawNotifiers, parse_notifiers
+from lagsched.core.notifiers import (
+    ALLOWLIST_OPTION,
+    NOTIFIERS_LABEL,
+    NotifierEntry,
+    RawNotifiers,
+    parse_allowlist,
+    parse_notifiers,
+)
 from lagsched.workflows.notifications import first_line
 
 if TYPE_CHECKING:
@@ -37,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NotificationFailed",
+    "allowed_notifiers",
     "load_notifiers",
     "notifiers_or_error",
     "notify_after_evaluation",
@@ -58,15 +68,35 @@ class NotificationFailed(Exception):
     """A notifier raised; the message is the original's type and text with known secrets masked."""
 
 
-def notifier_class(entry: NotifierEntry, index: int | None = None) -> type[Any]:
-    """The ``BaseNotifier`` subclass ``entry`` names.
+def allowed_notifiers() -> frozenset[str]:
+    """``[lagsched] notifier_allowlist`` of Airflow's configuration (`parse_allowlist`)."""
+    from airflow.configuration import conf
+
+    def providers() -> list[str]:
+        from airflow.providers_manager import ProvidersManager
+
+        # The class paths the installed providers declare (provider.yaml's "notifications").
+        return [str(path) for path in ProvidersManager().notification]  # type: ignore[no-untyped-call]
+
+    return parse_allowlist(conf.get("lagsched", "notifier_allowlist", fallback=""), providers)
+
+
+def notifier_class(entry: NotifierEntry, index: int | None = None, *, allowed: Collection[str]) -> type[Any]:
+    """The ``BaseNotifier`` subclass ``entry`` names, if ``allowed`` (`allowed_notifiers`) lists it.
 
     Raises:
-        ConfigError: it does not import, or is not such a class (naming the entry).
+        ConfigError: it is not allowed (then nothing was imported), does not import, or is not such
+            a class (naming the entry).
     """
+    where = f"[{index}].notifier" if index is not None else f"{entry.label}.notifier"
+    if entry.notifier not in allowed:
+        raise _entry_error(
+            where, entry.notifier,
+            f"is not in {ALLOWLIST_OPTION} of Airflow's configuration (AIRFLOW__LAGSCHED__NOTIFIER_ALLOWLIST; "
+            f"allowed: {', '.join(sorted(allowed)) or 'none'}): an operator adds it there (docs/notifications.md)",
+        )  # fmt: skip
     from airflow.sdk import BaseNotifier
 
-    where = f"[{index}].notifier" if index is not None else f"{entry.label}.notifier"
     module_name, _, class_name = entry.notifier.rpartition(".")
     try:
         found = getattr(importlib.import_module(module_name), class_name)
@@ -78,8 +108,9 @@ def notifier_class(entry: NotifierEntry, index: int | None = None) -> type[Any]:
     return found
 
 
-def load_notifiers(raw: RawNotifiers) -> tuple[NotifierEntry, ...]:
-    """``lagsched_notifiers`` parsed, each class imported and built once with its kwargs.
+def load_notifiers(raw: RawNotifiers, *, allowed: Collection[str] | None = None) -> tuple[NotifierEntry, ...]:
+    """``lagsched_notifiers`` parsed, each class checked against ``allowed`` (default:
+    `allowed_notifiers`), imported and built once with its kwargs.
 
     Building one reads no Connection (notifiers read theirs when they send).
 
@@ -87,10 +118,13 @@ def load_notifiers(raw: RawNotifiers) -> tuple[NotifierEntry, ...]:
         ConfigError: naming every bad entry by index.
     """
     entries = parse_notifiers(raw)
+    if not entries:
+        return entries
+    allowed = allowed_notifiers() if allowed is None else allowed
     errors: list[ConfigError] = []
     for i, entry in enumerate(entries):
         try:
-            cls = notifier_class(entry, i)
+            cls = notifier_class(entry, i, allowed=allowed)
             cls(**entry.kwargs)
         except ConfigError as exc:
             errors.append(exc)
@@ -120,13 +154,22 @@ def notifiers_or_error(raw: RawNotifiers) -> tuple[tuple[NotifierEntry, ...], st
         return (), str(exc)
 
 
-def sender(task_context: Mapping[str, Any] | None = None, *, timeout_s: float = SEND_TIMEOUT_S) -> Send:
+def sender(
+    task_context: Mapping[str, Any] | None = None,
+    *,
+    timeout_s: float = SEND_TIMEOUT_S,
+    allowed: Collection[str] | None = None,
+) -> Send:
     """A `Send` that builds the entry's notifier and calls it with the task's context plus ``finding``;
-    a call that has not returned within ``timeout_s`` fails (`TimeoutError`)."""
+    a call that has not returned within ``timeout_s`` fails (`TimeoutError`). ``allowed``: the
+    allow-list (default: `allowed_notifiers`, read at the first send)."""
     classes: dict[str, type[Any]] = {}
+    allow: list[Collection[str]] = [] if allowed is None else [allowed]
 
     def send(entry: NotifierEntry, notice: Notice) -> None:
-        cls = classes.get(entry.notifier) or classes.setdefault(entry.notifier, notifier_class(entry))
+        if not allow:
+            allow.append(allowed_notifiers())
+        cls = classes.get(entry.notifier) or classes.setdefault(entry.notifier, notifier_class(entry, allowed=allow[0]))
         context: dict[str, Any] = dict(task_context or {})
         context["finding"] = notice.as_dict()
         try:

@@ -19,8 +19,9 @@ no other), an import path that looks like one, kwargs an object, kinds known and
 names unique (the name defaults to the class's own name, so two entries of one class need names:
 the name keys what was sent to whom, see docs/notifications.md). Whether the path imports and names
 a ``BaseNotifier`` subclass that takes those kwargs is checked where Airflow is at hand
-(`lagsched.airflow.notifications.load_notifiers`). A bad Variable raises one `ConfigError` naming
-each bad entry by its index.
+(`lagsched.airflow.notifications.load_notifiers`), after the path was found in the operator's
+allow-list (`ALLOWLIST_OPTION`, `parse_allowlist`): a path outside it is never imported. A bad
+Variable raises one `ConfigError` naming each bad entry by its index.
 
 Example:
     >>> (entry,) = parse_notifiers('[{"notifier": "my.pkg.PagerNotifier", "kinds": ["stopped"]}]')
@@ -33,7 +34,7 @@ Example:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pydantic import Field, field_validator
@@ -43,11 +44,27 @@ from lagsched.core.findings import KINDS, FindingKind
 from lagsched.core.variable_json import short_repr
 from lagsched.core.variables import VariableModel, decode, joined, validate
 
-__all__ = ["NOTIFIERS_LABEL", "NOTIFIERS_VARIABLE", "NotifierEntry", "RawNotifiers", "parse_notifiers"]
+__all__ = [
+    "ALLOWLIST_OPTION",
+    "NOTIFIERS_LABEL",
+    "NOTIFIERS_VARIABLE",
+    "PROVIDERS",
+    "NotifierEntry",
+    "RawNotifiers",
+    "parse_allowlist",
+    "parse_notifiers",
+]
 
 NOTIFIERS_VARIABLE = "lagsched_notifiers"
 NOTIFIERS_LABEL = "lagsched_notifiers"
 MAX_NOTIFIERS = 50
+#: The option of Airflow's configuration that lists the notifier classes a Variable may name
+#: (``AIRFLOW__LAGSCHED__NOTIFIER_ALLOWLIST``): anyone who may edit Variables names the class, so
+#: only an operator's list decides what may be imported.
+ALLOWLIST_OPTION = "[lagsched] notifier_allowlist"
+#: The entry of the allow-list that stands for the notifier classes of the installed Airflow
+#: providers (the default when the option is unset).
+PROVIDERS = "providers"
 
 #: The Variable as Airflow hands it over: JSON text, or already decoded; None when unset.
 RawNotifiers = str | bytes | Mapping[str, Any] | list[Any] | None
@@ -119,6 +136,33 @@ class NotifierEntry(VariableModel):
     @property
     def receives(self) -> frozenset[FindingKind]:
         return frozenset(KINDS if self.kinds is None else self.kinds)
+
+
+def parse_allowlist(text: str | None, providers: Callable[[], Iterable[str]]) -> frozenset[str]:
+    """`ALLOWLIST_OPTION`: comma-separated import paths of notifier classes; `PROVIDERS` stands for
+    the notifiers the installed Airflow providers declare (``providers()``, asked only then); unset
+    or blank: `PROVIDERS`.
+
+    >>> sorted(parse_allowlist("providers, my.pkg.Pager", lambda: ["airflow.providers.x.XNotifier"]))
+    ['airflow.providers.x.XNotifier', 'my.pkg.Pager']
+
+    Raises:
+        ConfigError: an entry is neither `PROVIDERS` nor an import path.
+    """
+    names = [n.strip() for n in (text or "").split(",") if n.strip()] or [PROVIDERS]
+    bad = [n for n in names if n != PROVIDERS and not _IMPORT_PATH.match(n)]
+    if bad:
+        allowed = f"import paths of notifier classes (package.module.Class) or {PROVIDERS!r}, comma-separated"
+        raise ConfigError(
+            f"{ALLOWLIST_OPTION} = {text!r}: {', '.join(map(repr, bad))}: expected {allowed}",
+            field=ALLOWLIST_OPTION,
+            value=text,
+            allowed=allowed,
+        )
+    found = {n for n in names if n != PROVIDERS}
+    if PROVIDERS in names:
+        found.update(providers())
+    return frozenset(found)
 
 
 def parse_notifiers(raw: RawNotifiers) -> tuple[NotifierEntry, ...]:
