@@ -731,8 +731,10 @@ class ClaimStore:
 
         The exactly-once step (docs/consumer.md): a holder that dies between its write and its
         commit leaves the range recorded, and the next holder redoes exactly that range (see
-        ``pending``) to the same file names. Recording the same range again (a redo, a retry) is
-        accepted; a different range while one is recorded is a bug in the caller and raises.
+        ``pending``), checking first what the table holds of it (`LakeSink.present`): its files are
+        new ones, so nothing the dead holder left uncommitted can count twice. Recording the same
+        range again (a redo, a retry) is accepted; a different range while one is recorded is a bug
+        in the caller and raises.
 
         Returns:
             The claim as the table has it now (current lease).

@@ -5,8 +5,9 @@ Pure: offsets in, plans out (docs/consumer.md).
 A partition's plan is one of:
 
 * **redo** a batch recorded but never committed (its holder died or was fenced between writing and
-  committing): exactly the recorded range, written to the same file names, so that whatever the
-  old holder managed to write is replaced by identical content, never duplicated;
+  committing): exactly the recorded range, written to new files (each name holds a random UUID);
+  what the old holder wrote but never committed is no part of the table, and a range its table
+  commit did land is found there and not written again (docs/lake.md, "Exactly once");
 * **read** a new batch from the committed offset, at most ``max_records`` long, up to the latest
   offset the broker reported: the last stable offset (LSO), since reads are read committed and a
   read-committed consumer cannot read past an open transaction;

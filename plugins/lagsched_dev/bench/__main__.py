@@ -46,10 +46,43 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
 ]
 
 
+def _short(name: str) -> str:
+    """A benchmark's short name: its module's last part (``sim`` for the simulator's ``__main__``)."""
+    parts = name.split(".")
+    return parts[-2] if parts[-1] == "__main__" else parts[-1]
+
+
+def _split(argv: list[str]) -> tuple[list[str], list[str]]:
+    """The benchmarks named first (module names or short names), and the flags after them."""
+    known = {n for n, _ in BENCHMARKS} | {_short(n) for n, _ in BENCHMARKS}
+    names: list[str] = []
+    for i, arg in enumerate(argv):
+        if arg not in known:
+            return names, argv[i:]
+        names.append(arg)
+    return names, []
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmarks named in `argv` (module names or their last part, ``sink`` for
-    ``lagsched_dev.bench.sink``; default: all of `BENCHMARKS`)."""
-    wanted = [(n, a) for n, a in BENCHMARKS if not argv or n in argv or n.rsplit(".", 1)[-1] in argv]
+    """Run the benchmarks named in `argv` (module names or short names, ``sink`` for
+    ``lagsched_dev.bench.sink``, ``sim`` for the simulator; default: all of `BENCHMARKS`). Flags
+    after one benchmark's name are its own (``consumer --help`` prints the consumer benchmark's help)."""
+    names, flags = _split(list(argv or []))
+    if not names and flags:
+        if flags[0] in ("-h", "--help"):
+            print(__doc__.strip())
+            print("\nusage: python -m lagsched_dev.bench [NAME ...] | NAME [its flags]\n\nNAME is one of:")
+            for n, a in BENCHMARKS:
+                print(f"  {_short(n):<14} {' '.join([n, *a])}")
+            return 0
+        print(f"unknown benchmark {flags[0]!r}; `python -m lagsched_dev.bench --help` lists them", file=sys.stderr)
+        return 2
+    wanted = [(n, a) for n, a in BENCHMARKS if not names or n in names or _short(n) in names]
+    if flags:
+        if len(wanted) != 1:
+            print(f"flags {' '.join(flags)!r} go to one benchmark; name exactly one", file=sys.stderr)
+            return 2
+        wanted = [(wanted[0][0], flags)]
     failed = []
     for name, args in wanted:
         module = importlib.import_module(name)
