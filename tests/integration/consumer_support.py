@@ -408,7 +408,7 @@ def class_archive_path() -> Path:
     Airflow keeps its operator's (`lagsched.adapters.class_archive`), under a name of the JDK,
     pyspark and jars it holds classes of."""
     from lagsched.adapters.class_archive import archive_file, spark_java
-    from lagsched.adapters.spark import lake_jars
+    from lagsched.environment import lake_jars
     from lagsched_dev.stack.config import load
 
     directory = str(load().home / "spark-classes")

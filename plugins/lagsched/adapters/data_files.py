@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 
 from lagsched.core.arrow_types import HEADERS_TYPE
 from lagsched.core.iceberg_types import arrow_type
+from lagsched.environment import aws_region
 
 __all__ = [
     "COLUMNS",
@@ -292,9 +293,7 @@ class DataFolder:
         if parts.scheme in ("", "file"):
             self.fs, path = fs.LocalFileSystem(), parts.path
         elif parts.scheme in ("s3", "s3a"):
-            import os
-
-            options: dict[str, Any] = {"region": os.environ.get("AWS_REGION", "us-east-1")}
+            options: dict[str, Any] = {"region": aws_region()}
             if s3_endpoint:
                 endpoint = urlsplit(s3_endpoint)
                 options.update(endpoint_override=endpoint.netloc, scheme=endpoint.scheme or "https")

@@ -11,9 +11,9 @@ import os
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-__all__ = ["pyiceberg_s3_properties", "s3a_spark_conf"]
+from lagsched.environment import aws_region
 
-DEFAULT_REGION = "us-east-1"
+__all__ = ["pyiceberg_s3_properties", "s3a_spark_conf"]
 
 
 def s3a_spark_conf(endpoint: str | None) -> dict[str, str]:
@@ -40,7 +40,7 @@ def s3a_spark_conf(endpoint: str | None) -> dict[str, str]:
         conf.update(
             {
                 "spark.hadoop.fs.s3a.endpoint": endpoint,
-                "spark.hadoop.fs.s3a.endpoint.region": os.environ.get("AWS_REGION", DEFAULT_REGION),
+                "spark.hadoop.fs.s3a.endpoint.region": aws_region(),
                 "spark.hadoop.fs.s3a.path.style.access": "true",
                 "spark.hadoop.fs.s3a.connection.ssl.enabled": str(urlsplit(endpoint).scheme == "https").lower(),
             }
@@ -51,7 +51,7 @@ def s3a_spark_conf(endpoint: str | None) -> dict[str, str]:
 def pyiceberg_s3_properties(endpoint: str | None, env: Mapping[str, str] | None = None) -> dict[str, str]:
     """pyiceberg FileIO properties for ``s3a://`` warehouses, credentials from the environment."""
     env = os.environ if env is None else env
-    props = {"s3.region": env.get("AWS_REGION", DEFAULT_REGION)}
+    props = {"s3.region": aws_region(env)}
     if env.get("AWS_ACCESS_KEY_ID"):
         props["s3.access-key-id"] = env["AWS_ACCESS_KEY_ID"]
         props["s3.secret-access-key"] = env.get("AWS_SECRET_ACCESS_KEY", "")

@@ -11,26 +11,9 @@ from collections.abc import Mapping, Sequence
 from pyspark.sql import SparkSession
 
 from lagsched.adapters.class_archive import archive_options
+from lagsched.environment import lake_jars
 
 log = logging.getLogger(__name__)
-
-
-class SparkSetupError(RuntimeError):
-    """The lake's jars are missing; run `make deps`."""
-
-
-def lake_jars() -> list[str]:
-    """The jars Spark needs for the lake (Iceberg's Spark runtime, the MariaDB JDBC driver of its
-    catalog, S3A) from ``LAGSCHED_SPARK_JARS`` (set by the stack), checked to exist."""
-    raw = os.environ.get("LAGSCHED_SPARK_JARS", "")
-    jars = [j for j in raw.split(",") if j]
-    missing = [j for j in jars if not os.path.exists(j)]
-    if not jars or missing:
-        raise SparkSetupError(
-            "the lake's jars for Spark (Iceberg, its JDBC driver, S3A) are not available "
-            f"(LAGSCHED_SPARK_JARS={raw!r}, missing: {missing}); run `make deps`"
-        )
-    return jars
 
 
 def session(app_name: str, *, master: str | None = "local[2]", conf: Mapping[str, str] | None = None) -> SparkSession:

@@ -54,6 +54,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from lagsched.adapters.class_archive import archive_dir, archive_file, archive_options, spark_java
 from lagsched.airflow.scratch import scratch_folder
+from lagsched.environment import lake_jars
 
 __all__ = [
     "CHILD_CONNECTIONS",
@@ -106,20 +107,6 @@ def child_connections_environment(kafka_conn_id: str, conn_ids: Sequence[str] = 
     resolve = [kafka_conn_id if cid == "lagsched_kafka" else cid for cid in conn_ids]
     resolved = child_environment(resolve)
     return {_env_name(cid): resolved[_env_name(asked)] for cid, asked in zip(conn_ids, resolve, strict=True)}
-
-
-def lake_jars_from_environment() -> str:
-    """``LAGSCHED_SPARK_JARS`` (comma-separated), each checked to exist; the task fails naming the fix."""
-    raw = os.environ.get("LAGSCHED_SPARK_JARS", "")
-    jars = [j for j in raw.split(",") if j]
-    missing = [j for j in jars if not os.path.exists(j)]
-    if not jars or missing:
-        raise RuntimeError(
-            "the lake's jars for Spark (Iceberg, its JDBC driver, S3A) are not available to this Airflow worker "
-            f"(LAGSCHED_SPARK_JARS={raw!r}, missing: {missing}): run `make deps` and start Airflow with "
-            "`lagsched-dev stack env` applied, or set LAGSCHED_SPARK_JARS to the jars' paths"
-        )
-    return ",".join(jars)
 
 
 #: What Airflow's supervisor puts into a task's environment for the task process alone: a database URL
@@ -334,7 +321,7 @@ class LagschedSparkSubmitOperator(SparkSubmitOperator):
                 "would silently submit to YARN"
             ) from None
         if not self.jars:
-            self.jars = lake_jars_from_environment()
+            self.jars = ",".join(lake_jars())
         conf = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable}
         log4j = os.path.join(os.path.dirname(os.path.abspath(self.application)), "log4j2.properties")
         if os.path.exists(log4j):  # the job's quiet logging (lagsched/jobs/log4j2.properties)
