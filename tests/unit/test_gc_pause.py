@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from lagsched.workflows.gc_pause import cyclic_gc_paused
+from lagsched.adapters.gc_pause import cyclic_gc_paused
 
 
 @pytest.fixture(autouse=True)

@@ -31,7 +31,6 @@ outage is worth riding through; a task killed outright leaves orphans that the t
 from __future__ import annotations
 
 import functools
-import gc
 import itertools
 import logging
 import time
@@ -51,6 +50,7 @@ from lagsched.adapters.data_files import (
     WrittenFile,
     delete_written,
 )
+from lagsched.adapters.gc_pause import cyclic_gc_paused
 from lagsched.adapters.typed_files import RoutedPartitionFiles, RoutedTables
 from lagsched.core.arrow_types import HEADERS_TYPE
 from lagsched.core.errors import KafkaOffsetsError, LagschedError, RegistryUnreachable
@@ -356,17 +356,12 @@ def _read(
     consumer = (consumer_factory or Consumer)({**kafka_config, "logger": _client_log()})
     # Millions of Message, tuple and bytes objects, none in a cycle: the cyclic collector would run
     # over and over for nothing (a third of consume()'s time, docs/consumer-benchmark.md).
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        consumer.assign([TopicPartition(p.range.topic, p.range.partition, p.next) for p in todo])
-        _Reading(consumer, progress, writers).until_done(stall_s, clock)
-    finally:
+    with cyclic_gc_paused():
         try:
-            consumer.close()
+            consumer.assign([TopicPartition(p.range.topic, p.range.partition, p.next) for p in todo])
+            _Reading(consumer, progress, writers).until_done(stall_s, clock)
         finally:
-            if gc_was_enabled:
-                gc.enable()
+            consumer.close()
     return {key: p.records for key, p in progress.items()}
 
 

@@ -39,6 +39,7 @@ from typing import Any, overload
 
 from lagsched.adapters.alert_figures import read_dead_letters, write_thresholds
 from lagsched.adapters.gaps import lost_records
+from lagsched.adapters.gc_pause import cyclic_gc_paused
 from lagsched.adapters.kafka_admin import OffsetsAdmin, list_partitions, read_offsets
 from lagsched.adapters.lag_store import LagRecord, LagStore
 from lagsched.adapters.mysql import aware_utc
@@ -62,7 +63,6 @@ from lagsched.core.lag import (
 from lagsched.core.pipeline_state import OK, PipelineState, last_progress_at, pipeline_state
 from lagsched.core.thresholds import ClusterThresholds, TopicThresholds
 from lagsched.core.times import epoch_s
-from lagsched.workflows.gc_pause import cyclic_gc_paused
 
 __all__ = ["MeasureSummary", "TopicMeasurement", "measure"]
 

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from lagsched.adapters.gc_pause import cyclic_gc_paused
 from lagsched.adapters.kafka_admin import BrokerTopics, fetch_broker_topics
 from lagsched.adapters.topics import apply_sync
 from lagsched.core.names import validate_cluster_name, validate_topic_name
 from lagsched.core.registry import TopicDefaults, plan_sync
-from lagsched.workflows.gc_pause import cyclic_gc_paused
 
 __all__ = ["SyncReport", "sync_registry"]
 
