@@ -100,7 +100,7 @@ def test_stuck_findings_follow_the_pipeline_state() -> None:
     ],
 )
 def test_lost_records_is_a_loss_within_the_window(losses: list[tuple[float, int]], active: bool) -> None:
-    found = lost_records_finding("eu", "a", losses, now=losses[-1][0])
+    found = lost_records_finding("eu", "a", losses)
     assert (found is not None) is active
 
 
@@ -119,7 +119,7 @@ def test_dead_letters_is_a_rise_of_the_counter_within_the_window(counts: list[tu
     from lagsched.core.findings import TITLES, dead_letters_finding
     from lagsched.workflows.notifications import monitor_findings
 
-    found = dead_letters_finding("eu", "orders", counts, now=counts[-1][0])
+    found = dead_letters_finding("eu", "orders", counts)
     assert (found is not None) is active
     assert "dead_letters" in MONITOR_KINDS and TITLES["dead_letters"]
     # Through the monitor's findings, from the lag records' counter.

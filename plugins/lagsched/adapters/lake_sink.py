@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from lagsched.adapters import schema_decisions, watermarks
+from lagsched.adapters.clock import SYSTEM_CLOCK
 from lagsched.adapters.data_files import WrittenFile, max_timestamps
 from lagsched.adapters.late_records import LateRecords
 from lagsched.adapters.sink import (
@@ -57,6 +57,7 @@ from lagsched.core.lake import (
     LakeTable,
 )
 from lagsched.core.routing import Route, TopicRoute, route_topics
+from lagsched.core.times import Clock
 from lagsched.core.typed_rows import DEAD_LETTER_SCHEMA, FIXED_KEY_TYPES, KEY, VALUE, typed_schema, writer_columns
 
 __all__ = ["LakeSink", "Marks", "Presence", "SchemaRefused", "dead_letter_table"]
@@ -124,6 +125,7 @@ class LakeSink:
         count_dead_letters: Callable[[Mapping[str, int]], None] | None = None,
         cluster: str | None = None,
         allowed_lateness_s: int = DEFAULT_ALLOWED_LATENESS_S,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """``routes``: the cluster's routes (none: the shared table only, as before), applied to the
         topics the slot holds as it learns them (`learn`); ``registry``: the schema registry's
@@ -133,15 +135,17 @@ class LakeSink:
         ``cluster``: the registry's cluster name, whose topics' watermarks each commit records
         (None: no ``lagsched.valid-through-ts`` and no late records; the per-partition timestamps are
         recorded anyway); ``allowed_lateness_s``: the cluster's, for the shared table and the typed
-        tables of routes that set none (a record of an hour complete before its commit is late)."""
+        tables of routes that set none (a record of an hour complete before its commit is late);
+        ``clock``: the slot's, which times the commits."""
         self._spark, self._lake, self._conn, self._slot = spark, lake, conn, slot_id
         self._properties = dict(properties or {})
         self._count_dead = count_dead_letters
         self._cluster = cluster
         self._lateness_s = allowed_lateness_s
+        self._clock = clock
         self._appended: set[str] = set()  # topics whose timestamps the broker sets (LogAppendTime)
         self._shared_topics: tuple[tuple[str, ...], list[str]] = ((), [])  # the registry's names, the unrouted
-        self.shared = IcebergSink(spark, lake, properties=self._properties)
+        self.shared = IcebergSink(spark, lake, properties=self._properties, clock=clock)
         self._rules = tuple(routes)
         self._registry = registry
         if any(r.needs_registry for r in self._rules) and registry is None:
@@ -160,7 +164,7 @@ class LakeSink:
             dead = dead_letter_table(lake)
             self._ensure(dead, DEAD_LETTER_SCHEMA, DEAD_LETTERS)
             self.dead_letters = IcebergSink(
-                spark, lake, properties=self._properties, identifier=dead, shape=DEAD_LETTERS
+                spark, lake, properties=self._properties, identifier=dead, shape=DEAD_LETTERS, clock=clock
             )
 
     def learn(self, topics: Iterable[str], *, log_append_time: Iterable[str] = ()) -> None:
@@ -228,8 +232,9 @@ class LakeSink:
         sink = self._typed.get(identifier)
         if sink is None and (identifier in self._exists or self._table_exists(identifier)):
             sink = self._typed[identifier] = IcebergSink(
-                self._spark, self._lake, properties=self._properties, identifier=identifier, shape=TYPED
-            )
+                self._spark, self._lake, properties=self._properties, identifier=identifier, shape=TYPED,
+                clock=self._clock,
+            )  # fmt: skip
         return sink
 
     def _table_exists(self, identifier: str) -> bool:
@@ -382,7 +387,7 @@ class LakeSink:
                 the mark; the other tables' commits stand (a redo commits only what each lacks).
             Anything else: as `IcebergSink.commit`; the tables committed before it stand.
         """
-        started = time.monotonic()
+        started = self._clock.monotonic()
         by_table: dict[str | None, list[WrittenFile]] = {}
         for f in written:
             by_table.setdefault(f.table, []).append(f)
@@ -416,7 +421,7 @@ class LakeSink:
         if first_refusal is not None:
             raise SinkConflictError(str(first_refusal), refused)
         return TableCommit(
-            snapshot_id, files, records, time.monotonic() - started, {k: tuple(v) for k, v in late.items()}
+            snapshot_id, files, records, self._clock.monotonic() - started, {k: tuple(v) for k, v in late.items()}
         )
 
     def _watermarks(

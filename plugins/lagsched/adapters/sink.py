@@ -20,7 +20,6 @@ are deleted at once; files of a crashed process are orphans, removed by the tabl
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,11 +29,13 @@ from urllib.parse import quote
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
+from lagsched.adapters.clock import SYSTEM_CLOCK
 from lagsched.adapters.data_files import HOUR_US, FileSettings, WrittenFile
 from lagsched.adapters.late_records import LateRecords
 from lagsched.adapters.transactions import transaction
 from lagsched.core.errors import LagschedError
 from lagsched.core.lake import RANGES_PROPERTY, TABLE_PROPERTIES, LakeTable, encode_ranges
+from lagsched.core.times import Clock
 
 __all__ = [
     "DEAD_LETTERS",
@@ -286,10 +287,12 @@ class IcebergSink:
         properties: Mapping[str, str] | None = None,
         identifier: str | None = None,
         shape: TableShape = SHARED,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """``identifier``: a typed or the dead-letter table (``shape``), which `adapters.lake_sink`
-        creates; None: the cluster's shared table, created here if missing."""
-        self._spark, self._lake = spark, lake
+        creates; None: the cluster's shared table, created here if missing. ``clock`` times each
+        commit (`TableCommit.seconds`): the slot's own."""
+        self._spark, self._lake, self._clock = spark, lake, clock
         self.identifier = identifier or lake.identifier
         self.shape = shape
         #: Extra snapshot summary entries of every commit (the slot and cluster).
@@ -380,7 +383,7 @@ class IcebergSink:
             Anything else (the catalog unreachable): the commit's outcome is unknown; the files stay
             (an orphan for the table care, or committed), and the redo's check decides.
         """
-        started = time.monotonic()
+        started = self._clock.monotonic()
         table = self._table()
         try:
             files = self._data_files(table, written)
@@ -390,7 +393,8 @@ class IcebergSink:
         snapshot_id = self._commit(
             table, files, ranges, since, batch_id=f"lagsched-{uuid.uuid4().hex}", summary=summary or {}
         )
-        return TableCommit(snapshot_id, len(files), sum(f.records for f in written), time.monotonic() - started)
+        seconds = self._clock.monotonic() - started
+        return TableCommit(snapshot_id, len(files), sum(f.records for f in written), seconds)
 
     def _data_files(self, table: Any, written: Sequence[WrittenFile]) -> list[Any]:
         """Iceberg ``DataFile``s of the written files, their metrics (bounds, counts, sizes) from

@@ -56,6 +56,7 @@ __all__ = [
     "is_lag_at_max_workers",
     "lost_records_finding",
     "override_expiring_finding",
+    "rise_within",
     "stuck_finding",
 ]
 
@@ -231,26 +232,34 @@ def stuck_finding(cluster: str, topic: str, state: str, reason: str) -> Finding 
     return None
 
 
-def lost_records_finding(
-    cluster: str, topic: str, losses: Sequence[tuple[float, int]], now: float, window_s: float = LOST_WINDOW_S
-) -> Finding | None:
-    """``lost_records`` when the newest lost count is above the lowest of the last ``window_s``.
+def rise_within(counts: Sequence[tuple[float, int]], window_s: float = LOST_WINDOW_S) -> tuple[int, int] | None:
+    """The newest count and the lowest of the last ``window_s`` before it, when the newest is above
+    the lowest (None otherwise). ``counts``: a counter's ``(time, count)`` measurements, oldest first,
+    the newest being this measurement. A rise counted before the window (or before the first
+    measurement) is none: the rule of the ``LagschedRecordsLost`` alert, for every counter.
 
-    ``losses`` are the topic's ``(time, lost)`` measurements, oldest first, the newest being this
-    measurement (at ``now``). A loss counted before the window (or before the first measurement)
-    raises nothing: the same rule as the ``LagschedRecordsLost`` alert.
-
-    >>> lost_records_finding("eu", "a", [(0.0, 5), (60.0, 5), (120.0, 9)], now=120.0).detail
-    '4 record(s) lost to retention in the last 15 min (9 counted in the retained period)'
-    >>> lost_records_finding("eu", "a", [(0.0, 5), (960.0, 9), (1020.0, 9)], now=1020.0) is None
-    True
+    >>> rise_within([(0.0, 5), (60.0, 5), (120.0, 9)]), rise_within([(0.0, 5), (960.0, 9), (1020.0, 9)])
+    ((9, 5), None)
     """
-    recent = [lost for at, lost in losses if at >= now - window_s]
-    if not recent:
+    if not counts:
         return None
+    newest_at = counts[-1][0]
+    recent = [n for at, n in counts if at >= newest_at - window_s]
     newest, lowest = recent[-1], min(recent)
-    if newest <= lowest:
+    return (newest, lowest) if newest > lowest else None
+
+
+def lost_records_finding(
+    cluster: str, topic: str, losses: Sequence[tuple[float, int]], window_s: float = LOST_WINDOW_S
+) -> Finding | None:
+    """``lost_records`` when the topic's lost count rose within the last ``window_s`` (`rise_within`).
+
+    >>> lost_records_finding("eu", "a", [(0.0, 5), (60.0, 5), (120.0, 9)]).detail
+    '4 record(s) lost to retention in the last 15 min (9 counted in the retained period)'
+    """
+    if (rise := rise_within(losses, window_s)) is None:
         return None
+    newest, lowest = rise
     return Finding(
         "lost_records",
         cluster,
@@ -261,22 +270,18 @@ def lost_records_finding(
 
 
 def dead_letters_finding(
-    cluster: str, topic: str, counts: Sequence[tuple[float, int]], now: float, window_s: float = LOST_WINDOW_S
+    cluster: str, topic: str, counts: Sequence[tuple[float, int]], window_s: float = LOST_WINDOW_S
 ) -> Finding | None:
-    """``dead_letters`` when the topic's newest dead-letter count is above the lowest of the last
-    ``window_s`` (``counts``: its ``(time, count)`` measurements, oldest first, the newest at ``now``).
+    """``dead_letters`` when the topic's dead-letter count rose within the last ``window_s`` (`rise_within`).
 
-    >>> print(dead_letters_finding("eu", "orders", [(0.0, 2), (60.0, 2), (120.0, 5)], now=120.0).detail)
+    >>> print(dead_letters_finding("eu", "orders", [(0.0, 2), (60.0, 2), (120.0, 5)]).detail)
     ... # doctest: +NORMALIZE_WHITESPACE
     3 record(s) could not be decoded into the topic's typed table in the last 15 min and are in the
     dead-letter table (5 so far)
-    >>> dead_letters_finding("eu", "orders", [(0.0, 2), (960.0, 5), (1020.0, 5)], now=1020.0) is None
-    True
     """
-    recent = [n for at, n in counts if at >= now - window_s]
-    if not recent or recent[-1] <= min(recent):
+    if (rise := rise_within(counts, window_s)) is None:
         return None
-    newest, lowest = recent[-1], min(recent)
+    newest, lowest = rise
     return Finding(
         "dead_letters",
         cluster,

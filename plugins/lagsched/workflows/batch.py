@@ -29,7 +29,6 @@ import functools
 import json
 import logging
 import math
-import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -121,11 +120,13 @@ def write_batch(
     since: Marks | None,
     *,
     count: Callable[[str], None] = _not_counted,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> BatchWrite:
     """Write ``reads`` and commit them in one snapshot as of mark ``since`` (steps 3 and 4).
 
-    ``count`` is told each table commit's outcome (``ok``, ``refused``, ``error``;
-    `lagsched.adapters.alert_figures.TableCommitCounter`), for the alert on failing commits.
+    ``clock`` times the write (the slot's); ``count`` is told each table commit's outcome (``ok``,
+    ``refused``, ``error``; `lagsched.adapters.alert_figures.TableCommitCounter`), for the alert on
+    failing commits.
 
     A redone range every table it lands in already holds (as of ``since``) is not written again;
     one that some of them hold is committed to the others only (`LakeSink.present`). A range whose
@@ -151,10 +152,10 @@ def write_batch(
     todo = [r for r in todo if (r.topic, r.partition) not in present.skip]
     if not todo:
         return BatchWrite(0, there, 0.0, 0.0)
-    started = time.monotonic()
+    started = clock.monotonic()
     ranges = [OffsetRange(r.topic, r.partition, r.read_start, r.batch[1]) for r in todo]
     files = writer.write(ranges, sink.file_settings(), sink.routed())
-    written = time.monotonic() - started
+    written = clock.monotonic() - started
     if not sink.prepare(files):
         sink.delete(f.location for f in files)
         raise SchemaRefused("a writer schema was refused for its table; reading the batch again")
@@ -395,7 +396,8 @@ class Batches:
             reads.append(BatchRead(name, key[1], plan.batch, plan.read_start, redo=plan.redo))
         t_read = self.clock.monotonic()
         try:
-            wrote = write_batch(self.sink, self.writer, reads, since, count=self.count_commit)  # 3. write, 4. commit
+            # 3. write, 4. commit
+            wrote = write_batch(self.sink, self.writer, reads, since, count=self.count_commit, clock=self.clock)
         except SinkConflictError as exc:
             self._conflict(result, exc, started)
             return result

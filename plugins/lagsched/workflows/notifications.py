@@ -195,31 +195,33 @@ def monitor_findings(
     for name, state, reason in topics:
         if (stuck := stuck_finding(cluster, name, state, reason)) is not None:
             found.append(stuck)
-        losses = _recent_losses(history.get(name, ()), at)
-        if (lost := lost_records_finding(cluster, name, losses, at)) is not None:
+        records = history.get(name, ())
+        if (lost := lost_records_finding(cluster, name, _recent(records, at, _lost))) is not None:
             found.append(lost)
-        dead = _recent_dead_letters(history.get(name, ()), at)
-        if (letters := dead_letters_finding(cluster, name, dead, at)) is not None:
+        if (letters := dead_letters_finding(cluster, name, _recent(records, at, _dead_letters))) is not None:
             found.append(letters)
     return found, Scope.of(MONITOR_KINDS)
 
 
-def _recent_losses(records: Sequence[LagRecord], at: float) -> list[tuple[float, int]]:
-    """(time, lost) of the records within `LOST_WINDOW_S` before ``at``, oldest first: read from the
-    newest back, so only the window's records are parsed (a topic keeps about 120)."""
+def _recent(records: Sequence[LagRecord], at: float, value: Callable[[LagRecord], int]) -> list[tuple[float, int]]:
+    """(time, value) of the records within `LOST_WINDOW_S` up to ``at``, oldest first: read from the
+    newest back, so only the window's records are looked at (a topic keeps about 120)."""
     out: list[tuple[float, int]] = []
     for i in range(len(records) - 1, -1, -1):
         r = records[i]
         if r.at < at - LOST_WINDOW_S:
             break
         if r.at <= at:
-            out.append((r.at, r.lost))
+            out.append((r.at, value(r)))
     return out[::-1]
 
 
-def _recent_dead_letters(records: Sequence[LagRecord], at: float) -> list[tuple[float, int]]:
-    """(time, dead-letter count) of the records within `LOST_WINDOW_S` before ``at``, oldest first."""
-    return [(r.at, r.dead_letters) for r in records if at - LOST_WINDOW_S <= r.at <= at]
+def _lost(r: LagRecord) -> int:
+    return r.lost
+
+
+def _dead_letters(r: LagRecord) -> int:
+    return r.dead_letters
 
 
 def evaluator_findings(
