@@ -327,7 +327,8 @@ class DataFolder:
 
 
 def delete_written(locations: Iterable[str], s3_endpoint: str | None) -> None:
-    """Delete files of any tables (a failed batch's), one file system client per folder."""
+    """Delete files of any tables that nobody will commit (a failed or voided batch's), one file
+    system client per folder: the one way data files are deleted, by a task or by the slot."""
     folders: dict[str, DataFolder] = {}
     for uri in locations:
         parent = uri.rsplit("/", 1)[0]

@@ -30,7 +30,7 @@ from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
 from lagsched.adapters.clock import SYSTEM_CLOCK
-from lagsched.adapters.data_files import HOUR_US, FileSettings, WrittenFile
+from lagsched.adapters.data_files import HOUR_US, FileSettings, WrittenFile, delete_written
 from lagsched.adapters.late_records import LateRecords
 from lagsched.adapters.transactions import transaction
 from lagsched.core.errors import LagschedError
@@ -388,7 +388,7 @@ class IcebergSink:
         try:
             files = self._data_files(table, written)
         except BaseException:
-            self._delete(table, [f.location for f in written])
+            self.delete(f.location for f in written)
             raise
         snapshot_id = self._commit(
             table, files, ranges, since, batch_id=f"lagsched-{uuid.uuid4().hex}", summary=summary or {}
@@ -460,19 +460,10 @@ class IcebergSink:
         return self._mapping[1]
 
     def delete(self, locations: Iterable[str]) -> None:
-        """Delete data files that will never be committed (a batch voided before its commit); one
-        that cannot be deleted is an orphan the table care removes."""
-        locations = list(locations)
-        if locations:
-            self._delete(self._table(), locations)
-
-    def _delete(self, table: Any, locations: Iterable[str]) -> None:
-        io = table.io()
-        for location in locations:
-            try:
-                io.deleteFile(location)
-            except Exception as exc:  # noqa: BLE001 - an orphan: the table care removes it
-                log.warning("could not delete %s (%s); the table care removes it as an orphan", location, exc)
+        """Delete data files that will never be committed (a batch voided before its commit), as
+        the tasks that wrote them do (`data_files.delete_written`); one that cannot be deleted is an
+        orphan the table care removes."""
+        delete_written(locations, self._lake.s3_endpoint)
 
     def _commit(
         self,
