@@ -641,7 +641,7 @@ def run(args: argparse.Namespace) -> int:
         return 130
     if isinstance(prepared, int):
         return prepared
-    api, loads, lake = prepared
+    api, loads, lake, seeded_hours = prepared
     topics = [lt.topic for lt in loads]
     # From here a Ctrl-C winds the demo down in order and still prints the summary.
     stopper = Stopper()
@@ -688,7 +688,7 @@ def run(args: argparse.Namespace) -> int:
         _wind_down(api, cfg, loadgen, stopper, args.budget_wait)
     demo.compaction = _compact(api, lake)
     try:
-        demo.hours = _hours_report(api, started)
+        demo.hours = _hours_report(api, seeded_hours)
     except AirflowAPIError as exc:
         print(f"demo: could not read the hours' events: {exc}", file=sys.stderr)
     finally:
@@ -706,8 +706,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _start_and_prepare(
     cfg: StackConfig, duration: float | None, peak_rate: float
-) -> int | tuple[DemoAPI, tuple[TopicLoad, ...], Any]:
-    """Stack up, everything set up; the API, the profile and the lake table, or the exit status on failure."""
+) -> int | tuple[DemoAPI, tuple[TopicLoad, ...], Any, list[str]]:
+    """Stack up, everything set up; the API, the profile, the lake table and the hours seeded into
+    `HISTORY_TOPIC`, or the exit status on failure."""
     from lagsched_dev.cli import start_stack
 
     try:
@@ -723,7 +724,7 @@ def _start_and_prepare(
     api = DemoAPI.for_stack(cfg)
     loads = _profile(duration, peak_rate)
     try:
-        failed = _prepare(api, cfg, loads)
+        failed, seeded_hours = _prepare(api, cfg, loads)
         sink = demo_lake(cfg, api.get_variable("lagsched_clusters"))
     except (AirflowAPIError, ValueError) as exc:  # ConfigError is a ValueError
         print(f"demo: {exc}", file=sys.stderr)
@@ -732,11 +733,12 @@ def _start_and_prepare(
         print(f"demo: {failed} did not succeed; see its task logs in the Airflow UI ({url})", file=sys.stderr)
         return 1
     _print_addresses(cfg, url, sink)  # the demo cluster's table
-    return api, loads, sink
+    return api, loads, sink, seeded_hours
 
 
-def _prepare(api: DemoAPI, cfg: StackConfig, loads: Sequence[TopicLoad]) -> str | None:
-    """DAGs parsed, Variables merged, topics created, setup and topic sync run, DAGs unpaused."""
+def _prepare(api: DemoAPI, cfg: StackConfig, loads: Sequence[TopicLoad]) -> tuple[str | None, list[str]]:
+    """DAGs parsed, Variables merged, topics created, past hours seeded, setup and topic sync run,
+    DAGs unpaused; the DAG that failed (None: none) and the hours seeded."""
     from lagsched.connections import kafka_config
     from lagsched_dev.loadgen import create_topics
 
@@ -757,26 +759,27 @@ def _prepare(api: DemoAPI, cfg: StackConfig, loads: Sequence[TopicLoad]) -> str 
     )
     created = create_topics(kafka_config(), loads)
     print(f"==> topics: {', '.join(created) if created else 'all present'}", flush=True)
-    seeded = seed_history(kafka_config(), time.time())
+    seeded_at = time.time()
+    seeded = seed_history(kafka_config(), seeded_at)
+    hours = history_hours(seeded_at)
     print(
-        f"==> {HISTORY_TOPIC}: "
-        + (f"{seeded} records" if seeded else "its records (seeded by an earlier demo)")
-        + f" timestamped over the {HISTORY_HOURS} past hours: lagsched_hours announces them for the shared table,"
-        f" and {HOUR_READER} (docs/examples/lagsched_hour_reader.py) reads each announced hour",
+        f"==> {HISTORY_TOPIC}: {seeded} records timestamped over the {HISTORY_HOURS} past hours "
+        f"({hours[0]} to {hours[-1]}): lagsched_hours announces them for the shared table, and {HOUR_READER} "
+        "(docs/examples/lagsched_hour_reader.py) reads each announced hour",
         flush=True,
     )
     install_hour_reader(cfg)
     api.wait_for_dag(HOUR_READER, timeout_s=300)
     for dag_id in ("lagsched_setup",):
         if _run_dag(api, dag_id) != "success":
-            return dag_id
+            return dag_id, hours
     present = [d for d in REQUIRED_DAGS + OPTIONAL_DAGS + HOURS_DAGS + (HOUR_READER,) if api.get_dag(d) is not None]
     for dag_id in present:
         api.set_paused(dag_id, False)
     print(f"==> unpaused: {', '.join(present)}", flush=True)
     # Registers the demo topics now rather than at the sync's next 10-minute mark.
     if _run_dag(api, "lagsched_topic_sync") != "success":
-        return "lagsched_topic_sync"
+        return "lagsched_topic_sync", hours
     from lagsched.adapters.mysql import connect
     from lagsched.connections import mysql_params
 
@@ -792,7 +795,7 @@ def _prepare(api: DemoAPI, cfg: StackConfig, loads: Sequence[TopicLoad]) -> str 
     # topics need now (a run with nothing to start ends at once).
     api.trigger(CONSUME_DAG, {})
     print(f"==> triggered {CONSUME_DAG}: the slots start now and live until the demo ends", flush=True)
-    return None
+    return None, hours
 
 
 def _print_addresses(cfg: StackConfig, url: str, lake: Any) -> None:
@@ -956,9 +959,10 @@ def _compact(api: AirflowAPI, lake: Any) -> dict[str, Any] | None:
 
 
 def seed_history(kafka_config: Mapping[str, Any], now: float) -> int:
-    """Create `HISTORY_TOPIC` and write `HISTORY_PER_HOUR` records into each of the `HISTORY_HOURS`
-    hours before the current one (their CreateTime); the records written (0: seeded already)."""
-    from confluent_kafka import Consumer, Producer, TopicPartition
+    """Create `HISTORY_TOPIC` if missing and write `HISTORY_PER_HOUR` records into each of the
+    `HISTORY_HOURS` hours before the current one (their CreateTime); the records written. Each demo
+    seeds its own past hours (an earlier demo's are hours further back)."""
+    from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     from lagsched_dev.loadgen import wait_until_ready
@@ -968,12 +972,6 @@ def seed_history(kafka_config: Mapping[str, Any], now: float) -> int:
         futures = admin.create_topics([NewTopic(HISTORY_TOPIC, 2, 1)], operation_timeout=30)
         futures[HISTORY_TOPIC].result(timeout=30)
         wait_until_ready(dict(kafka_config), {HISTORY_TOPIC: 2})
-    probe = Consumer({**kafka_config, "group.id": "lagsched-demo-probe", "enable.auto.commit": False})
-    try:
-        if any(probe.get_watermark_offsets(TopicPartition(HISTORY_TOPIC, p), timeout=10)[1] for p in (0, 1)):
-            return 0
-    finally:
-        probe.close()
     hour_ms = 3_600_000
     first = (int(now * 1000) // hour_ms - HISTORY_HOURS) * hour_ms
     step = hour_ms // HISTORY_PER_HOUR
@@ -1020,10 +1018,10 @@ def history_hours(now: float) -> list[str]:
     return [datetime.fromtimestamp(first + k * hour_s, UTC).strftime("%Y-%m-%dT%H:%M:%S") for k in range(HISTORY_HOURS)]
 
 
-def _hours_report(api: DemoAPI, started: float, timeout_s: float = 600) -> dict[str, Any]:
-    """Wait (with progress) until the seeded hours of the shared table are announced and each was
-    read by `HOUR_READER`; per hour the event's extra and the rows the reader read."""
-    wanted = history_hours(started)
+def _hours_report(api: DemoAPI, wanted: Sequence[str], timeout_s: float = 600) -> dict[str, Any]:
+    """Wait (with progress) until the seeded hours (``wanted``, partition keys) of the shared table
+    are announced and each was read by `HOUR_READER`; per hour the event's extra and the rows the
+    reader read."""
     report: dict[str, Any] = {"hours": {}, "complete": False}
     with Progress("waiting for lagsched_hours to announce the seeded hours, and the reader to read them",
                   total=len(wanted), stream=sys.stdout) as p:  # fmt: skip
