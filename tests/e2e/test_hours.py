@@ -237,7 +237,7 @@ def test_each_completed_hour_of_each_table_gets_one_event_through_kills_and_a_sc
         wait_until(lambda: api.asset_events(restated_uri), 420, "the restatement of H-3")
         emitted_by = api.asset_events(restated_uri)[0]["source_run_id"]
         ended = next(r["data_interval_end"] for r in api.dag_runs(RESTATEMENTS) if r["dag_run_id"] == emitted_by)
-        # the next run (every 2 minutes on the stack) restates nothing more
+        # the next run (every minute on the stack) restates nothing more
         wait_until(lambda: any(r["state"] == "success" and r["data_interval_start"] >= ended
                                for r in api.dag_runs(RESTATEMENTS)), 300, "the next restatement run")  # fmt: skip
         events = api.asset_events(restated_uri)

@@ -128,10 +128,10 @@ def stack_environment(cfg: StackConfig) -> dict[str, str]:
         # lagsched_hours (paused when created) announces from 4 hours before this Airflow started:
         # the tests and the demo write records timestamped in those hours (docs/completeness.md).
         "AIRFLOW__LAGSCHED__HOURS_START": os.environ.get("AIRFLOW__LAGSCHED__HOURS_START", _hours_ago(4)),
-        # lagsched_restatements reads late records every 2 minutes, from this Airflow's start on
+        # lagsched_restatements reads late records every minute, from this Airflow's start on
         # (its tests wait for one run, not ten minutes).
         "AIRFLOW__LAGSCHED__RESTATEMENTS_SCHEDULE": os.environ.get(
-            "AIRFLOW__LAGSCHED__RESTATEMENTS_SCHEDULE", "*/2 * * * *"
+            "AIRFLOW__LAGSCHED__RESTATEMENTS_SCHEDULE", "* * * * *"
         ),
         "AIRFLOW__LAGSCHED__RESTATEMENTS_START": os.environ.get(
             "AIRFLOW__LAGSCHED__RESTATEMENTS_START", datetime.now(UTC).replace(second=0, microsecond=0).isoformat()
