@@ -188,6 +188,14 @@ def test_each_completed_hour_of_each_table_gets_one_event_through_kills_and_a_sc
         local_stack.up(stack, airflow=True)
         assert {e["partition_key"] for e in api.asset_events(shared_uri)} == shared_keys
 
+        # 7, begun here (it is checked at the end, its restatement runs overlap steps 5 and 6): a late
+        # record (lateness 0) into the typed table's H-3, already announced, for the next slot to land.
+        typed_counts = plain_hours(kafka_config, typed, 2)  # the typed table's hours as announced
+        hourly = [e["partition_key"] for e in api.asset_events(typed_uri)]
+        produce_at(kafka_config, typed, [(0, h3 + MIN)])
+        api.wait_for_dag(RESTATEMENTS)
+        api.set_paused(RESTATEMENTS, False)
+
         # 5. A slot catches up and the lag monitor reads the ends: the waiting hours complete.
         harness.run("hours-3", "--routes", json.dumps(routes), "--exit-when-idle", timeout=300)
         run = api.trigger(MONITOR, {"cluster": cluster})
@@ -202,7 +210,7 @@ def test_each_completed_hour_of_each_table_gets_one_event_through_kills_and_a_sc
             past = sorted(k for k in keys if hour_of(k) < now_hour)
             assert past == sorted(key(h) for h in wanted), (uri, keys)
             assert len(set(keys)) == len(keys), (uri, keys)
-            counts = plain_hours(kafka_config, topic, 2)
+            counts = typed_counts if topic == typed else plain_hours(kafka_config, topic, 2)
             for e in events:
                 hour = hour_of(e["partition_key"])
                 assert e["extra"]["rows"] == counts.get(hour, 0), (uri, e["partition_key"], e["extra"])
@@ -218,22 +226,16 @@ def test_each_completed_hour_of_each_table_gets_one_event_through_kills_and_a_sc
         assert sorted(r["partition_key"] for r in runs if hour_of(r["partition_key"]) < now_hour) == [
             key(h) for h in wanted
         ]
-        counts = plain_hours(kafka_config, typed, 2)
+        counts = typed_counts  # each run read its hour as announced (the late record came after)
         for r in runs:
             assert r["state"] == "success", r
             read = api.xcom(reader, r["dag_run_id"], "read_hour")
             hour = hour_of(read["hour"])
             assert read["read"] == read["announced"] == counts.get(hour, 0), read
 
-        # 7. A late record (lateness 0) into the announced H-3: counted, landed, and restated once
-        # by lagsched_restatements on the table's restatements asset; the hour's own event stays one.
-        hourly = api.asset_events(typed_uri)
-        produce_at(kafka_config, typed, [(0, h3 + MIN)])
-        harness.run("hours-4", "--routes", json.dumps(routes), "--exit-when-idle", "--allowed-lateness-s", "0",
-                    timeout=300)  # fmt: skip
+        # 7. The late record landed with step 5's slot: counted, and restated once by
+        # lagsched_restatements on the table's restatements asset; the hour's own event stays one.
         restated_uri = typed_uri + "/restatements"
-        api.wait_for_dag(RESTATEMENTS)
-        api.set_paused(RESTATEMENTS, False)
         wait_until(lambda: api.asset_events(restated_uri), 420, "the restatement of H-3")
         emitted_by = api.asset_events(restated_uri)[0]["source_run_id"]
         ended = next(r["data_interval_end"] for r in api.dag_runs(RESTATEMENTS) if r["dag_run_id"] == emitted_by)
@@ -244,11 +246,12 @@ def test_each_completed_hour_of_each_table_gets_one_event_through_kills_and_a_sc
         assert len(events) == 1, events
         extra = events[0]["extra"]
         counts = plain_hours(kafka_config, typed, 2)
+        assert counts[h3] == typed_counts[h3] + 1
         assert extra["restated"] is True and extra["cluster"] == cluster, extra
         assert list(extra["hours"]) == [key(h3)], extra
         assert extra["hours"][key(h3)]["late_records"] == 1 and extra["hours"][key(h3)]["rows"] == counts[h3], extra
         assert api.asset_events(shared_uri + "/restatements") == []
-        assert [e["partition_key"] for e in api.asset_events(typed_uri)] == [e["partition_key"] for e in hourly]
+        assert [e["partition_key"] for e in api.asset_events(typed_uri)] == hourly
     finally:
         api.set_paused(RESTATEMENTS, True)
         api.set_paused(HOURS, True)

@@ -43,7 +43,13 @@ from lagsched.workflows.status import cluster_status
 
 pytestmark = pytest.mark.integration
 
-H = (int(datetime.now(UTC).timestamp() * 1000) // HOUR_MS) * HOUR_MS  # the current hour's start
+
+def current_hour() -> int:
+    """The current hour's start (ms): read when a test starts, not when the suite collects it (a
+    whole suite runs for most of an hour)."""
+    return (int(datetime.now(UTC).timestamp() * 1000) // HOUR_MS) * HOUR_MS
+
+
 MIN = 60_000
 
 
@@ -87,6 +93,7 @@ def in_hour(records: list[tuple[int, int, int]], hour: int) -> tuple[int, dict[s
 def test_hours_complete_as_a_plain_consumer_counts_idle_partitions_pass_stalled_topics_hold_late_records_restate(
     consumer: ConsumerHarness, kafka_config: dict[str, Any], new_topic: Callable[..., str], redis_client: Any
 ) -> None:
+    H = current_hour()  # the hour the scenario's timestamps count from
     typed, shared = new_topic(3), new_topic(2)
     # typed: partitions 0 and 1 over hours H-4..H-2; partition 2 never written
     produce_at(kafka_config, typed, [(i % 2, H - 4 * HOUR_MS + i * 7 * MIN) for i in range(30)])
@@ -183,11 +190,13 @@ def test_hours_complete_as_a_plain_consumer_counts_idle_partitions_pass_stalled_
     assert check_hour(shared_table, H - 2 * HOUR_MS, conn=conn, load_table=load).complete
 
     # 5. Late records: a producer writes into hours already complete (past the allowed lateness:
-    # 0 s for the typed table, 300 s for the shared one), and one record of the current hour,
-    # which is not. They land in their hours, are counted per table, and their hours restated. The
+    # 0 s for the typed table, 300 s for the shared one), and one record of the next hour, which
+    # is not. They land in their hours, are counted per table, and their hours restated. The
     # record of step 4 (H-2 + 30 min, unread until now) is late too: H-2 was complete before it.
     assert late_totals(conn, consumer.cluster) == {}
-    produce_at(kafka_config, typed, [(0, H - 4 * HOUR_MS + MIN), (1, H - 3 * HOUR_MS + 2 * MIN), (2, H + MIN)])
+    produce_at(
+        kafka_config, typed, [(0, H - 4 * HOUR_MS + MIN), (1, H - 3 * HOUR_MS + 2 * MIN), (2, H + HOUR_MS + MIN)]
+    )
     produce_at(kafka_config, shared, [(1, H - 4 * HOUR_MS + 3 * MIN)])
     since = datetime.now(UTC)
     consumer.run("hours", "--routes", json.dumps(routes), "--exit-when-idle", "--allowed-lateness-s", "300",
