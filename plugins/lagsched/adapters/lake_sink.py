@@ -480,14 +480,8 @@ class LakeSink:
         """The allowed lateness (s) of ``table`` (None: the shared table), whose ``topics`` land in
         it (`topics_of`): `table_lateness` of its route's, the cluster's, and whether its topics
         are all ``LogAppendTime``."""
-        route_s = next(
-            (
-                r.allowed_lateness_s
-                for r in self._routes.values()
-                if table is not None and self.identifier_of(r) == table and r.allowed_lateness_s is not None
-            ),
-            None,
-        )
+        route = None if table is None else self._route_of.get(table)
+        route_s = None if route is None else route.allowed_lateness_s
         return table_lateness(route_s, self._lateness_s, (t in self._appended for t in topics))
 
     def topics_of(self, table: str | None) -> list[str]:
